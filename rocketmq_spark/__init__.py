@@ -1,0 +1,50 @@
+"""rocketmq-spark: Spark Structured Streaming source and sink for Apache RocketMQ.
+
+``EmbeddedBroker`` (a durable name server + broker for laptops and tests) and the
+protocol client import without pyspark; Spark-facing names load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (
+    BrokerError,
+    ConnectionFailedError,
+    DataLossError,
+    OptionError,
+    ProtocolError,
+    RocketMQSparkError,
+)
+from .model import MessageQueue
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokerError",
+    "ConnectionFailedError",
+    "DataLossError",
+    "EmbeddedBroker",
+    "MessageQueue",
+    "OptionError",
+    "ProtocolError",
+    "RemotingClient",
+    "RocketMQSparkError",
+    "__version__",
+]
+
+_LAZY = {
+    "EmbeddedBroker": ("rocketmq_spark.broker.server", "EmbeddedBroker"),
+    "RemotingClient": ("rocketmq_spark.client.remoting", "RemotingClient"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'rocketmq_spark' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value

@@ -1,0 +1,840 @@
+"""The broker's request handlers: send, pull (long polling), offsets, clients, transactions.
+
+Runs on one asyncio event loop. Disk writes happen on the loop (page cache); fsync
+runs in an executor through :class:`Flusher`, which groups concurrent sync-flush
+sends into one fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
+from ..remoting.frame import RemotingCommand
+from ..remoting.message import (
+    MessageRecord,
+    PropertyKey,
+    decode_batch,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    java_string_hash,
+    offset_msg_id,
+    split_host,
+)
+from ..remoting.route import loads_lenient
+from .connection import Connection, HandlerResult
+from .state import SYSTEM_TOPICS, ClientRegistry, ConsumerOffsets, TopicConfig, TopicConfigs, valid_topic_name
+from .store import GetResult, MessageStore, NewMessage, StoreConfig, atomic_write, tag_matches
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Broker", "BrokerConfig", "Flusher"]
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TX_GROUP = "CID_RMQ_SYS_TRANS"
+
+# SEND_MESSAGE_V2's one-letter header keys.
+_V2_KEYS = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
+    "n": "brokerName",
+}
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
+    raw = ext.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise ValueError(f"missing header field {key}")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"header field {key}={raw!r} is not an integer") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Settings of one embedded broker. Times in milliseconds, sizes in bytes."""
+
+    data_dir: str
+    host: str = "127.0.0.1"
+    broker_name: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    flush: str = "async"  # async | sync
+    flush_interval_ms: int = 500
+    auto_create_topics: bool = True
+    default_queue_nums: int = 4
+    max_message_size: int = 4 * 1024 * 1024
+    #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
+    #: serves larger pulls by default so local pipelines are not round-trip bound.
+    max_pull_messages: int = 1024
+    max_pull_bytes: int = 4 * 1024 * 1024
+    max_suspend_ms: int = 30_000
+    segment_size: int = 64 * 1024 * 1024
+    retention_hours: float = 72.0
+    transaction_timeout_ms: int = 6_000
+    transaction_check_interval_ms: int = 30_000
+    transaction_max_checks: int = 15
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)
+
+
+class Flusher:
+    """Durability of the store and the offsets file.
+
+    ``async`` mode fsyncs every ``interval``; ``sync`` mode fsyncs as soon as a writer
+    waits, so a send's success means its bytes are on disk. Concurrent waiters share
+    one fsync (group commit).
+    """
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsets, *, sync: bool, interval_s: float,
+                 extra: list[Callable[[], None]] | None = None) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.sync = sync
+        self.interval_s = interval_s
+        self.flushed_pos = store.commitlog.write_pos
+        self._offsets_round = 0
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._round = 0
+        self._extra = extra or []
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.flush_once()
+
+    async def wait_durable(self, pos: int | None = None) -> None:
+        """Return once everything appended before this call (and the offsets) is on disk."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        target = self.store.commitlog.write_pos if pos is None else pos
+        self._waiters.append((target, self._round + 1, fut))
+        self._wake.set()
+        await fut
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self.sync:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                    except asyncio.TimeoutError:
+                        pass
+                else:
+                    await asyncio.sleep(self.interval_s)
+                self._wake.clear()
+                await self.flush_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep flushing; fail the waiters of this round
+                log.exception("flush failed")
+                for _, _, fut in self._waiters:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                self._waiters.clear()
+                await asyncio.sleep(0.1)
+
+    async def flush_once(self) -> None:
+        self._round += 1
+        this_round = self._round
+        snap = self.store.flush_snapshot()
+        offsets_json = self.offsets.snapshot()
+        loop = asyncio.get_running_loop()
+        path = self.offsets.path
+
+        def job() -> None:
+            if snap is not None:
+                snap[1]()
+            if offsets_json is not None:
+                atomic_write(path, offsets_json)
+            for fn in self._extra:
+                fn()
+
+        await loop.run_in_executor(None, job)
+        if snap is not None:
+            self.flushed_pos = max(self.flushed_pos, snap[0])
+        still = []
+        for target, rnd, fut in self._waiters:
+            if fut.done():
+                continue
+            if target <= self.flushed_pos and rnd <= this_round:
+                fut.set_result(None)
+            else:
+                still.append((target, rnd, fut))
+        self._waiters = still
+        if still:
+            self._wake.set()
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An open transaction: a half message not yet committed or rolled back."""
+
+    half_offset: int
+    commit_log_offset: int
+    size: int
+    producer_group: str
+    store_ts: int
+    checks: int = 0
+    last_check: float = 0.0
+
+
+@dataclass(slots=True)
+class _PullWaiter:
+    conn: Connection
+    req: RemotingCommand
+    fut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Broker:
+    """Request handlers of one broker over a :class:`MessageStore`."""
+
+    def __init__(self, config: BrokerConfig, advertised_addr: str) -> None:
+        self.config = config
+        self.addr = advertised_addr
+        host, port = split_host(advertised_addr)
+        import ipaddress
+
+        self._store_host = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+        root = config.data_dir
+        self.store = MessageStore(os.path.join(root, "store"), self._store_host, config.store_config())
+        self.topics = TopicConfigs(os.path.join(root, "config"))
+        self.offsets = ConsumerOffsets(os.path.join(root, "config"))
+        self.clients = ClientRegistry()
+        self.on_topics_changed: list[Callable[[], None]] = []
+        self.flusher: Flusher | None = None
+        self._pull_waiters: dict[tuple[str, int], list[_PullWaiter]] = {}
+        self.store.listeners.append(self._on_new_messages)
+        self.pending_tx: dict[int, _Pending] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        if config.auto_create_topics and "TBW102" not in self.topics:
+            self.topics.put(TopicConfig("TBW102", 8, 8, 7))
+        self._load_transactions()
+        self.handlers: dict[int, Callable[[Connection, RemotingCommand], HandlerResult]] = {
+            RequestCode.SEND_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_message,
+            RequestCode.PULL_MESSAGE: self.pull_message,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+        }
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        self.flusher = Flusher(self.store, self.offsets, sync=cfg.flush == "sync",
+                               interval_s=cfg.flush_interval_ms / 1000.0)
+        self.flusher.start()
+        self._tasks.append(asyncio.ensure_future(self._housekeeping()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for waiters in self._pull_waiters.values():
+            for w in waiters:
+                if not w.fut.done():
+                    w.fut.cancel()
+        if self.flusher:
+            await self.flusher.stop()
+        self.store.close()
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self._check_transactions()
+                if self.config.retention_hours > 0:
+                    self.store.delete_expired(int(self.config.retention_hours * 3600_000))
+            except Exception:
+                log.exception("broker housekeeping failed")
+
+    def on_close(self, conn: Connection) -> None:
+        changed = self.clients.drop(conn)
+        for group in changed:
+            self._notify_consumers_changed(group)
+
+    def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        handler = self.handlers.get(req.code)
+        if handler is None:
+            return req.response_to(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {req.code} is not supported by this broker",
+            )
+        try:
+            return handler(conn, req)
+        except ValueError as exc:  # malformed header fields: answer, keep the connection
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+
+    # -- topics ---------------------------------------------------------------------
+
+    def topic_table(self) -> dict[str, tuple[int, int, int]]:
+        return {t.topicName: (t.readQueueNums, t.writeQueueNums, t.perm) for t in self.topics
+                if t.topicName not in (HALF_TOPIC, OP_TOPIC)}
+
+    def create_topic(self, topic: str, queue_nums: int | None = None, perm: int = 6) -> bool:
+        """Auto-create ``topic`` (route miss or first send). False when not allowed."""
+        if topic in self.topics:
+            return True
+        if not self.config.auto_create_topics or valid_topic_name(topic) or topic in SYSTEM_TOPICS:
+            return False
+        n = queue_nums or self.config.default_queue_nums
+        self.topics.put(TopicConfig(topic, n, n, perm))
+        log.info("auto-created topic %s with %d queues", topic, n)
+        self._topics_changed()
+        return True
+
+    def _topics_changed(self) -> None:
+        for fn in self.on_topics_changed:
+            fn()
+
+    def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        topic = ext.get("topic", "")
+        problem = valid_topic_name(topic)
+        if problem:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"topic {topic!r}: {problem}")
+        read = _int(ext, "readQueueNums", self.config.default_queue_nums)
+        write = _int(ext, "writeQueueNums", read)
+        if not (0 < read <= 1024 and 0 < write <= 1024):
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark=f"queue numbers read={read} write={write}: 1..1024 are accepted")
+        cfg = TopicConfig(topic, read, write, _int(ext, "perm", 6),
+                          ext.get("topicFilterType", "SINGLE_TAG"), _int(ext, "topicSysFlag", 0),
+                          _truthy(ext.get("order")))
+        self.topics.put(cfg)
+        self._topics_changed()
+        return req.response_to()
+
+    def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response_to(body=json.dumps(self.topics.to_json()).encode())
+
+    # -- send -----------------------------------------------------------------------
+
+    def send_message(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        ext = req.ext_fields
+        if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            ext = {_V2_KEYS.get(k, k): v for k, v in ext.items()}
+        batch = req.code == RequestCode.SEND_BATCH_MESSAGE or _truthy(ext.get("batch"))
+        topic = ext.get("topic", "")
+        problem = valid_topic_name(topic)
+        if problem:
+            return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=f"topic {topic!r}: {problem}")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            if not self.create_topic(topic, None):
+                return req.response_to(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    remark=f"topic[{topic}] not exist, apply first please!",
+                )
+            cfg = self.topics.get(topic)
+            assert cfg is not None
+        if not cfg.perm & 2:
+            return req.response_to(ResponseCode.NO_PERMISSION,
+                                   remark=f"the topic[{topic}] sending is forbidden")
+        queue_id = _int(ext, "queueId", -1)
+        if queue_id < 0 or queue_id >= cfg.writeQueueNums:
+            queue_id = (abs(queue_id) if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
+        sys_flag = _int(ext, "sysFlag", 0)
+        born_ts = _int(ext, "bornTimestamp", int(time.time() * 1000))
+        flag = _int(ext, "flag", 0)
+        reconsume = _int(ext, "reconsumeTimes", 0)
+        header_props = ext.get("properties", "")
+        born_host = self._pack_peer(conn.peer)
+        max_size = self.config.max_message_size
+        if batch:
+            try:
+                entries = decode_batch(req.body)
+            except Exception as exc:
+                return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {exc}")
+            if not entries:
+                return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            raw = [(e.body, e.properties, e.flag) for e in entries]
+        else:
+            raw = [(req.body, header_props, flag)]
+        tx_type = sys_flag & SysFlag.TRANSACTION_MASK
+        messages: list[NewMessage] = []
+        for body, props_s, msg_flag in raw:
+            if len(body) > max_size:
+                return req.response_to(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    remark=f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes",
+                )
+            props = decode_properties(props_s)
+            props.setdefault("CLUSTER", self.config.cluster)
+            m_topic, m_queue = topic, queue_id
+            if tx_type == TransactionType.PREPARED:
+                props[PropertyKey.REAL_TOPIC] = topic
+                props[PropertyKey.REAL_QID] = str(queue_id)
+                props.setdefault(PropertyKey.PGROUP, ext.get("producerGroup", ""))
+                m_topic, m_queue = HALF_TOPIC, 0
+            messages.append(NewMessage(
+                topic=m_topic, queue_id=m_queue, body=body, properties=encode_properties(props),
+                flag=msg_flag, sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
+                reconsume_times=reconsume,
+            ))
+        stored = self.store.put(messages)
+        if tx_type == TransactionType.PREPARED:
+            for m, s in zip(messages, stored):
+                self.pending_tx[s.queue_offset] = _Pending(
+                    s.queue_offset, s.physical_offset, s.size,
+                    decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
+        msg_ids = ",".join(offset_msg_id(self.addr, s.physical_offset) for s in stored)
+        first = stored[0]
+        resp_ext = {
+            "msgId": msg_ids,
+            "queueId": str(queue_id),
+            "queueOffset": str(first.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if tx_type == TransactionType.PREPARED:
+            resp_ext["transactionId"] = decode_properties(messages[0].properties).get(PropertyKey.UNIQ_KEY, "")
+        resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
+        if self.config.flush == "sync" and self.flusher is not None:
+            return self._after_flush(resp, self.store.commitlog.write_pos)
+        return resp
+
+    async def _after_flush(self, resp: RemotingCommand, pos: int) -> RemotingCommand:
+        assert self.flusher is not None
+        try:
+            await self.flusher.wait_durable(pos)
+        except Exception as exc:
+            resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
+            resp.remark = f"flush to disk failed: {exc}"
+        return resp
+
+    @staticmethod
+    def _pack_peer(peer: str) -> bytes:
+        import ipaddress
+
+        try:
+            host, port = split_host(peer)
+            return ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+        except ValueError:
+            return b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+
+    # -- pull -----------------------------------------------------------------------
+
+    def pull_message(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        ext = req.ext_fields
+        topic = ext.get("topic", "")
+        queue_id = _int(ext, "queueId")
+        offset = _int(ext, "queueOffset")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return req.response_to(ResponseCode.TOPIC_NOT_EXIST,
+                                   remark=f"topic[{topic}] not exist, apply first please!")
+        if not cfg.perm & 4:
+            return req.response_to(ResponseCode.NO_PERMISSION,
+                                   remark=f"the topic[{topic}] pulling is forbidden")
+        if queue_id < 0 or queue_id >= cfg.readQueueNums:
+            return req.response_to(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                       f"[{cfg.readQueueNums}]",
+            )
+        if ext.get("expressionType", "TAG").upper() not in ("TAG", ""):
+            return req.response_to(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                   remark="only TAG subscriptions are supported by the embedded broker")
+        sys_flag = _int(ext, "sysFlag", 0)
+        if sys_flag & 0x1:
+            commit = _int(ext, "commitOffset", -1)
+            group = ext.get("consumerGroup", "")
+            if commit >= 0 and group:
+                self.offsets.commit(topic, group, queue_id, commit, conn.peer)
+        result = self._pull_once(req)
+        if result.code == ResponseCode.PULL_NOT_FOUND and sys_flag & 0x2:
+            timeout = min(_int(ext, "suspendTimeoutMillis", 15_000), self.config.max_suspend_ms)
+            if timeout > 0:
+                return self._suspend(conn, req, timeout / 1000.0)
+        return result
+
+    def _tag_filter(self, subscription: str) -> Callable[[int, bytes], bool] | None:
+        sub = subscription.strip()
+        if not sub or sub == "*":
+            return None
+        tags = frozenset(t.strip() for t in sub.split("||") if t.strip())
+        if not tags or "*" in tags:
+            return None
+        hashes = frozenset(java_string_hash(t) for t in tags)
+        return lambda th, rec: th in hashes and tag_matches(rec, tags)
+
+    def _pull_once(self, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        topic = ext["topic"]
+        queue_id = int(ext["queueId"])
+        offset = int(ext["queueOffset"])
+        max_nums = max(1, min(_int(ext, "maxMsgNums", 32), self.config.max_pull_messages))
+        res: GetResult = self.store.get(
+            topic, queue_id, offset, max_nums, self.config.max_pull_bytes,
+            self._tag_filter(ext.get("subscription", "*")),
+        )
+        fields = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(res.next_offset),
+            "minOffset": str(res.min_offset),
+            "maxOffset": str(res.max_offset),
+        }
+        if res.status == "FOUND":
+            return req.response_to(ResponseCode.SUCCESS, fields, b"".join(res.records), "FOUND")
+        if res.status in ("NO_NEW", "NO_QUEUE"):
+            return req.response_to(ResponseCode.PULL_NOT_FOUND, fields, remark="No new message")
+        if res.status == "NO_MATCHED":
+            return req.response_to(ResponseCode.PULL_RETRY_IMMEDIATELY, fields,
+                                   remark="no matched message in the scanned range")
+        # OFFSET_TOO_SMALL / OFFSET_OVERFLOW: tell the consumer where the queue really is.
+        return req.response_to(ResponseCode.PULL_OFFSET_MOVED, fields,
+                               remark=f"offset {offset} is outside [{res.min_offset}, {res.max_offset}]")
+
+    async def _suspend(self, conn: Connection, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        key = (req.ext_fields["topic"], int(req.ext_fields["queueId"]))
+        waiter = _PullWaiter(conn, req)
+        self._pull_waiters.setdefault(key, []).append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.fut), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            lst = self._pull_waiters.get(key)
+            if lst and waiter in lst:
+                lst.remove(waiter)
+        return self._pull_once(req)
+
+    def _on_new_messages(self, topic: str, queue_id: int, max_offset: int) -> None:
+        waiters = self._pull_waiters.get((topic, queue_id))
+        if not waiters:
+            return
+        for w in waiters:
+            if not w.fut.done():
+                w.fut.set_result(None)
+
+    # -- offsets --------------------------------------------------------------------
+
+    def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        off = self.offsets.query(ext.get("topic", ""), ext.get("consumerGroup", ""), _int(ext, "queueId"))
+        if off is None:
+            return req.response_to(ResponseCode.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first")
+        return req.response_to(ext_fields={"offset": str(off)})
+
+    def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        ext = req.ext_fields
+        topic = ext.get("topic", "")
+        group = ext.get("consumerGroup", "")
+        if not topic or not group:
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark="UPDATE_CONSUMER_OFFSET needs topic and consumerGroup")
+        offset = _int(ext, "commitOffset")
+        if offset >= 0:  # some clients send -1 for "nothing consumed yet"
+            self.offsets.commit(topic, group, _int(ext, "queueId"), offset, conn.peer)
+        resp = req.response_to()
+        if self.config.flush == "sync" and self.flusher is not None:
+            return self._after_flush(resp, self.store.commitlog.write_pos)
+        return resp
+
+    def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        off = self.store.offset_by_time(ext.get("topic", ""), _int(ext, "queueId"), _int(ext, "timestamp"))
+        return req.response_to(ext_fields={"offset": str(off)})
+
+    def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        off = self.store.max_offset(ext.get("topic", ""), _int(ext, "queueId"))
+        return req.response_to(ext_fields={"offset": str(off)})
+
+    def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        off = self.store.min_offset(ext.get("topic", ""), _int(ext, "queueId"))
+        return req.response_to(ext_fields={"offset": str(off)})
+
+    def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        ts = self.store.earliest_store_time(ext.get("topic", ""), _int(ext, "queueId"))
+        return req.response_to(ext_fields={"timestamp": str(ts)})
+
+    def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        pos = _int(req.ext_fields, "offset")
+        rec = self._read_record_at(pos)
+        if rec is None:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"no message at commit log offset {pos}")
+        return req.response_to(body=rec)
+
+    def _read_record_at(self, pos: int) -> bytes | None:
+        head = self.store.read_record(pos, 4)
+        if len(head) < 4:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if size <= 0 or size > self.config.max_message_size + 64 * 1024:
+            return None
+        data = self.store.read_record(pos, size)
+        return data if len(data) == size else None
+
+    def reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET: set a group's offsets to the first message at/after a time."""
+        ext = req.ext_fields
+        topic = ext.get("topic", "")
+        group = ext.get("group", "")
+        ts = _int(ext, "timestamp")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return req.response_to(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+        table: dict[int, int] = {}
+        for q in range(cfg.readQueueNums):
+            off = self.store.max_offset(topic, q) if ts < 0 else self.store.offset_by_time(topic, q, ts)
+            table[q] = off
+            self.offsets.commit(topic, group, q, off, conn.peer)
+        # fastjson writes MessageQueue keys as objects; mimic it so Java tools can read it.
+        items = ",".join(
+            '{"brokerName":%s,"queueId":%d,"topic":%s}:%d'
+            % (json.dumps(self.config.broker_name), q, json.dumps(topic), off)
+            for q, off in table.items()
+        )
+        body = ('{"offsetTable":{' + items + "}}").encode()
+        for consumer, _ in self.clients.consumers(group):
+            consumer.push(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                          {"topic": topic, "group": group, "timestamp": str(ts), "isForce": "true"}, body)
+        return req.response_to(body=body)
+
+    # -- clients --------------------------------------------------------------------
+
+    def heart_beat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            body = loads_lenient(req.body) if req.body else {}
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except Exception as exc:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"malformed heartbeat body: {exc}")
+        changed = self.clients.heartbeat(conn, body, req.language, req.version)
+        for c in body.get("consumerDataSet") or []:
+            group = c.get("groupName") if isinstance(c, dict) else None
+            retry = f"%RETRY%{group}"
+            if group and retry not in self.topics and not valid_topic_name(retry):
+                # Clustering consumers look up their retry topic's route; brokers create it.
+                self.topics.put(TopicConfig(retry, 1, 1, 6))
+                self._topics_changed()
+        for group in changed:
+            self._notify_consumers_changed(group)
+        return req.response_to()
+
+    def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        changed = self.clients.unregister(conn, ext.get("producerGroup"), ext.get("consumerGroup"))
+        for group in changed:
+            self._notify_consumers_changed(group)
+        return req.response_to()
+
+    def get_consumer_list_by_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_fields.get("consumerGroup", "")
+        # Java answers SYSTEM_ERROR for an empty group; some clients (ali-ons) then refuse
+        # to start, so an empty list is answered as a success.
+        ids = self.clients.consumer_ids(group)
+        return req.response_to(body=json.dumps({"consumerIdList": ids}).encode())
+
+    def _notify_consumers_changed(self, group: str) -> None:
+        for consumer, _ in self.clients.consumers(group):
+            consumer.push(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    def lock_batch_mq(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # Orderly consumers lock their queues; one embedded broker grants every request.
+        try:
+            body = loads_lenient(req.body) if req.body else {}
+            mqs = body.get("mqSet", []) if isinstance(body, dict) else []
+        except Exception:
+            mqs = []
+        return req.response_to(body=json.dumps({"lockOKMQSet": mqs}).encode())
+
+    def unlock_batch_mq(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.response_to()
+
+    # -- transactions ---------------------------------------------------------------
+
+    def _load_transactions(self) -> None:
+        """Rebuild open transactions: half messages since the saved progress minus ended ones."""
+        half = self.store.find_queue(HALF_TOPIC, 0)
+        if half is None:
+            return
+        start = self.offsets.query(HALF_TOPIC, TX_GROUP, 0) or half.min_offset
+        start = max(start, half.min_offset)
+        if start >= half.max_offset:
+            return
+        ended: set[int] = set()
+        op = self.store.find_queue(OP_TOPIC, 0)
+        if op is not None:
+            # Every op that ends a half at/after `start` was stored after that half.
+            first_ts = half.entry(start)[3]
+            o = op.offset_by_time(first_ts)
+            while o < op.max_offset:
+                res = self.store.get(OP_TOPIC, 0, o, 1024, 1 << 30)
+                if not res.records:
+                    break
+                for raw in res.records:
+                    rec = decode_record(raw)
+                    try:
+                        ended.add(int(rec.body.decode()))
+                    except ValueError:
+                        pass
+                o = res.next_offset
+        o = start
+        while o < half.max_offset:
+            res = self.store.get(HALF_TOPIC, 0, o, 1024, 1 << 30)
+            if not res.records:
+                break
+            for raw in res.records:
+                rec = decode_record(raw)
+                if rec.queue_offset not in ended:
+                    self.pending_tx[rec.queue_offset] = _Pending(
+                        rec.queue_offset, rec.physical_offset, rec.total_size,
+                        rec.properties.get(PropertyKey.PGROUP, ""), rec.store_timestamp)
+            o = res.next_offset
+        if self.pending_tx:
+            log.info("recovered %d open transactions", len(self.pending_tx))
+
+    def _save_tx_progress(self) -> None:
+        half = self.store.find_queue(HALF_TOPIC, 0)
+        if half is None:
+            return
+        progress = min(self.pending_tx) if self.pending_tx else half.max_offset
+        if self.offsets.query(HALF_TOPIC, TX_GROUP, 0) != progress:
+            self.offsets.commit(HALF_TOPIC, TX_GROUP, 0, progress)
+
+    def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        ext = req.ext_fields
+        kind = _int(ext, "commitOrRollback", 0)
+        pos = _int(ext, "commitLogOffset")
+        half_off = _int(ext, "tranStateTableOffset", -1)
+        if kind == TransactionType.NOT_TYPE:
+            return None  # the producer does not know yet; the check-back will ask again
+        pending = self.pending_tx.get(half_off)
+        if pending is None or pending.commit_log_offset != pos:
+            pending = next((p for p in self.pending_tx.values() if p.commit_log_offset == pos), None)
+        if pending is None:
+            return req.response_to(
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"no open transaction for commitLogOffset {pos} (already ended or unknown)",
+            )
+        raw = self._read_record_at(pending.commit_log_offset)
+        if raw is None:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"half message at {pos} is unreadable")
+        rec = decode_record(raw)
+        messages: list[NewMessage] = []
+        if kind == TransactionType.COMMIT:
+            messages.append(self._committed_copy(rec))
+        elif kind != TransactionType.ROLLBACK:
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")
+        messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
+                                   born_timestamp=int(time.time() * 1000), born_host=self._store_host))
+        self.store.put(messages)
+        del self.pending_tx[pending.half_offset]
+        self._save_tx_progress()
+        resp = req.response_to()
+        if self.config.flush == "sync" and self.flusher is not None:
+            return self._after_flush(resp, self.store.commitlog.write_pos)
+        return resp
+
+    def _committed_copy(self, rec: MessageRecord) -> NewMessage:
+        props = dict(rec.properties)
+        topic = props.pop(PropertyKey.REAL_TOPIC, rec.topic)
+        queue_id = int(props.pop(PropertyKey.REAL_QID, "0"))
+        sys_flag = (rec.sys_flag & ~SysFlag.TRANSACTION_MASK) | TransactionType.COMMIT
+        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, sys_flag,
+                          rec.born_timestamp, self._pack_peer(rec.born_host), rec.reconsume_times,
+                          rec.physical_offset)
+
+    def _check_transactions(self) -> None:
+        if not self.pending_tx:
+            return
+        now = time.time()
+        cfg = self.config
+        for p in list(self.pending_tx.values()):
+            age_ms = now * 1000 - p.store_ts
+            if age_ms < cfg.transaction_timeout_ms:
+                continue
+            if p.checks and (now - p.last_check) * 1000 < cfg.transaction_check_interval_ms:
+                continue
+            if p.checks >= cfg.transaction_max_checks:
+                log.warning("transaction of group %s at half offset %d unresolved after %d checks; "
+                            "rolling it back", p.producer_group, p.half_offset, p.checks)
+                self.store.put([NewMessage(OP_TOPIC, 0, str(p.half_offset).encode(), "TAGS\x01d\x02",
+                                           born_timestamp=int(now * 1000), born_host=self._store_host)])
+                del self.pending_tx[p.half_offset]
+                self._save_tx_progress()
+                continue
+            producers = self.clients.producers(p.producer_group)
+            if not producers:
+                continue  # nobody to ask yet; try again on the next round
+            raw = self._read_record_at(p.commit_log_offset)
+            if raw is None:
+                continue
+            rec = decode_record(raw)
+            copy = self._committed_copy(rec)
+            # The check carries the message as the producer sent it (real topic and queue).
+            from ..remoting.message import encode_record
+
+            body = encode_record(
+                topic=copy.topic, queue_id=copy.queue_id, queue_offset=p.half_offset, body=rec.body,
+                properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
+                physical_offset=rec.physical_offset, born_timestamp=rec.born_timestamp,
+                born_host=rec.born_host, store_timestamp=rec.store_timestamp, store_host=rec.store_host,
+            )
+            uniq = rec.properties.get(PropertyKey.UNIQ_KEY, "")
+            fields = {
+                "tranStateTableOffset": str(p.half_offset),
+                "commitLogOffset": str(p.commit_log_offset),
+                "msgId": uniq,
+                "transactionId": rec.properties.get(PropertyKey.TRANSACTION_ID, uniq),
+                "offsetMsgId": offset_msg_id(self.addr, p.commit_log_offset),
+            }
+            p.checks += 1
+            p.last_check = now
+            producers[p.checks % len(producers)].push(RequestCode.CHECK_TRANSACTION_STATE, fields, body)
+
+    # -- admin helpers (tests, CLI) -------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.config.broker_name,
+            "brokerAddr": self.addr,
+            "topics": sorted(self.topic_table()),
+            "commitLog": [self.store.commitlog.min_pos, self.store.commitlog.write_pos],
+        }

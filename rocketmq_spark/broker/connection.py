@@ -1,0 +1,179 @@
+"""One remoting connection on the server side: framing, dispatch, bad-input handling."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Union
+
+from ..errors import ProtocolError
+from ..remoting.codes import ResponseCode
+from ..remoting.frame import DEFAULT_MAX_FRAME, FLAG_ONEWAY, RemotingCommand
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Connection", "Handler", "HandlerResult"]
+
+HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
+Handler = Callable[["Connection", RemotingCommand], HandlerResult]
+_U32 = struct.Struct(">I")
+
+
+class Connection(asyncio.Protocol):
+    """Parses frames as bytes arrive and hands each request to ``dispatch``.
+
+    A frame over ``max_frame`` is refused from its length prefix alone, before any
+    buffer for it is grown; a malformed header gets an error answer when its opaque
+    can be read. Either way only this connection is closed.
+    """
+
+    def __init__(
+        self,
+        dispatch: Callable[[Connection, RemotingCommand], HandlerResult],
+        on_close: Callable[[Connection], None],
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        name: str = "remoting",
+    ) -> None:
+        self._dispatch = dispatch
+        self._on_close = on_close
+        self._max_frame = max_frame
+        self._name = name
+        self._buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._opaque = 0
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}" if len(peer) == 2 else f"[{peer[0]}]:{peer[1]}"
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        self._on_close(self)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (length,) = _U32.unpack_from(buf, pos)
+            if length > self._max_frame or length < 4:
+                self._reject(buf, pos, length)
+                return
+            if n - pos - 4 < length:
+                break
+            frame = memoryview(buf)[pos + 4 : pos + 4 + length]
+            try:
+                cmd = RemotingCommand.decode(frame)
+            except ProtocolError as exc:
+                frame.release()
+                self._reject_malformed(str(exc))
+                return
+            frame.release()
+            pos += 4 + length
+            self._handle(cmd)
+            if self.closed:
+                return
+        if pos:
+            del buf[:pos]
+
+    # -- internals ------------------------------------------------------------------
+
+    def _reject(self, buf: bytearray, pos: int, length: int) -> None:
+        reason = (
+            f"frame of {length} bytes exceeds the cap of {self._max_frame} bytes"
+            if length > self._max_frame
+            else f"frame length {length} is shorter than its header word"
+        )
+        log.warning("%s %s: %s; closing the connection", self._name, self.peer, reason)
+        opaque = 0
+        # If the header arrived with the prefix, answer with the request's opaque.
+        try:
+            if len(buf) - pos >= 12:
+                (word,) = _U32.unpack_from(buf, pos + 4)
+                hlen = word & 0xFFFFFF
+                if (word >> 24) == 0 and len(buf) - pos - 8 >= hlen:
+                    cmd = RemotingCommand._decode_json_header(bytes(buf[pos + 8 : pos + 8 + hlen]))
+                    opaque = cmd.opaque
+        except (ProtocolError, ValueError):
+            pass
+        self._send_error(opaque, reason)
+        self._close()
+
+    def _reject_malformed(self, reason: str) -> None:
+        log.warning("%s %s: malformed frame (%s); closing the connection", self._name, self.peer, reason)
+        self._send_error(0, f"malformed frame: {reason}")
+        self._close()
+
+    def _send_error(self, opaque: int, remark: str) -> None:
+        resp = RemotingCommand(code=ResponseCode.SYSTEM_ERROR, opaque=opaque, flag=1,
+                               remark=remark, language="JAVA")
+        self.send(resp)
+
+    def _close(self) -> None:
+        self._buf.clear()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _handle(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            # Answers to our own oneway pushes (clients may reply anyway): nothing to do.
+            return
+        try:
+            result = self._dispatch(self, cmd)
+        except Exception as exc:  # a handler bug must not take the connection down
+            log.exception("%s %s: request code %d failed", self._name, self.peer, cmd.code)
+            self.send(cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"))
+            return
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            self._reply(cmd, result)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._finish(cmd, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, cmd: RemotingCommand, pending: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            resp = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("%s %s: request code %d failed", self._name, self.peer, cmd.code)
+            resp = cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        if resp is not None:
+            self._reply(cmd, resp)
+
+    def _reply(self, req: RemotingCommand, resp: RemotingCommand) -> None:
+        if req.flag & FLAG_ONEWAY:
+            return
+        self.send(resp)
+
+    # -- public ---------------------------------------------------------------------
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(cmd.encode())
+
+    def push(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> None:
+        """Send a oneway request to the client (CHECK_TRANSACTION_STATE, NOTIFY_...)."""
+        self._opaque += 1
+        self.send(RemotingCommand(code=code, opaque=self._opaque, flag=FLAG_ONEWAY,
+                                  ext_fields=ext_fields, body=body, language="JAVA"))

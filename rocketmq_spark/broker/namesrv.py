@@ -1,0 +1,134 @@
+"""Name server: topic routes, topic list, broker registration."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.frame import RemotingCommand
+from ..remoting.route import BrokerData, QueueData, TopicRouteData
+from .connection import Connection, HandlerResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BrokerRegistration", "NameServer"]
+
+
+@dataclass(slots=True)
+class BrokerRegistration:
+    """A broker as the name server knows it: address and the topics it serves."""
+
+    broker_name: str
+    broker_addr: str
+    cluster: str
+    topics: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # read, write, perm
+    last_seen: float = field(default_factory=time.monotonic)
+    #: In-process brokers can create topics on a route miss (auto-create).
+    create_topic: Callable[[str], bool] | None = None
+
+
+class NameServer:
+    """Handles GET_ROUTEINFO_BY_TOPIC, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, REGISTER_BROKER."""
+
+    def __init__(self, *, auto_create_topics: bool = True, broker_timeout_s: float = 120.0) -> None:
+        self.brokers: dict[str, BrokerRegistration] = {}
+        self.auto_create_topics = auto_create_topics
+        self.broker_timeout_s = broker_timeout_s
+        self.handlers = {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+        }
+
+    def register(self, reg: BrokerRegistration) -> None:
+        reg.last_seen = time.monotonic()
+        self.brokers[reg.broker_name] = reg
+
+    def _live(self) -> list[BrokerRegistration]:
+        now = time.monotonic()
+        return [b for b in self.brokers.values()
+                if b.create_topic is not None or now - b.last_seen < self.broker_timeout_s]
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        queues, brokers = [], []
+        for b in sorted(self._live(), key=lambda r: r.broker_name):
+            t = b.topics.get(topic)
+            if t is None:
+                continue
+            read, write, perm = t
+            queues.append(QueueData(b.broker_name, read, write, perm))
+            brokers.append(BrokerData(b.broker_name, {0: b.broker_addr}, b.cluster))
+        if not queues:
+            return None
+        return TopicRouteData(tuple(queues), tuple(brokers))
+
+    def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        handler = self.handlers.get(req.code)  # type: ignore[call-overload]
+        if handler is None:
+            return req.response_to(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {req.code} is not supported by the name server",
+            )
+        return handler(conn, req)
+
+    def get_route(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req.ext_fields.get("topic", "")
+        route = self.route(topic)
+        if route is None and self.auto_create_topics and topic:
+            for b in self._live():
+                if b.create_topic is not None and b.create_topic(topic):
+                    break
+            route = self.route(topic)
+        if route is None:
+            return req.response_to(
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {topic}",
+            )
+        return req.response_to(ResponseCode.SUCCESS, body=route.to_json())
+
+    def get_topic_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topics = sorted({t for b in self._live() for t in b.topics})
+        return req.response_to(body=json.dumps({"topicList": topics}).encode())
+
+    def get_cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        live = self._live()
+        body = {
+            "brokerAddrTable": {
+                b.broker_name: {"cluster": b.cluster, "brokerName": b.broker_name,
+                                "brokerAddrs": {"0": b.broker_addr}}
+                for b in live
+            },
+            "clusterAddrTable": {},
+        }
+        for b in live:
+            body["clusterAddrTable"].setdefault(b.cluster, []).append(b.broker_name)  # type: ignore[union-attr]
+        return req.response_to(body=json.dumps(body).encode())
+
+    def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """REGISTER_BROKER from a broker in another process (repeated as its heartbeat)."""
+        ext = req.ext_fields
+        name = ext.get("brokerName", "")
+        addr = ext.get("brokerAddr", "")
+        if not name or not addr:
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark="REGISTER_BROKER needs brokerName and brokerAddr")
+        topics: dict[str, tuple[int, int, int]] = {}
+        if req.body:
+            try:
+                obj = json.loads(req.body)
+                table = (obj.get("topicConfigSerializeWrapper") or obj).get("topicConfigTable") or {}
+                for t, cfg in table.items():
+                    topics[t] = (int(cfg.get("readQueueNums", 4)), int(cfg.get("writeQueueNums", 4)),
+                                 int(cfg.get("perm", 6)))
+            except (ValueError, AttributeError, TypeError) as exc:
+                return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                       remark=f"REGISTER_BROKER body is not a topic config table: {exc}")
+        prev = self.brokers.get(name)
+        self.register(BrokerRegistration(name, addr, ext.get("clusterName", "DefaultCluster"), topics,
+                                         create_topic=prev.create_topic if prev else None))
+        return req.response_to(ext_fields={"haServerAddr": "", "masterAddr": addr})

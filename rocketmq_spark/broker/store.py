@@ -1,0 +1,803 @@
+"""Durable message store: commit log segments, consume queues, recovery, flushing.
+
+Layout under ``<data_dir>/store``::
+
+    commitlog/<20-digit start position>      records in the wire layout, end to end
+    consumequeue/<topic>/<queueId>/<20-digit first offset>
+                                             fixed 28-byte entries: int64 commit-log
+                                             position, int32 size, int64 tag hash,
+                                             int64 store timestamp (ms)
+    checkpoint                               JSON: positions known durable
+
+Entry ``n`` of a queue's consume queue is queue offset ``n``: a read by offset is one
+``pread``, a search by store time is a binary search. Records never span segments;
+the unused tail of a full segment starts with a blank marker (size, BLANK magic).
+
+Recovery (at start): the commit log's last segment is scanned from its start and cut
+at the first record whose size, magic or body CRC is wrong (a torn or garbled tail).
+Consume-queue entries at or past ``checkpoint.dispatched`` (or pointing past the
+recovered end) are dropped and rebuilt from the commit log, so the queues always
+describe exactly the records that survived.
+
+Threading: every method is called from the broker's event-loop thread except
+:meth:`MessageStore.flush_snapshot`'s returned callable, which only fsyncs file
+descriptors and writes the checkpoint (run in an executor).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+import zlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..remoting.message import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    MessageRecord,
+    PropertyKey,
+    decode_properties,
+    decode_record,
+    java_string_hash,
+)
+from ..remoting.codes import SysFlag
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CQ_ENTRY",
+    "ConsumeQueue",
+    "GetResult",
+    "MessageStore",
+    "NewMessage",
+    "StoreConfig",
+    "atomic_write",
+]
+
+CQ_ENTRY = struct.Struct(">qiqq")
+_CQ_SIZE = CQ_ENTRY.size
+_HEAD = struct.Struct(">iiiiiqqiq")
+_TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_H16 = struct.Struct(">h")
+_BLANK = struct.Struct(">ii")
+
+
+def atomic_write(path: str, data: bytes, *, fsync: bool = True) -> None:
+    """Replace ``path`` atomically: write a temp file, fsync it, rename, fsync the dir."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Tunables of the store. Sizes in bytes, times in milliseconds."""
+
+    segment_size: int = 64 * 1024 * 1024
+    cq_segment_entries: int = 300_000
+    max_message_size: int = 4 * 1024 * 1024
+    #: A pull scans at most this many consume-queue entries when filtering by tag.
+    max_filter_scan: int = 16_000
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A message about to be stored (body as sent: compressed when the flag says so)."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: str
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(slots=True)
+class Stored:
+    """Where a message landed."""
+
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp: int
+
+
+@dataclass(slots=True)
+class GetResult:
+    """What a pull found. ``records`` are stored bytes, served as they are."""
+
+    status: str  # FOUND | NO_NEW | NO_MATCHED | OFFSET_TOO_SMALL | OFFSET_OVERFLOW | NO_QUEUE
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    records: list[bytes]
+    count: int = 0
+
+
+def _tag_of(props: str) -> str | None:
+    """The TAGS property out of a properties string, without building the whole map."""
+    i = props.find("TAGS\x01")
+    while i > 0 and props[i - 1] != "\x02":
+        i = props.find("TAGS\x01", i + 1)
+    if i < 0:
+        return None
+    start = i + 5
+    end = props.find("\x02", start)
+    return props[start:] if end < 0 else props[start:end]
+
+
+def tag_hash(props: str) -> int:
+    tag = _tag_of(props)
+    return java_string_hash(tag) if tag else 0
+
+
+class _Segment:
+    __slots__ = ("start", "path", "fd", "size")
+
+    def __init__(self, start: int, path: str, fd: int, size: int) -> None:
+        self.start = start
+        self.path = path
+        self.fd = fd
+        self.size = size
+
+
+class CommitLog:
+    """Append-only segments of records; positions are global byte offsets."""
+
+    def __init__(self, directory: str, segment_size: int) -> None:
+        self.dir = directory
+        self.segment_size = segment_size
+        os.makedirs(directory, exist_ok=True)
+        self.segments: list[_Segment] = []
+        self._starts: list[int] = []
+        for name in sorted(os.listdir(directory)):
+            if not name.isdigit():
+                continue
+            path = os.path.join(directory, name)
+            fd = os.open(path, os.O_RDWR)
+            self.segments.append(_Segment(int(name), path, fd, os.fstat(fd).st_size))
+        self._starts = [s.start for s in self.segments]
+        if not self.segments:
+            self._new_segment(0)
+        self.write_pos = self.segments[-1].start + self.segments[-1].size
+
+    def _new_segment(self, start: int) -> _Segment:
+        path = os.path.join(self.dir, f"{start:020d}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        seg = _Segment(start, path, fd, 0)
+        self.segments.append(seg)
+        self._starts.append(start)
+        return seg
+
+    @property
+    def min_pos(self) -> int:
+        return self.segments[0].start
+
+    def reserve(self, size: int) -> int:
+        """Position where a record of ``size`` bytes will go, rolling the segment if needed."""
+        seg = self.segments[-1]
+        used = self.write_pos - seg.start
+        if used + size > self.segment_size and used > 0:
+            remaining = self.segment_size - used
+            if remaining >= _BLANK.size:
+                os.pwrite(seg.fd, _BLANK.pack(remaining, BLANK_MAGIC), used)
+                seg.size = used + _BLANK.size
+            seg = self._new_segment(seg.start + self.segment_size)
+            self.write_pos = seg.start
+        return self.write_pos
+
+    def write(self, pos: int, data: bytes) -> None:
+        seg = self.segments[-1]
+        off = pos - seg.start
+        os.pwrite(seg.fd, data, off)
+        seg.size = max(seg.size, off + len(data))
+        self.write_pos = pos + len(data)
+
+    def _segment_for(self, pos: int) -> _Segment | None:
+        i = bisect_right(self._starts, pos) - 1
+        if i < 0:
+            return None
+        return self.segments[i]
+
+    def read(self, pos: int, size: int) -> bytes:
+        seg = self._segment_for(pos)
+        if seg is None:
+            return b""
+        return os.pread(seg.fd, size, pos - seg.start)
+
+    def truncate(self, pos: int) -> None:
+        """Drop everything at and after ``pos`` (recovery)."""
+        while len(self.segments) > 1 and self.segments[-1].start > pos:
+            seg = self.segments.pop()
+            self._starts.pop()
+            os.close(seg.fd)
+            os.unlink(seg.path)
+        seg = self.segments[-1]
+        keep = max(0, pos - seg.start)
+        os.ftruncate(seg.fd, keep)
+        seg.size = keep
+        self.write_pos = seg.start + keep
+
+    def delete_segments_before(self, pos: int) -> int:
+        """Delete whole segments that end at or before ``pos``; keeps the active one."""
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].start <= pos:
+            seg = self.segments.pop(0)
+            self._starts.pop(0)
+            os.close(seg.fd)
+            os.unlink(seg.path)
+            deleted += 1
+        return deleted
+
+    def fds(self) -> list[int]:
+        return [s.fd for s in self.segments[-2:]]
+
+    def close(self) -> None:
+        for s in self.segments:
+            os.close(s.fd)
+        self.segments.clear()
+
+
+class ConsumeQueue:
+    """Fixed-size entries of one (topic, queueId); entry n is queue offset n."""
+
+    def __init__(self, directory: str, topic: str, queue_id: int, seg_entries: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = directory
+        self.seg_entries = seg_entries
+        os.makedirs(directory, exist_ok=True)
+        self.segments: list[_Segment] = []
+        for name in sorted(os.listdir(directory)):
+            if not name.isdigit():
+                continue
+            path = os.path.join(directory, name)
+            fd = os.open(path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+            if size % _CQ_SIZE:
+                size -= size % _CQ_SIZE
+                os.ftruncate(fd, size)
+            self.segments.append(_Segment(int(name), path, fd, size))
+        self._starts = [s.start for s in self.segments]
+        self.min_offset = self.segments[0].start if self.segments else 0
+        if self.segments:
+            last = self.segments[-1]
+            self.max_offset = last.start + last.size // _CQ_SIZE
+        else:
+            self.max_offset = 0
+        self.dirty = False
+
+    def _segment_for(self, offset: int) -> _Segment | None:
+        i = bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        return self.segments[i]
+
+    def append(self, offset: int, pos: int, size: int, taghash: int, store_ts: int) -> None:
+        if offset != self.max_offset:
+            raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
+                             f"{self.max_offset}, got {offset}")
+        if not self.segments or offset >= self.segments[-1].start + self.seg_entries:
+            path = os.path.join(self.dir, f"{offset:020d}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.segments.append(_Segment(offset, path, fd, 0))
+            self._starts.append(offset)
+        seg = self.segments[-1]
+        off = (offset - seg.start) * _CQ_SIZE
+        os.pwrite(seg.fd, CQ_ENTRY.pack(pos, size, taghash, store_ts), off)
+        seg.size = off + _CQ_SIZE
+        self.max_offset = offset + 1
+        self.dirty = True
+
+    def read(self, offset: int, count: int) -> bytes:
+        """Up to ``count`` raw entries from ``offset`` (stops at a segment boundary)."""
+        seg = self._segment_for(offset)
+        if seg is None or offset >= self.max_offset:
+            return b""
+        first = offset - seg.start
+        n = min(count, seg.size // _CQ_SIZE - first)
+        if n <= 0:
+            return b""
+        return os.pread(seg.fd, n * _CQ_SIZE, first * _CQ_SIZE)
+
+    def entry(self, offset: int) -> tuple[int, int, int, int]:
+        raw = self.read(offset, 1)
+        if len(raw) < _CQ_SIZE:
+            raise IndexError(offset)
+        return CQ_ENTRY.unpack(raw)
+
+    def last_store_ts(self) -> int:
+        return self.entry(self.max_offset - 1)[3] if self.max_offset > self.min_offset else 0
+
+    def offset_by_time(self, ts: int) -> int:
+        """First offset whose store timestamp >= ``ts``; ``max_offset`` when none."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry(mid)[3] < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def first_offset_at_or_after_pos(self, pos: int) -> int:
+        """First offset whose commit-log position >= ``pos`` (positions grow with offsets)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry(mid)[0] < pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def truncate(self, offset: int) -> None:
+        """Drop entries at and after ``offset``."""
+        offset = max(offset, self.min_offset)
+        while self.segments and self.segments[-1].start >= offset and len(self.segments) > 1:
+            seg = self.segments.pop()
+            self._starts.pop()
+            os.close(seg.fd)
+            os.unlink(seg.path)
+        if self.segments:
+            seg = self.segments[-1]
+            keep = max(0, (offset - seg.start) * _CQ_SIZE)
+            if keep < seg.size:
+                os.ftruncate(seg.fd, keep)
+                seg.size = keep
+            self.max_offset = seg.start + seg.size // _CQ_SIZE
+        else:
+            self.max_offset = offset
+        self.min_offset = min(self.min_offset, self.max_offset)
+
+    def advance_min(self, offset: int) -> None:
+        """Forget entries before ``offset`` (retention); deletes whole segments."""
+        offset = min(offset, self.max_offset)
+        if offset <= self.min_offset:
+            return
+        self.min_offset = offset
+        while len(self.segments) > 1 and self.segments[1].start <= offset:
+            seg = self.segments.pop(0)
+            self._starts.pop(0)
+            os.close(seg.fd)
+            os.unlink(seg.path)
+
+    def fds(self) -> list[int]:
+        return [s.fd for s in self.segments[-2:]]
+
+    def close(self) -> None:
+        for s in self.segments:
+            os.close(s.fd)
+        self.segments.clear()
+
+
+class MessageStore:
+    """Commit log + consume queues with crash recovery. See the module docstring."""
+
+    def __init__(self, root: str, store_host: bytes, config: StoreConfig | None = None) -> None:
+        self.root = root
+        self.config = config or StoreConfig()
+        self.store_host = store_host  # packed IPv4 + port, stamped into every record
+        self._store_host_v6 = len(store_host) == 20
+        os.makedirs(root, exist_ok=True)
+        self._cp_path = os.path.join(root, "checkpoint")
+        self.commitlog = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._last_ts = 0
+        self.listeners: list[Callable[[str, int, int], None]] = []
+        self._load_queues()
+        self._recover()
+
+    # -- start-up -------------------------------------------------------------------
+
+    def _cq_dir(self, topic: str, queue_id: int) -> str:
+        return os.path.join(self.root, "consumequeue", topic, str(queue_id))
+
+    def _load_queues(self) -> None:
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in os.listdir(base):
+            tdir = os.path.join(base, topic)
+            for qid in os.listdir(tdir):
+                if qid.isdigit():
+                    self.queues[(topic, int(qid))] = ConsumeQueue(
+                        os.path.join(tdir, qid), topic, int(qid), self.config.cq_segment_entries
+                    )
+
+    def _read_checkpoint(self) -> dict[str, int]:
+        try:
+            with open(self._cp_path, "rb") as fh:
+                obj = json.load(fh)
+            return {k: int(v) for k, v in obj.items()}
+        except (OSError, ValueError):
+            return {}
+
+    def _recover(self) -> None:
+        t0 = time.monotonic()
+        cl = self.commitlog
+        seg = cl.segments[-1]
+        end = self._scan_valid_end(seg)
+        if end < cl.write_pos:
+            log.warning(
+                "commit log %s: dropping %d bytes of torn or garbled tail at position %d",
+                seg.path, cl.write_pos - end, end,
+            )
+            cl.truncate(end)
+        cp = self._read_checkpoint()
+        dispatched = min(cp.get("dispatched", 0), cl.write_pos)
+        dispatched = max(dispatched, cl.min_pos)
+        if cl.segments[-1].start > dispatched and len(cl.segments) == 1:
+            dispatched = cl.segments[-1].start
+        # Drop consume-queue entries that may be stale or point past the recovered end.
+        for cq in self.queues.values():
+            cut = cq.first_offset_at_or_after_pos(dispatched)
+            if cut < cq.max_offset:
+                cq.truncate(cut)
+        redone = 0
+        for pos, rec in self._iter_commitlog(dispatched):
+            self._dispatch_recovered(pos, rec)
+            redone += 1
+        self._last_ts = max(
+            (cq.last_store_ts() for cq in self.queues.values() if cq.max_offset > cq.min_offset),
+            default=0,
+        )
+        log.info(
+            "store %s recovered: commit log [%d, %d), %d queues, %d records re-dispatched in %.3fs",
+            self.root, cl.min_pos, cl.write_pos, len(self.queues), redone, time.monotonic() - t0,
+        )
+
+    def _scan_valid_end(self, seg: _Segment) -> int:
+        """End position of the last intact record of ``seg`` (checks size, magic, body CRC)."""
+        size = seg.size
+        data = os.pread(seg.fd, size, 0) if size else b""
+        p = 0
+        while p + 8 <= len(data):
+            total, magic = _BLANK.unpack_from(data, p)
+            if magic == BLANK_MAGIC:
+                return seg.start + p  # a blank tail marks a full segment: nothing valid after
+            if magic not in (MAGIC_V1, MAGIC_V2) or total < _HEAD.size or p + total > len(data):
+                break
+            if not self._record_crc_ok(data, p, total):
+                break
+            p += total
+        return seg.start + p
+
+    @staticmethod
+    def _record_crc_ok(data: bytes, p: int, total: int) -> bool:
+        try:
+            (crc,) = _I32.unpack_from(data, p + 8)
+            (sys_flag,) = _I32.unpack_from(data, p + 36)
+            q = p + _HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
+            q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
+            (blen,) = _I32.unpack_from(data, q)
+            if blen < 0 or q + 4 + blen > p + total:
+                return False
+            return (zlib.crc32(data[q + 4 : q + 4 + blen]) & 0x7FFFFFFF) == crc
+        except struct.error:
+            return False
+
+    def _iter_commitlog(self, start: int) -> Iterator[tuple[int, MessageRecord]]:
+        cl = self.commitlog
+        for seg in list(cl.segments):
+            seg_end = seg.start + seg.size
+            if seg_end <= start:
+                continue
+            data = os.pread(seg.fd, seg.size, 0)
+            p = max(0, start - seg.start)
+            while p + 8 <= len(data):
+                total, magic = _BLANK.unpack_from(data, p)
+                if magic == BLANK_MAGIC or total <= 0 or p + total > len(data):
+                    break
+                yield seg.start + p, decode_record(data, p)
+                p += total
+
+    def _dispatch_recovered(self, pos: int, rec: MessageRecord) -> None:
+        cq = self.queue(rec.topic, rec.queue_id)
+        if rec.queue_offset < cq.max_offset:
+            return
+        if rec.queue_offset > cq.max_offset:
+            log.error(
+                "commit log record at %d for %s:%d has offset %d but the queue ends at %d; "
+                "skipping it", pos, rec.topic, rec.queue_id, rec.queue_offset, cq.max_offset,
+            )
+            return
+        tag = rec.properties.get(PropertyKey.TAGS)
+        cq.append(rec.queue_offset, pos, rec.total_size,
+                  java_string_hash(tag) if tag else 0, rec.store_timestamp)
+
+    # -- queues -----------------------------------------------------------------------
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self._cq_dir(topic, queue_id), topic, queue_id,
+                              self.config.cq_segment_entries)
+            self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, ts: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.offset_by_time(ts) if cq else 0
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        if not cq or cq.max_offset <= cq.min_offset:
+            return -1
+        return cq.entry(cq.min_offset)[3]
+
+    # -- writing ----------------------------------------------------------------------
+
+    def put(self, messages: list[NewMessage]) -> list[Stored]:
+        """Append messages (one write per call) and index them. Returns where each landed."""
+        cl = self.commitlog
+        now = int(time.time() * 1000)
+        if now < self._last_ts:
+            now = self._last_ts  # store times never go backwards: searches stay sound
+        self._last_ts = now
+        store_host = self.store_host
+        out: list[Stored] = []
+        chunks: list[bytes] = []
+        chunk_start = -1
+        chunk_len = 0
+        pending: list[tuple[ConsumeQueue, int, int, int, int]] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        for m in messages:
+            topic_b = m.topic.encode()
+            props_b = m.properties.encode()
+            v2 = len(topic_b) > 127
+            sys_flag = m.sys_flag & ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
+            if len(m.born_host) == 20:
+                sys_flag |= SysFlag.BORN_HOST_V6
+            if self._store_host_v6:
+                sys_flag |= SysFlag.STORE_HOST_V6
+            size = (_HEAD.size + len(m.born_host) + 8 + len(store_host) + _TAIL.size + 4
+                    + len(m.body) + (2 if v2 else 1) + len(topic_b) + 2 + len(props_b))
+            key = (m.topic, m.queue_id)
+            cq = self.queue(m.topic, m.queue_id)
+            qoff = next_offsets.get(key, cq.max_offset)
+            next_offsets[key] = qoff + 1
+            # Roll the segment between records if this one does not fit.
+            if chunks and (chunk_start + chunk_len - cl.segments[-1].start) + size > cl.segment_size:
+                cl.write(chunk_start, b"".join(chunks))
+                chunks = []
+                chunk_len = 0
+            if not chunks:
+                chunk_start = cl.reserve(size)
+                pos = chunk_start
+            else:
+                pos = chunk_start + chunk_len
+            record = b"".join((
+                _HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(m.body) & 0x7FFFFFFF,
+                           m.queue_id, m.flag, qoff, pos, sys_flag, m.born_timestamp),
+                m.born_host,
+                _I64.pack(now),
+                store_host,
+                _TAIL.pack(m.reconsume_times, m.prepared_transaction_offset),
+                _I32.pack(len(m.body)),
+                m.body,
+                _H16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)),
+                topic_b,
+                _H16.pack(len(props_b)),
+                props_b,
+            ))
+            chunks.append(record)
+            chunk_len += size
+            tag = _tag_of(m.properties)
+            pending.append((cq, qoff, pos, size, java_string_hash(tag) if tag else 0))
+            out.append(Stored(m.queue_id, qoff, pos, size, now))
+        if chunks:
+            cl.write(chunk_start, b"".join(chunks))
+        touched: dict[tuple[str, int], int] = {}
+        for cq, qoff, pos, size, th in pending:
+            cq.append(qoff, pos, size, th, now)
+            touched[(cq.topic, cq.queue_id)] = cq.max_offset
+        for (topic, qid), max_off in touched.items():
+            for listener in self.listeners:
+                listener(topic, qid, max_off)
+        return out
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read_record(self, pos: int, size: int) -> bytes:
+        return self.commitlog.read(pos, size)
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_filter: Callable[[int, bytes], bool] | None = None,
+    ) -> GetResult:
+        """Records of one queue from ``offset``: up to ``max_count`` messages/``max_bytes``.
+
+        ``tag_filter(taghash, record)`` is asked only when given; messages it rejects are
+        skipped and ``next_offset`` moves past them, so a filter never stalls a consumer.
+        """
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            status = "NO_QUEUE" if offset == 0 else "OFFSET_OVERFLOW"
+            return GetResult(status, 0, 0, 0, [])
+        lo, hi = cq.min_offset, cq.max_offset
+        if offset < lo:
+            return GetResult("OFFSET_TOO_SMALL", lo, lo, hi, [])
+        if offset > hi:
+            return GetResult("OFFSET_OVERFLOW", hi, lo, hi, [])
+        if offset == hi:
+            return GetResult("NO_NEW", offset, lo, hi, [])
+        records: list[bytes] = []
+        total = 0
+        cur = offset
+        scanned = 0
+        scan_cap = max_count if tag_filter is None else self.config.max_filter_scan
+        cl = self.commitlog
+        while cur < hi and len(records) < max_count and scanned < scan_cap:
+            raw = cq.read(cur, min(scan_cap - scanned, max(max_count - len(records), 32)))
+            if not raw:
+                break
+            entries = list(CQ_ENTRY.iter_unpack(raw))
+            # Coalesce runs that are contiguous in the commit log into one read.
+            i = 0
+            stop = False
+            while i < len(entries):
+                pos, size, th, _ts = entries[i]
+                if pos < cl.min_pos:
+                    # retention removed it underneath: treat the queue as starting later
+                    cur += 1
+                    i += 1
+                    continue
+                j = i + 1
+                run_end = pos + size
+                run_bytes = size
+                while (j < len(entries) and entries[j][0] == run_end
+                       and tag_filter is None
+                       and len(records) + (j - i) < max_count
+                       and total + run_bytes + entries[j][1] <= max_bytes):
+                    run_end += entries[j][1]
+                    run_bytes += entries[j][1]
+                    j += 1
+                if records and total + run_bytes > max_bytes:
+                    stop = True
+                    break
+                blob = cl.read(pos, run_end - pos)
+                if tag_filter is None:
+                    p = 0
+                    for k in range(i, j):
+                        sz = entries[k][1]
+                        records.append(blob[p : p + sz])
+                        p += sz
+                    total += len(blob)
+                    cur += j - i
+                else:
+                    if tag_filter(th, blob):
+                        records.append(blob)
+                        total += len(blob)
+                    cur += 1
+                scanned += j - i
+                i = j
+                if len(records) >= max_count or scanned >= scan_cap:
+                    break
+            if stop:
+                break
+        if records:
+            return GetResult("FOUND", cur, lo, hi, records, len(records))
+        return GetResult("NO_MATCHED" if cur > offset else "NO_NEW", cur, lo, hi, [])
+
+    # -- retention and flushing -----------------------------------------------------
+
+    def delete_before(self, pos: int) -> int:
+        """Delete commit-log segments wholly before ``pos`` and advance queue minimums."""
+        deleted = self.commitlog.delete_segments_before(pos)
+        if deleted:
+            floor = self.commitlog.min_pos
+            for cq in self.queues.values():
+                cq.advance_min(cq.first_offset_at_or_after_pos(floor))
+        return deleted
+
+    def delete_expired(self, max_age_ms: int, now_ms: int | None = None) -> int:
+        """Delete non-active segments whose newest record is older than ``max_age_ms``."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        cl = self.commitlog
+        cut = cl.min_pos
+        for seg in cl.segments[:-1]:
+            if now_ms - os.stat(seg.path).st_mtime * 1000 < max_age_ms:
+                break
+            cut = seg.start + self.config.segment_size
+        return self.delete_before(cut) if cut > cl.min_pos else 0
+
+    def flush_snapshot(self) -> tuple[int, Callable[[], None]] | None:
+        """Capture what to fsync now; returns (position made durable, job) or None if clean.
+
+        The job runs off the event loop: it fsyncs the dirty consume queues and the
+        commit log, then records the checkpoint.
+        """
+        pos = self.commitlog.write_pos
+        fds = list(self.commitlog.fds())
+        for cq in self.queues.values():
+            if cq.dirty:
+                fds.extend(cq.fds())
+                cq.dirty = False
+        cp_path = self._cp_path
+
+        def job() -> None:
+            for fd in fds:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:  # closed by retention/truncate meanwhile
+                    log.debug("fsync of fd %d skipped: %s", fd, exc)
+            atomic_write(cp_path, json.dumps({"dispatched": pos, "flushed": pos}).encode())
+
+        return pos, job
+
+    def close(self) -> None:
+        self.commitlog.close()
+        for cq in self.queues.values():
+            cq.close()
+
+
+def tag_matches(record: bytes, tags: frozenset[str]) -> bool:
+    """Exact tag check on a stored record (after the hash pre-filter)."""
+    try:
+        rec_props = _record_properties(record)
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return False
+    tag = _tag_of(rec_props)
+    return tag is not None and tag in tags
+
+
+def _record_properties(record: bytes) -> str:
+    (sys_flag,) = _I32.unpack_from(record, 36)
+    (magic,) = _I32.unpack_from(record, 4)
+    q = _HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
+    q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
+    (blen,) = _I32.unpack_from(record, q)
+    q += 4 + blen
+    if magic == MAGIC_V2:
+        (tlen,) = _H16.unpack_from(record, q)
+        q += 2 + tlen
+    else:
+        q += 1 + record[q]
+    (plen,) = _H16.unpack_from(record, q)
+    return record[q + 2 : q + 2 + plen].decode()
+
+
+def record_properties(record: bytes) -> dict[str, str]:
+    return decode_properties(_record_properties(record))

@@ -1,0 +1,367 @@
+"""Remoting client: name-server routes and broker operations, with bounded retries.
+
+Sockets open lazily on first use and are dropped when pickled, so a client can be
+built on Spark's driver and shipped to executors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+
+from ..errors import BrokerError, ConnectionFailedError, OffsetNotFoundError, RocketMQSparkError, TopicNotFoundError, broker_error
+from ..model import MessageQueue, PullResult, SendResult
+from ..remoting.codes import RequestCode, ResponseCode
+from ..remoting.frame import RemotingCommand
+from ..remoting.message import encode_batch, BatchEntry
+from ..remoting.route import TopicRouteData, loads_lenient
+from .connection import RemotingConnection
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr"]
+
+T = TypeVar("T")
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: "FOUND",
+    ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
+    ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
+    ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
+}
+
+
+def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
+    """``"h1:9876;h2:9876"`` (``,`` also accepted) -> ["h1:9876", "h2:9876"]."""
+    items = value.replace(",", ";").split(";") if isinstance(value, str) else list(value)
+    out = [a.strip() for a in items if a and a.strip()]
+    for a in out:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"name server address {a!r} is not host:port")
+    return out
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, RocketMQSparkError) and exc.retriable
+
+
+class ClientConfig:
+    """Timeouts (seconds) and retry bounds of a :class:`RemotingClient`."""
+
+    __slots__ = ("request_timeout_s", "connect_timeout_s", "retries", "retry_budget_s",
+                 "route_refresh_s", "backoff_max_s")
+
+    def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
+                 retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0) -> None:
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retries = retries
+        self.retry_budget_s = retry_budget_s
+        self.route_refresh_s = route_refresh_s
+        self.backoff_max_s = backoff_max_s
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+class RemotingClient:
+    """Talks to name servers and brokers over the classic remoting protocol."""
+
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str],
+        config: ClientConfig | None = None,
+        *,
+        on_request: Callable[[RemotingConnection, RemotingCommand], None] | None = None,
+    ) -> None:
+        self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address given")
+        self.config = config or ClientConfig()
+        self.on_request = on_request
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._conns: dict[str, RemotingConnection] = {}
+        self._conn_lock = threading.Lock()
+        self._routes: dict[str, tuple[float, TopicRouteData]] = {}
+        self._broker_addrs: dict[str, str] = {}
+        self._ns_index = random.randrange(len(self.namesrv_addrs))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"namesrv_addrs": self.namesrv_addrs, "config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.namesrv_addrs = state["namesrv_addrs"]
+        self.config = state["config"]
+        self.on_request = None
+        self._init_runtime()
+
+    # -- connections ----------------------------------------------------------------
+
+    def connection(self, address: str) -> RemotingConnection:
+        with self._conn_lock:
+            conn = self._conns.get(address)
+            if conn is None or conn.closed:
+                conn = RemotingConnection(address, connect_timeout_s=self.config.connect_timeout_s,
+                                          on_request=self.on_request)
+                self._conns[address] = conn
+            return conn
+
+    def close(self) -> None:
+        with self._conn_lock:
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for c in conns:
+            c.close()
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        cfg = self.config
+        for attempt in Retrying(
+            stop=stop_after_attempt(max(1, cfg.retries)) | stop_after_delay(cfg.retry_budget_s),
+            wait=wait_exponential(multiplier=0.05, max=cfg.backoff_max_s),
+            retry=retry_if_exception(_retriable),
+            reraise=True,
+        ):
+            with attempt:
+                return fn()
+        raise AssertionError("unreachable")
+
+    def invoke(self, address: str, cmd: RemotingCommand, operation: str,
+               timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """One request to ``address`` with bounded retries on transient faults."""
+        timeout = timeout_s or self.config.request_timeout_s
+
+        def once() -> RemotingCommand:
+            resp = self.connection(address).invoke(
+                RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body), timeout, operation)
+            if resp.code not in ok:
+                raise broker_error(resp.code, resp.remark, address=address, operation=operation)
+            return resp
+
+        return self._retrying(once)
+
+    # -- name server ----------------------------------------------------------------
+
+    def _invoke_namesrv(self, cmd: RemotingCommand, operation: str,
+                        ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """Ask name servers in turn (starting from a random one); one down is tolerated."""
+        last: Exception | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            addr = self.namesrv_addrs[(self._ns_index + i) % n]
+            try:
+                resp = self.connection(addr).invoke(
+                    RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body),
+                    self.config.request_timeout_s, operation)
+            except ConnectionFailedError as exc:
+                last = exc
+                continue
+            self._ns_index = (self._ns_index + i) % n
+            if resp.code not in ok:
+                raise broker_error(resp.code, resp.remark, address=addr, operation=operation)
+            return resp
+        assert last is not None
+        raise last
+
+    def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
+        """The topic's route, cached for ``route_refresh_s``."""
+        cached = self._routes.get(topic)
+        now = time.monotonic()
+        if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
+            return cached[1]
+        cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
+        resp = self._retrying(lambda: self._invoke_namesrv(cmd, f"route lookup of topic {topic!r}"))
+        if not resp.body:
+            raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, f"empty route for topic {topic!r}",
+                                     address=self.namesrv_addrs[self._ns_index], operation="route lookup")
+        route = TopicRouteData.from_json(resp.body)
+        self._routes[topic] = (now, route)
+        for b in route.broker_datas:
+            if b.master_addr:
+                self._broker_addrs[b.broker_name] = b.master_addr
+        return route
+
+    def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
+        route = self.route(topic, refresh=refresh)
+        out: list[MessageQueue] = []
+        for q in route.queue_datas:
+            if route.broker_addr(q.broker_name) is None:
+                continue
+            if writable:
+                if q.writable:
+                    out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.write_queue_nums))
+            elif q.readable:
+                out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
+        return sorted(out)
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        addr = self._broker_addrs.get(broker)
+        if addr is None and topic is not None:
+            self.route(topic, refresh=True)
+            addr = self._broker_addrs.get(broker)
+        if addr is None:
+            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"broker {broker!r} is not in any known route",
+                              address="?", operation="find broker")
+        return addr
+
+    def topic_list(self) -> list[str]:
+        resp = self._retrying(lambda: self._invoke_namesrv(
+            RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list"))
+        return sorted(loads_lenient(resp.body).get("topicList", []))
+
+    # -- broker operations ----------------------------------------------------------
+
+    def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
+                 ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self.invoke(addr, RemotingCommand(code, ext_fields=ext), f"{operation} of {mq}", ok=ok)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        resp = self._mq_call(mq, RequestCode.GET_MAX_OFFSET,
+                             {"topic": mq.topic, "queueId": str(mq.queue_id)}, "max offset")
+        return int(resp.ext_fields["offset"])
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        resp = self._mq_call(mq, RequestCode.GET_MIN_OFFSET,
+                             {"topic": mq.topic, "queueId": str(mq.queue_id)}, "min offset")
+        return int(resp.ext_fields["offset"])
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """First offset whose store time >= ``timestamp_ms`` (max offset when none)."""
+        resp = self._mq_call(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                             {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)},
+                             "search offset by timestamp")
+        return int(resp.ext_fields["offset"])
+
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed (next-to-consume) offset, or None when it has none."""
+        try:
+            resp = self._mq_call(mq, RequestCode.QUERY_CONSUMER_OFFSET,
+                                 {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id)},
+                                 f"query offset of group {group!r}")
+        except OffsetNotFoundError:
+            return None
+        return int(resp.ext_fields["offset"])
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        self._mq_call(mq, RequestCode.UPDATE_CONSUMER_OFFSET,
+                      {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id),
+                       "commitOffset": str(offset)},
+                      f"update offset of group {group!r}")
+
+    def pull_request(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
+                     subscription: str = "*", suspend_ms: int = 0) -> RemotingCommand:
+        sys_flag = 0x4 | (0x2 if suspend_ms > 0 else 0)
+        return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
+            "consumerGroup": group or "rocketmq-spark",
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums),
+            "sysFlag": str(sys_flag),
+            "commitOffset": "0",
+            "suspendTimeoutMillis": str(suspend_ms),
+            "subscription": subscription,
+            "subVersion": "0",
+            "expressionType": "TAG",
+        })
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> Future[RemotingCommand]:
+        """Send a pull without waiting; resolve it with :meth:`pull_result`."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self.connection(addr).send(self.pull_request(mq, offset, max_nums, **kw))
+
+    def pull_result(self, mq: MessageQueue, resp: RemotingCommand) -> PullResult:
+        status = _PULL_STATUS.get(resp.code)
+        if status is None:
+            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
+                               operation=f"pull of {mq}")
+        ext = resp.ext_fields
+        return PullResult(status, int(ext.get("nextBeginOffset", -1)), int(ext.get("minOffset", -1)),
+                          int(ext.get("maxOffset", -1)), resp.body)
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
+        suspend = int(kw.get("suspend_ms", 0))
+        timeout = self.config.request_timeout_s + suspend / 1000.0
+
+        def once() -> PullResult:
+            fut = self.pull_async(mq, offset, max_nums, **kw)
+            try:
+                resp = fut.result(timeout)
+            except TimeoutError:
+                raise ConnectionFailedError(self._broker_addrs.get(mq.broker, "?"), f"pull of {mq}",
+                                            f"no response within {timeout:g}s") from None
+            return self.pull_result(mq, resp)
+
+        return self._retrying(once)
+
+    # -- admin and producing (tools, tests) ------------------------------------------
+
+    def create_topic(self, topic: str, queues: int = 4, *, broker_addr: str | None = None, perm: int = 6) -> None:
+        addrs = [broker_addr] if broker_addr else self.broker_addrs()
+        for addr in addrs:
+            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+                "writeQueueNums": str(queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": "0", "order": "false"}), f"create topic {topic!r}")
+        self._routes.pop(topic, None)
+
+    def broker_addrs(self) -> list[str]:
+        resp = self._retrying(lambda: self._invoke_namesrv(
+            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
+        table = loads_lenient(resp.body).get("brokerAddrTable", {})
+        out = []
+        for name, data in sorted(table.items()):
+            addr = (data.get("brokerAddrs") or {}).get("0")
+            if addr:
+                self._broker_addrs[name] = addr
+                out.append(addr)
+        return out
+
+    def send(self, mq: MessageQueue, body: bytes, properties: str = "", *, producer_group: str = "rocketmq-spark",
+             sys_flag: int = 0, flag: int = 0, born_ts: int | None = None) -> SendResult:
+        return self.send_batch(mq, [BatchEntry(body, properties, flag)], producer_group=producer_group,
+                               sys_flag=sys_flag, born_ts=born_ts)[0]
+
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
+                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
+        """Send one message (single send) or several (batch send) to one queue."""
+        batch = len(entries) > 1
+        ext = {
+            "a": producer_group, "b": mq.topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id),
+            "f": str(sys_flag), "g": str(born_ts if born_ts is not None else int(time.time() * 1000)),
+            "h": str(entries[0].flag), "i": "" if batch else entries[0].properties, "j": "0", "k": "false",
+            "m": "true" if batch else "false",
+        }
+        body = encode_batch(entries) if batch else entries[0].body
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        addr = self.broker_addr(mq.broker, mq.topic)
+        resp = self.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), f"send to {mq}")
+        ids = resp.ext_fields.get("msgId", "").split(",")
+        first = int(resp.ext_fields.get("queueOffset", "0"))
+        qid = int(resp.ext_fields.get("queueId", mq.queue_id))
+        q = MessageQueue(mq.topic, mq.broker, qid)
+        txid = resp.ext_fields.get("transactionId", "")
+        return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(len(entries))]
+
+    def consumer_ids(self, group: str, broker_addr: str) -> list[str]:
+        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                        ext_fields={"consumerGroup": group}),
+                           f"consumer list of group {group!r}")
+        if not resp.body:
+            return []
+        return list(json.loads(resp.body).get("consumerIdList", []))

@@ -1,0 +1,157 @@
+"""The exception tree of rocketmq-spark.
+
+Every error the library raises derives from :class:`RocketMQSparkError`::
+
+    RocketMQSparkError
+    ├── OptionError                 an option or column is missing, unknown or invalid
+    ├── ProtocolError               a frame, record or body could not be decoded
+    │   └── FrameTooLargeError      a frame announced more bytes than the cap allows
+    ├── ConnectionFailedError       connect/read/write to an address failed (retriable)
+    │   └── RequestTimeoutError     no answer within the request timeout (retriable)
+    ├── BrokerError                 a broker or name server answered with an error code
+    │   ├── TopicNotFoundError          TOPIC_NOT_EXIST (17)
+    │   ├── OffsetNotFoundError         QUERY_NOT_FOUND (22)
+    │   ├── SystemBusyError             SYSTEM_BUSY (2), retriable
+    │   ├── NoPermissionError           NO_PERMISSION (16)
+    │   ├── RequestNotSupportedError    REQUEST_CODE_NOT_SUPPORTED (3)
+    │   └── MessageIllegalError         MESSAGE_ILLEGAL (13)
+    └── DataLossError               planned offsets were deleted by retention
+
+Broker errors carry the response ``code``, the peer ``address``, the ``operation``
+that failed and whether it is ``retriable``. Codes map to classes through
+:data:`BROKER_ERRORS`, with :class:`BrokerError` as the fallback for unknown codes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BROKER_ERRORS",
+    "BrokerError",
+    "ConnectionFailedError",
+    "DataLossError",
+    "FrameTooLargeError",
+    "MessageIllegalError",
+    "NoPermissionError",
+    "OffsetNotFoundError",
+    "OptionError",
+    "ProtocolError",
+    "RequestNotSupportedError",
+    "RequestTimeoutError",
+    "RocketMQSparkError",
+    "SystemBusyError",
+    "TopicNotFoundError",
+    "broker_error",
+]
+
+
+class RocketMQSparkError(Exception):
+    """Root of every error raised by rocketmq-spark."""
+
+    retriable: bool = False
+
+
+class OptionError(RocketMQSparkError, ValueError):
+    """An option (or a DataFrame column) is unknown, missing or has an invalid value.
+
+    The message names the option, the value given and what is accepted.
+    """
+
+    def __init__(self, option: str, value: object, accepted: str) -> None:
+        self.option = option
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"invalid option {option}={value!r}: {accepted}")
+
+
+class ProtocolError(RocketMQSparkError):
+    """Bytes on the wire or on disk that do not follow the RocketMQ formats."""
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame's length prefix exceeds the configured cap (checked before allocating)."""
+
+
+class ConnectionFailedError(RocketMQSparkError):
+    """A connection to ``address`` failed while doing ``operation``."""
+
+    retriable = True
+
+    def __init__(self, address: str, operation: str, cause: object = None) -> None:
+        self.address = address
+        self.operation = operation
+        detail = f": {cause}" if cause is not None else ""
+        super().__init__(f"{operation} to {address} failed{detail}")
+
+
+class RequestTimeoutError(ConnectionFailedError):
+    """No response arrived within the request timeout."""
+
+
+class BrokerError(RocketMQSparkError):
+    """A broker or name server answered ``operation`` with a non-success ``code``."""
+
+    def __init__(
+        self,
+        code: int,
+        remark: str | None = None,
+        *,
+        address: str = "?",
+        operation: str = "request",
+    ) -> None:
+        self.code = code
+        self.remark = remark or ""
+        self.address = address
+        self.operation = operation
+        super().__init__(
+            f"{operation} at {address} failed with code {code}"
+            + (f" ({self.remark})" if self.remark else "")
+        )
+
+
+class TopicNotFoundError(BrokerError):
+    """TOPIC_NOT_EXIST: the topic has no route (and auto-creation is off)."""
+
+
+class OffsetNotFoundError(BrokerError):
+    """QUERY_NOT_FOUND: the group has no committed offset for the queue."""
+
+
+class SystemBusyError(BrokerError):
+    """SYSTEM_BUSY: the broker is overloaded; try again later."""
+
+    retriable = True
+
+
+class NoPermissionError(BrokerError):
+    """NO_PERMISSION: the request was refused (ACL or queue permissions)."""
+
+
+class RequestNotSupportedError(BrokerError):
+    """REQUEST_CODE_NOT_SUPPORTED: the peer does not implement the request."""
+
+
+class MessageIllegalError(BrokerError):
+    """MESSAGE_ILLEGAL: the message was rejected (too large, bad topic, ...)."""
+
+
+class DataLossError(RocketMQSparkError):
+    """Offsets a query planned to read are no longer on the broker (retention)."""
+
+
+#: Response code -> exception class. Unknown codes fall back to :class:`BrokerError`.
+BROKER_ERRORS: dict[int, type[BrokerError]] = {
+    2: SystemBusyError,
+    3: RequestNotSupportedError,
+    13: MessageIllegalError,
+    16: NoPermissionError,
+    17: TopicNotFoundError,
+    22: OffsetNotFoundError,
+}
+
+
+def broker_error(
+    code: int, remark: str | None, *, address: str, operation: str
+) -> BrokerError:
+    """Build the exception for a non-success response code."""
+    cls = BROKER_ERRORS.get(code, BrokerError)
+    return cls(code, remark, address=address, operation=operation)

@@ -1,0 +1,55 @@
+"""Value objects shared by the client, the Spark source/sink and the offset side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MessageQueue", "PullResult", "SendResult"]
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class MessageQueue:
+    """One queue of a topic on one broker: RocketMQ's unit of ordering and of offsets."""
+
+    topic: str
+    broker: str
+    queue_id: int
+
+    @property
+    def key(self) -> str:
+        """The queue's key inside a topic in offsets JSON: ``"broker-a:0"``."""
+        return f"{self.broker}:{self.queue_id}"
+
+    @classmethod
+    def from_key(cls, topic: str, key: str) -> MessageQueue:
+        broker, sep, qid = key.rpartition(":")
+        if not sep or not broker or not qid.lstrip("-").isdigit():
+            raise ValueError(f"queue key {key!r} of topic {topic!r} is not 'broker:queueId'")
+        return cls(topic, broker, int(qid))
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.broker}:{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """A pull's answer. ``body`` holds the records end to end, as the broker stored them.
+
+    ``status``: ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG`` (tag filter skipped a range;
+    ``next_offset`` moved past it) or ``OFFSET_ILLEGAL`` (``next_offset`` is where the
+    queue really is).
+    """
+
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str = ""

@@ -1,0 +1,258 @@
+"""Remoting frames: ``RemotingCommand`` and its two header encodings.
+
+Wire layout (big-endian)::
+
+    int32 total length           everything after this field
+    int32 header word            high byte: serialize type (0 JSON, 1 ROCKETMQ binary),
+                                 low 3 bytes: header length
+    header bytes
+    body bytes                   total - 4 - header length
+
+Decoding accepts both header types. Responses are encoded in the serialize type
+of the request they answer (``RemotingCommand.response_to`` copies it).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FrameTooLargeError, ProtocolError
+from .codes import LanguageCode
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "SERIALIZE_JSON",
+    "SERIALIZE_ROCKETMQ",
+    "RemotingCommand",
+    "decode_frame",
+    "read_frame_length",
+]
+
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+#: Default cap on one frame's length prefix (bytes after the prefix).
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+#: Version we announce: the value of Java's V4_9_4 constant family; peers only log it.
+PROTOCOL_VERSION = 435
+
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_LANG_BY_CODE = {m.value: m.name for m in LanguageCode}
+
+
+def _ext_str(value: Any) -> str:
+    """extFields values arrive as strings, numbers or booleans depending on the client."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response. ``ext_fields`` values are always strings."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    remark: str | None = None
+    language: str = "PYTHON"
+    version: int = PROTOCOL_VERSION
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def response_to(
+        self,
+        code: int = 0,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        remark: str | None = None,
+    ) -> RemotingCommand:
+        """Build the response to this request: same opaque and serialize type."""
+        return RemotingCommand(
+            code=code,
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            ext_fields=ext_fields or {},
+            body=body,
+            remark=remark,
+            language="JAVA",
+            serialize_type=self.serialize_type,
+        )
+
+    # -- encoding -----------------------------------------------------------------
+
+    def encode_header(self) -> bytes:
+        if self.serialize_type == SERIALIZE_ROCKETMQ:
+            return self._encode_binary_header()
+        header: dict[str, Any] = {
+            "code": self.code,
+            "language": self.language,
+            "version": self.version,
+            "opaque": self.opaque,
+            "flag": self.flag,
+        }
+        if self.remark is not None:
+            header["remark"] = self.remark
+        if self.ext_fields:
+            header["extFields"] = self.ext_fields
+        header["serializeTypeCurrentRPC"] = "JSON"
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _encode_binary_header(self) -> bytes:
+        lang = LanguageCode.__members__.get(self.language, LanguageCode.OTHER).value
+        parts = [_BIN_FIXED.pack(self.code, lang, self.version, self.opaque, self.flag)]
+        remark = (self.remark or "").encode()
+        parts.append(_I32.pack(len(remark)))
+        parts.append(remark)
+        ext = bytearray()
+        for key, value in self.ext_fields.items():
+            k = key.encode()
+            v = _ext_str(value).encode()
+            ext += struct.pack(">h", len(k)) + k + _I32.pack(len(v)) + v
+        parts.append(_I32.pack(len(ext)))
+        parts.append(bytes(ext))
+        return b"".join(parts)
+
+    def encode(self) -> bytes:
+        """The whole frame, length prefix included."""
+        header = self.encode_header()
+        total = 4 + len(header) + len(self.body)
+        word = (self.serialize_type << 24) | (len(header) & 0xFFFFFF)
+        return b"".join((_U32.pack(total), _U32.pack(word), header, self.body))
+
+    # -- decoding -----------------------------------------------------------------
+
+    @classmethod
+    def decode(cls, data: bytes | memoryview) -> RemotingCommand:
+        """Decode a frame without its 4-byte length prefix."""
+        if len(data) < 4:
+            raise ProtocolError(f"frame of {len(data)} bytes is shorter than its header word")
+        (word,) = _U32.unpack_from(data, 0)
+        ser = (word >> 24) & 0xFF
+        header_len = word & 0xFFFFFF
+        if header_len > len(data) - 4:
+            raise ProtocolError(
+                f"header length {header_len} exceeds the frame's {len(data) - 4} bytes"
+            )
+        header = bytes(data[4 : 4 + header_len])
+        body = bytes(data[4 + header_len :])
+        if ser == SERIALIZE_JSON:
+            cmd = cls._decode_json_header(header)
+        elif ser == SERIALIZE_ROCKETMQ:
+            cmd = cls._decode_binary_header(header)
+        else:
+            raise ProtocolError(f"unknown serialize type {ser} (accepted: 0 JSON, 1 ROCKETMQ)")
+        cmd.body = body
+        cmd.serialize_type = ser
+        return cmd
+
+    @classmethod
+    def _decode_json_header(cls, header: bytes) -> RemotingCommand:
+        try:
+            obj = json.loads(header)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"malformed JSON header: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("JSON header is not an object")
+        try:
+            code = int(obj["code"])
+            opaque = int(obj.get("opaque", 0))
+            flag = int(obj.get("flag", 0))
+            version = int(obj.get("version", 0) or 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"JSON header lacks a valid code/opaque/flag: {exc}") from None
+        ext = obj.get("extFields") or {}
+        if not isinstance(ext, dict):
+            raise ProtocolError("extFields is not an object")
+        remark = obj.get("remark")
+        language = obj.get("language", "JAVA")
+        return cls(
+            code=code,
+            opaque=opaque,
+            flag=flag,
+            ext_fields={str(k): _ext_str(v) for k, v in ext.items()},
+            remark=None if remark is None else str(remark),
+            language=str(language),
+            version=version,
+        )
+
+    @classmethod
+    def _decode_binary_header(cls, header: bytes) -> RemotingCommand:
+        try:
+            code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+            pos = _BIN_FIXED.size
+            (remark_len,) = _I32.unpack_from(header, pos)
+            pos += 4
+            if remark_len < 0 or pos + remark_len > len(header):
+                raise ProtocolError(f"remark length {remark_len} out of bounds")
+            remark = header[pos : pos + remark_len].decode() if remark_len else None
+            pos += remark_len
+            (ext_len,) = _I32.unpack_from(header, pos)
+            pos += 4
+            end = pos + ext_len
+            if ext_len < 0 or end > len(header):
+                raise ProtocolError(f"extFields length {ext_len} out of bounds")
+            ext: dict[str, str] = {}
+            while pos < end:
+                (klen,) = struct.unpack_from(">h", header, pos)
+                pos += 2
+                key = header[pos : pos + klen].decode()
+                pos += klen
+                (vlen,) = _I32.unpack_from(header, pos)
+                pos += 4
+                if klen < 0 or vlen < 0 or pos + vlen > end:
+                    raise ProtocolError("extFields entry out of bounds")
+                ext[key] = header[pos : pos + vlen].decode()
+                pos += vlen
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"malformed ROCKETMQ header: {exc}") from None
+        return cls(
+            code=code,
+            opaque=opaque,
+            flag=flag,
+            ext_fields=ext,
+            remark=remark,
+            language=_LANG_BY_CODE.get(lang, "OTHER"),
+            version=version,
+        )
+
+
+def read_frame_length(prefix: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> int:
+    """Validate a 4-byte length prefix before anything is allocated for the frame."""
+    (length,) = _U32.unpack(prefix)
+    if length > max_frame:
+        raise FrameTooLargeError(f"frame of {length} bytes exceeds the cap of {max_frame} bytes")
+    if length < 4:
+        raise ProtocolError(f"frame length {length} is shorter than the header word")
+    return length
+
+
+def decode_frame(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> RemotingCommand:
+    """Decode one whole frame, length prefix included (tests and tools)."""
+    if len(frame) < 4:
+        raise ProtocolError("frame shorter than its length prefix")
+    length = read_frame_length(frame[:4], max_frame)
+    if len(frame) - 4 != length:
+        raise ProtocolError(f"frame announces {length} bytes but carries {len(frame) - 4}")
+    return RemotingCommand.decode(memoryview(frame)[4:])

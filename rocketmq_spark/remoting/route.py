@@ -1,0 +1,175 @@
+"""TopicRouteData and the lenient JSON that Java brokers write.
+
+Java's fastjson writes integer map keys unquoted (``{"brokerAddrs":{0:"host:port"}}``);
+:func:`loads_lenient` quotes them before parsing. We always write standard JSON,
+which every client accepts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ProtocolError
+
+__all__ = [
+    "PERM_READ",
+    "PERM_WRITE",
+    "BrokerData",
+    "QueueData",
+    "TopicRouteData",
+    "loads_lenient",
+]
+
+PERM_READ = 4
+PERM_WRITE = 2
+MASTER_ID = 0
+
+
+def _quote_bare_keys(text: str) -> str:
+    """Quote bare integer object keys outside strings: ``{0:"a"}`` -> ``{"0":"a"}``."""
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    in_str = False
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == '"':
+                in_str = False
+            i += 1
+            continue
+        if c == '"':
+            in_str = True
+            expect_key = False
+        elif c in "{,":
+            expect_key = True
+        elif expect_key and (c.isdigit() or c == "-"):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":
+                out.append('"' + text[i:j] + '"')
+                i = j
+                expect_key = False
+                continue
+            expect_key = False
+        elif not c.isspace():
+            expect_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def loads_lenient(data: bytes | str) -> Any:
+    """Parse JSON as Java RocketMQ components write it (bare integer keys allowed)."""
+    text = data.decode() if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return json.loads(_quote_bare_keys(text))
+    except ValueError as exc:
+        raise ProtocolError(f"malformed JSON body: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerData:
+    broker_name: str
+    broker_addrs: dict[int, str]
+    cluster: str = "DefaultCluster"
+
+    @property
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(MASTER_ID)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRouteData:
+    queue_datas: tuple[QueueData, ...]
+    broker_datas: tuple[BrokerData, ...]
+    filter_server_table: dict[str, Any] = field(default_factory=dict)
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        for b in self.broker_datas:
+            if b.broker_name == broker_name:
+                return b.master_addr
+        return None
+
+    def to_json(self) -> bytes:
+        obj = {
+            "brokerDatas": [
+                {
+                    "brokerAddrs": {str(k): v for k, v in sorted(b.broker_addrs.items())},
+                    "brokerName": b.broker_name,
+                    "cluster": b.cluster,
+                }
+                for b in self.broker_datas
+            ],
+            "filterServerTable": self.filter_server_table,
+            "queueDatas": [
+                {
+                    "brokerName": q.broker_name,
+                    "perm": q.perm,
+                    "readQueueNums": q.read_queue_nums,
+                    "topicSysFlag": q.topic_sys_flag,
+                    "writeQueueNums": q.write_queue_nums,
+                }
+                for q in self.queue_datas
+            ],
+        }
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> TopicRouteData:
+        obj = loads_lenient(data)
+        try:
+            queues = tuple(
+                QueueData(
+                    broker_name=str(q["brokerName"]),
+                    read_queue_nums=int(q.get("readQueueNums", 0)),
+                    write_queue_nums=int(q.get("writeQueueNums", 0)),
+                    perm=int(q.get("perm", PERM_READ | PERM_WRITE)),
+                    topic_sys_flag=int(q.get("topicSysFlag", 0)),
+                )
+                for q in obj.get("queueDatas") or []
+            )
+            brokers = tuple(
+                BrokerData(
+                    broker_name=str(b["brokerName"]),
+                    broker_addrs={int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
+                    cluster=str(b.get("cluster", "")),
+                )
+                for b in obj.get("brokerDatas") or []
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed TopicRouteData: {exc}") from None
+        return cls(queue_datas=queues, broker_datas=brokers, filter_server_table=obj.get("filterServerTable") or {})

@@ -1,0 +1,3 @@
+"""rocketmq_spark.source: the Spark reader (stream and batch), planning, Arrow decoding."""
+
+__all__: list[str] = []
