@@ -459,6 +459,9 @@ class MessageStore:
             cut = cq.first_offset_at_or_after_pos(dispatched)
             if cut < cq.max_offset:
                 cq.truncate(cut)
+        # Retention deletes whole commit-log segments; entries pointing below them are gone.
+        for cq in self.queues.values():
+            cq.advance_min(cq.first_offset_at_or_after_pos(cl.min_pos))
         redone = 0
         for pos, rec in self._iter_commitlog(dispatched):
             self._dispatch_recovered(pos, rec)

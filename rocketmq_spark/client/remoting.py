@@ -121,6 +121,12 @@ class RemotingClient:
                 self._conns[address] = conn
             return conn
 
+    def _conn(self, address: str, operation: str) -> RemotingConnection:
+        try:
+            return self.connection(address)
+        except ConnectionFailedError as exc:
+            raise ConnectionFailedError(address, operation, exc.args[0]) from None
+
     def close(self) -> None:
         with self._conn_lock:
             conns = list(self._conns.values())
@@ -146,7 +152,7 @@ class RemotingClient:
         timeout = timeout_s or self.config.request_timeout_s
 
         def once() -> RemotingCommand:
-            resp = self.connection(address).invoke(
+            resp = self._conn(address, operation).invoke(
                 RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body), timeout, operation)
             if resp.code not in ok:
                 raise broker_error(resp.code, resp.remark, address=address, operation=operation)
@@ -164,7 +170,7 @@ class RemotingClient:
         for i in range(n):
             addr = self.namesrv_addrs[(self._ns_index + i) % n]
             try:
-                resp = self.connection(addr).invoke(
+                resp = self._conn(addr, operation).invoke(
                     RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body),
                     self.config.request_timeout_s, operation)
             except ConnectionFailedError as exc:
