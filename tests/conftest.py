@@ -12,8 +12,8 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from rocketmq_spark.broker import EmbeddedBroker  # noqa: E402
-from rocketmq_spark.client import RemotingClient  # noqa: E402
+from rocketmq_spark.broker import EmbeddedBroker
+from rocketmq_spark.client import RemotingClient
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

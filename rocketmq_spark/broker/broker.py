@@ -143,7 +143,7 @@ class Flusher:
                 if self.sync:
                     try:
                         await asyncio.wait_for(self._wake.wait(), self.interval_s)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 else:
                     await asyncio.sleep(self.interval_s)
@@ -532,7 +532,7 @@ class Broker:
         self._pull_waiters.setdefault(key, []).append(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter.fut), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             lst = self._pull_waiters.get(key)

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Connection", "Handler", "HandlerResult"]
 
-HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]
+HandlerResult = Union[RemotingCommand, None, Awaitable[RemotingCommand | None]]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 _U32 = struct.Struct(">I")
 

@@ -97,16 +97,17 @@ class NameServer:
 
     def get_cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         live = self._live()
+        clusters: dict[str, list[str]] = {}
+        for b in live:
+            clusters.setdefault(b.cluster, []).append(b.broker_name)
         body = {
             "brokerAddrTable": {
                 b.broker_name: {"cluster": b.cluster, "brokerName": b.broker_name,
                                 "brokerAddrs": {"0": b.broker_addr}}
                 for b in live
             },
-            "clusterAddrTable": {},
+            "clusterAddrTable": clusters,
         }
-        for b in live:
-            body["clusterAddrTable"].setdefault(b.cluster, []).append(b.broker_name)  # type: ignore[union-attr]
         return req.response_to(body=json.dumps(body).encode())
 
     def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

@@ -36,6 +36,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..remoting.codes import SysFlag
 from ..remoting.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -46,7 +47,6 @@ from ..remoting.message import (
     decode_record,
     java_string_hash,
 )
-from ..remoting.codes import SysFlag
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def tag_hash(props: str) -> int:
 
 
 class _Segment:
-    __slots__ = ("start", "path", "fd", "size")
+    __slots__ = ("fd", "path", "size", "start")
 
     def __init__(self, start: int, path: str, fd: int, size: int) -> None:
         self.start = start
@@ -571,8 +571,7 @@ class MessageStore:
         """Append messages (one write per call) and index them. Returns where each landed."""
         cl = self.commitlog
         now = int(time.time() * 1000)
-        if now < self._last_ts:
-            now = self._last_ts  # store times never go backwards: searches stay sound
+        now = max(now, self._last_ts)  # store times never go backwards: searches stay sound
         self._last_ts = now
         store_host = self.store_host
         out: list[Stored] = []

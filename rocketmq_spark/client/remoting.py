@@ -17,11 +17,18 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
-from ..errors import BrokerError, ConnectionFailedError, OffsetNotFoundError, RocketMQSparkError, TopicNotFoundError, broker_error
+from ..errors import (
+    BrokerError,
+    ConnectionFailedError,
+    OffsetNotFoundError,
+    RocketMQSparkError,
+    TopicNotFoundError,
+    broker_error,
+)
 from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import encode_batch, BatchEntry
+from ..remoting.message import BatchEntry, encode_batch
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
 
@@ -31,7 +38,7 @@ __all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr"]
 
 T = TypeVar("T")
 
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
     ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
     ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
@@ -57,8 +64,14 @@ def _retriable(exc: BaseException) -> bool:
 class ClientConfig:
     """Timeouts (seconds) and retry bounds of a :class:`RemotingClient`."""
 
-    __slots__ = ("request_timeout_s", "connect_timeout_s", "retries", "retry_budget_s",
-                 "route_refresh_s", "backoff_max_s")
+    __slots__ = (
+        "backoff_max_s",
+        "connect_timeout_s",
+        "request_timeout_s",
+        "retries",
+        "retry_budget_s",
+        "route_refresh_s",
+    )
 
     def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
                  retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0) -> None:
