@@ -1,3 +1,6 @@
 """rocketmq_spark.checkpoints: broker offset store and the min-unconsumed-offset tracker."""
 
-__all__: list[str] = []
+from .offset_store import BrokerOffsetStore, OffsetStore
+from .tracker import InFlightTracker
+
+__all__ = ["BrokerOffsetStore", "InFlightTracker", "OffsetStore"]

@@ -29,13 +29,17 @@ __all__ = [
     "OptionError",
     "ProtocolError",
     "RemotingClient",
+    "RocketMQDataSource",
     "RocketMQSparkError",
     "__version__",
+    "register",
 ]
 
 _LAZY = {
     "EmbeddedBroker": ("rocketmq_spark.broker.server", "EmbeddedBroker"),
     "RemotingClient": ("rocketmq_spark.client.remoting", "RemotingClient"),
+    "RocketMQDataSource": ("rocketmq_spark.source.reader", "RocketMQDataSource"),
+    "register": ("rocketmq_spark.source.reader", "register"),
 }
 
 

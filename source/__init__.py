@@ -1,3 +1,7 @@
 """rocketmq_spark.source: the Spark reader (stream and batch), planning, Arrow decoding."""
 
-__all__: list[str] = []
+from .arrow import ARROW_SCHEMA, SCHEMA_DDL
+from .options import ReaderOptions
+from .reader import Planner, QueueRange, RocketMQDataSource, register
+
+__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "Planner", "QueueRange", "ReaderOptions", "RocketMQDataSource", "register"]

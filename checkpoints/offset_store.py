@@ -1,0 +1,67 @@
+"""Consumer-group offsets kept on the broker (the Java client's RemoteBrokerOffsetStore)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ..errors import RocketMQSparkError
+from ..model import MessageQueue
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BrokerOffsetStore", "OffsetClient", "OffsetStore"]
+
+
+class OffsetClient(Protocol):
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None: ...
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None: ...
+
+
+class OffsetStore(Protocol):
+    def read(self, mq: MessageQueue) -> int | None: ...
+
+    def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]: ...
+
+
+class BrokerOffsetStore:
+    """Reads and writes ``group``'s next-to-consume offsets on the brokers owning the queues.
+
+    :meth:`commit` never raises for a broker fault: failures are logged with the queue
+    and offset, kept, and retried on the next commit (a later offset for the same
+    queue supersedes them).
+    """
+
+    def __init__(self, client: OffsetClient, group: str) -> None:
+        self.client = client
+        self.group = group
+        self._pending: dict[MessageQueue, int] = {}
+        self._written: dict[MessageQueue, int] = {}
+
+    def read(self, mq: MessageQueue) -> int | None:
+        return self.client.query_consumer_offset(self.group, mq)
+
+    def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]:
+        todo = dict(self._pending)
+        todo.update(offsets)
+        failed: dict[MessageQueue, Exception] = {}
+        for mq, offset in sorted(todo.items()):
+            if self._written.get(mq) == offset:
+                self._pending.pop(mq, None)
+                continue
+            try:
+                self.client.update_consumer_offset(self.group, mq, offset)
+            except RocketMQSparkError as exc:
+                log.warning("commit of offset %d for %s (group %s) failed, will retry at the next "
+                            "commit: %s", offset, mq, self.group, exc)
+                self._pending[mq] = offset
+                failed[mq] = exc
+                continue
+            self._written[mq] = offset
+            self._pending.pop(mq, None)
+        return failed
+
+    @property
+    def pending(self) -> dict[MessageQueue, int]:
+        return dict(self._pending)

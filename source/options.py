@@ -1,0 +1,178 @@
+"""Reader options (DESIGN.md section 5), parsed once into a frozen dataclass.
+
+Keys are case-insensitive; unknown keys and invalid values raise :class:`OptionError`
+naming the option, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..client.remoting import parse_namesrv_addr
+from ..errors import OptionError
+
+__all__ = ["ReaderOptions"]
+
+_KNOWN = {
+    "namesrvaddr": "namesrvAddr", "endpoints": "endpoints", "topic": "topic",
+    "consumergroup": "consumerGroup", "subexpression": "subExpression",
+    "startingoffsets": "startingOffsets", "startingtimestamp": "startingTimestamp",
+    "consumefromwhere": "consumeFromWhere", "endingoffsets": "endingOffsets",
+    "maxmessagespertrigger": "maxMessagesPerTrigger", "commitoffsets": "commitOffsets",
+    "failondataloss": "failOnDataLoss", "minpartitions": "minPartitions",
+    "pullbatchsize": "pullBatchSize", "allowsharedgroup": "allowSharedGroup",
+    # Spark passes these for file-like sources; harmless here.
+    "path": "path",
+}
+
+
+def _bool(name: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise OptionError(name, raw, "accepted: true or false")
+
+
+def _positive(name: str, raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise OptionError(name, raw, "accepted: a positive integer") from None
+    if n <= 0:
+        raise OptionError(name, raw, "accepted: a positive integer")
+    return n
+
+
+def _timestamp(name: str, raw: str) -> int:
+    """Epoch millis or ISO-8601 (naive means UTC) -> epoch millis."""
+    v = raw.strip()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise OptionError(name, raw, "accepted: epoch milliseconds or an ISO-8601 date-time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def _offsets_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        obj = None
+    shape = 'JSON like {"topic":{"broker-a:0":42}} (-2 = earliest, -1 = latest)'
+    if not isinstance(obj, dict):
+        raise OptionError(name, raw, f"accepted: group, earliest, latest or {shape}")
+    out: dict[str, dict[str, int]] = {}
+    for topic, queues in obj.items():
+        if topic not in topics:
+            raise OptionError(name, raw, f"topic {topic!r} is not among the option topic {list(topics)}")
+        if not isinstance(queues, dict):
+            raise OptionError(name, raw, f"accepted: {shape}")
+        for key, off in queues.items():
+            broker, sep, qid = str(key).rpartition(":")
+            if not sep or not broker or not qid.isdigit() or not isinstance(off, int) or off < -2:
+                raise OptionError(name, raw, f"queue {key!r}: accepted: {shape}")
+        out[topic] = {str(k): int(v) for k, v in queues.items()}
+    return out
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    namesrv_addr: tuple[str, ...]
+    endpoints: str | None
+    topics: tuple[str, ...]
+    consumer_group: str | None
+    sub_expression: str
+    starting: str  # group | earliest | latest | json
+    starting_json: dict[str, dict[str, int]] | None
+    starting_timestamp: int | None
+    consume_from_where: str  # earliest | latest
+    ending: str  # latest | json
+    ending_json: dict[str, dict[str, int]] | None
+    max_messages_per_trigger: int | None
+    commit_offsets: bool
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    pull_batch_size: int
+    allow_shared_group: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
+        opts: dict[str, str] = {}
+        for key, value in options.items():
+            canon = _KNOWN.get(key.lower())
+            if canon is None:
+                raise OptionError(key, value, f"unknown option; accepted: {sorted(set(_KNOWN.values()) - {'path'})}")
+            opts[canon] = str(value)
+        ns = opts.get("namesrvAddr")
+        endpoints = opts.get("endpoints")
+        if not ns and not endpoints:
+            raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) "
+                              "unless endpoints is given")
+        try:
+            namesrv = tuple(parse_namesrv_addr(ns)) if ns else ()
+        except ValueError as exc:
+            raise OptionError("namesrvAddr", ns, f"accepted: host:port;host:port ({exc})") from None
+        if endpoints and not ns:
+            raise OptionError("endpoints", endpoints, "reading over gRPC is not available yet; give namesrvAddr")
+        topic_raw = opts.get("topic", "")
+        topics = tuple(t.strip() for t in topic_raw.split(",") if t.strip())
+        if not topics:
+            raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
+        group = opts.get("consumerGroup") or None
+        starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
+        low = starting_raw.strip().lower()
+        starting_json = None
+        if low in ("group", "earliest", "latest"):
+            starting = low
+        else:
+            starting_json = _offsets_json("startingOffsets", starting_raw, topics)
+            starting = "json"
+        commit = _bool("commitOffsets", opts.get("commitOffsets", "true"))
+        if stream and not group:
+            raise OptionError("consumerGroup", None, "required for streaming reads (offsets are kept for it "
+                              "on the broker)")
+        if starting == "group" and not group:
+            raise OptionError("startingOffsets", starting_raw, "group needs the option consumerGroup")
+        cfw = opts.get("consumeFromWhere", "latest" if stream else "earliest").strip().lower()
+        if cfw not in ("earliest", "latest"):
+            raise OptionError("consumeFromWhere", opts["consumeFromWhere"], "accepted: earliest or latest")
+        ending_raw = opts.get("endingOffsets", "latest")
+        ending_json = None
+        if stream and "endingOffsets" in opts:
+            raise OptionError("endingOffsets", ending_raw, "only batch reads (spark.read) accept endingOffsets")
+        if ending_raw.strip().lower() == "latest":
+            ending = "latest"
+        else:
+            ending_json = _offsets_json("endingOffsets", ending_raw, topics)
+            ending = "json"
+        ts = opts.get("startingTimestamp")
+        max_per = opts.get("maxMessagesPerTrigger")
+        min_parts = opts.get("minPartitions")
+        return cls(
+            namesrv_addr=namesrv,
+            endpoints=endpoints,
+            topics=topics,
+            consumer_group=group,
+            sub_expression=opts.get("subExpression", "*").strip() or "*",
+            starting=starting,
+            starting_json=starting_json,
+            starting_timestamp=_timestamp("startingTimestamp", ts) if ts else None,
+            consume_from_where=cfw,
+            ending=ending,
+            ending_json=ending_json,
+            max_messages_per_trigger=_positive("maxMessagesPerTrigger", max_per) if max_per else None,
+            commit_offsets=commit,
+            fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
+            min_partitions=_positive("minPartitions", min_parts) if min_parts else None,
+            pull_batch_size=_positive("pullBatchSize", opts.get("pullBatchSize", "1024")),
+            allow_shared_group=_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
+        )

@@ -1,0 +1,325 @@
+"""``format("rocketmq")``: the stream and batch readers.
+
+Spark-facing methods (camelCase) are thin; the planning is plain Python in
+:class:`Planner`, tested without Spark. Planning calls run in one long-lived
+process on the driver side; ``read()`` runs in executors on an unpickled copy, so
+nothing here opens a socket in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from ..checkpoints import BrokerOffsetStore, InFlightTracker
+from ..client.remoting import RemotingClient
+from ..errors import DataLossError
+from ..model import MessageQueue
+from .arrow import SCHEMA_DDL, decode_to_batch
+from .options import ReaderOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Planner", "QueueRange", "RocketMQDataSource", "offsets_from_json", "offsets_to_json"]
+
+Offsets = dict[MessageQueue, int]
+
+
+def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Canonical form: topics sorted, then queues by (broker, queueId)."""
+    out: dict[str, dict[str, int]] = {}
+    for mq in sorted(offsets):
+        out.setdefault(mq.topic, {})[mq.key] = int(offsets[mq])
+    return out
+
+
+def offsets_from_json(obj: Mapping[str, Mapping[str, int]]) -> Offsets:
+    return {MessageQueue.from_key(t, k): int(v) for t, qs in obj.items() for k, v in qs.items()}
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One Spark partition: queue ``mq`` over ``[start, end)``."""
+
+    mq: MessageQueue
+    start: int
+    end: int
+    namesrv: tuple[str, ...]
+    group: str
+    sub_expression: str
+    pull_batch_size: int
+    fail_on_data_loss: bool
+
+
+class Planner:
+    """Offsets and partitions for one query (driver side)."""
+
+    def __init__(self, options: ReaderOptions, client: RemotingClient | None = None) -> None:
+        self.options = options
+        self._client = client
+        self.tracker = InFlightTracker()
+        self._store: BrokerOffsetStore | None = None
+        self.target: Offsets | None = None  # AvailableNow cap
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader into its planning process: sockets open lazily there.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        state["_store"] = None
+        return state
+
+    @property
+    def client(self) -> RemotingClient:
+        if self._client is None:
+            self._client = RemotingClient(self.options.namesrv_addr)
+        return self._client
+
+    @property
+    def store(self) -> BrokerOffsetStore:
+        if self._store is None:
+            assert self.options.consumer_group
+            self._store = BrokerOffsetStore(self.client, self.options.consumer_group)
+        return self._store
+
+    def queues(self) -> list[MessageQueue]:
+        out: list[MessageQueue] = []
+        for topic in self.options.topics:
+            out.extend(self.client.message_queues(topic, refresh=True))
+        return sorted(out)
+
+    def latest(self) -> Offsets:
+        return {mq: self.client.max_offset(mq) for mq in self.queues()}
+
+    def _start_for(self, mq: MessageQueue, how: str) -> int:
+        if how == "earliest":
+            return self.client.min_offset(mq)
+        if how == "latest":
+            return self.client.max_offset(mq)
+        raise AssertionError(how)
+
+    def initial(self) -> Offsets:
+        o = self.options
+        out: Offsets = {}
+        for mq in self.queues():
+            if o.starting_timestamp is not None:
+                out[mq] = self.client.search_offset(mq, o.starting_timestamp)
+            elif o.starting == "group":
+                committed = self.store.read(mq)
+                out[mq] = committed if committed is not None else self._start_for(mq, o.consume_from_where)
+            elif o.starting == "json":
+                given = (o.starting_json or {}).get(mq.topic, {}).get(mq.key)
+                if given is None or given == -2:
+                    out[mq] = self.client.min_offset(mq)
+                elif given == -1:
+                    out[mq] = self.client.max_offset(mq)
+                else:
+                    out[mq] = given
+            else:
+                out[mq] = self._start_for(mq, o.starting)
+        return out
+
+    def check_data_loss(self, start: Offsets) -> Offsets:
+        """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""
+        fixed = dict(start)
+        for mq, off in start.items():
+            low = self.client.min_offset(mq)
+            if off < low:
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{mq}: offsets [{off}, {low}) were deleted by retention before they were read; "
+                        "set failOnDataLoss=false to skip them")
+                log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
+                            mq, off, low)
+                fixed[mq] = low
+        return fixed
+
+    def next_end(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        latest = self.latest()
+        if self.target is not None:
+            latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
+        begin: Offsets = {}
+        for mq, hi in latest.items():
+            s = start.get(mq)
+            if s is None:  # a new queue: from its earliest offset
+                s = self.client.min_offset(mq)
+            begin[mq] = min(s, hi) if s <= hi else s
+        end = {mq: max(begin[mq], latest[mq]) for mq in latest}
+        if isinstance(limit, ReadMaxRows):
+            end = self._admit(begin, end, limit.max_rows)
+        for mq in end:
+            self.tracker.register(mq, begin[mq], end[mq])
+        return end
+
+    @staticmethod
+    def _admit(begin: Offsets, end: Offsets, budget: int) -> Offsets:
+        """Split ``budget`` messages across queues in proportion to their backlog."""
+        backlog = {mq: end[mq] - begin[mq] for mq in end}
+        total = sum(backlog.values())
+        if total <= budget:
+            return end
+        share = {mq: backlog[mq] * budget // total for mq in backlog}
+        left = budget - sum(share.values())
+        for mq in sorted(backlog, key=lambda m: (-(backlog[m] - share[m]), m)):
+            if left <= 0:
+                break
+            if share[mq] < backlog[mq]:
+                share[mq] += 1
+                left -= 1
+        return {mq: begin[mq] + share[mq] for mq in end}
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[QueueRange]:
+        o = self.options
+        ranges = []
+        for mq in sorted(end):
+            s = start.get(mq)
+            if s is None:
+                s = self.client.min_offset(mq)
+            if end[mq] > s:
+                ranges.append((mq, s, end[mq]))
+        want = o.min_partitions or 0
+        if want > len(ranges) and ranges:
+            total = sum(e - s for _, s, e in ranges)
+            split = []
+            for mq, s, e in ranges:
+                pieces = max(1, min(e - s, round(want * (e - s) / total)))
+                step = -(-(e - s) // pieces)
+                for a in range(s, e, step):
+                    split.append((mq, a, min(e, a + step)))
+            ranges = split
+        return [QueueRange(mq, s, e, o.namesrv_addr, o.consumer_group or "", o.sub_expression,
+                           o.pull_batch_size, o.fail_on_data_loss) for mq, s, e in ranges]
+
+    def commit(self, end: Offsets) -> None:
+        if not self.options.commit_offsets or not self.options.consumer_group:
+            return
+        committable: Offsets = {}
+        for mq, off in end.items():
+            self.tracker.complete_through(mq, off)
+            c = self.tracker.committable(mq)
+            if c is not None:
+                committable[mq] = c
+        self.store.commit(committable)
+
+
+def read_range(part: QueueRange, client: RemotingClient | None = None) -> Iterator[pa.RecordBatch]:
+    """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding."""
+    own = client is None
+    c = client or RemotingClient(part.namesrv)
+    mq = part.mq
+    try:
+        offset = part.start
+        pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
+        while offset < part.end:
+            resp = pending.result(c.config.request_timeout_s + 30)
+            res = c.pull_result(mq, resp)
+            if res.status == "OFFSET_ILLEGAL":
+                if res.next_offset > offset and not part.fail_on_data_loss:
+                    log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
+                                mq, offset, res.next_offset)
+                else:
+                    raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
+                                        f"range [{res.min_offset}, {res.max_offset}) (deleted by retention?)")
+            elif res.status == "NO_NEW_MSG":
+                raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
+                                    f"(its max offset is {res.max_offset})")
+            nxt = max(res.next_offset, offset)
+            if nxt < part.end:
+                pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
+                                       subscription=part.sub_expression)
+            if res.body:
+                batch = decode_to_batch([res.body], mq.broker, part.end)
+                if batch.num_rows:
+                    yield batch
+            offset = nxt
+    finally:
+        if own:
+            c.close()
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReaderOptions) -> None:
+        self.planner = Planner(options)
+
+    def initialOffset(self) -> dict:
+        return offsets_to_json(self.planner.initial())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.planner.options.max_messages_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = self.planner.check_data_loss(offsets_from_json(start))
+        return offsets_to_json(self.planner.next_end(begin, limit))
+
+    def reportLatestOffset(self) -> dict | None:
+        return offsets_to_json(self.planner.latest())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.planner.target = self.planner.latest()
+
+    def partitions(self, start: dict, end: dict) -> list[QueueRange]:
+        return self.planner.partitions(offsets_from_json(start), offsets_from_json(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        self.planner.commit(offsets_from_json(end))
+
+
+class RocketMQBatchReader(DataSourceReader):
+    def __init__(self, options: ReaderOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[QueueRange]:
+        planner = Planner(self.options)
+        try:
+            start = planner.check_data_loss(planner.initial())
+            if self.options.ending == "json":
+                given = offsets_from_json(self.options.ending_json or {})
+                latest = planner.latest()
+                end = {mq: (latest[mq] if given.get(mq, -1) == -1 else given[mq]) for mq in latest}
+            else:
+                end = planner.latest()
+            return planner.partitions(start, end)
+        finally:
+            planner.client.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(partition)
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.readStream.format("rocketmq")`` / ``spark.read.format("rocketmq")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RocketMQBatchReader(ReaderOptions.parse(self.options, stream=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
+
+
+def register(spark: Any) -> None:
+    """Make ``format("rocketmq")`` available in ``spark``."""
+    spark.dataSource.register(RocketMQDataSource)
