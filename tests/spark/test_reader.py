@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
+import time
+import zlib
 
 import pytest
+
+from pyspark.sql import functions as F
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
@@ -114,3 +120,125 @@ def test_unknown_option_names_option_value_and_accepted(spark, broker) -> None:
     with pytest.raises(Exception, match="startingOffset"):
         (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", "x")
          .option("startingOffset", "earliest").load().collect())
+
+
+def test_committed_broker_offsets_equal_processed_batch_ends(spark, broker, client, tmp_path) -> None:
+    topic, group = "SPARK_COMMITS", "g_commits"
+    _produce(client, topic, 40)
+    q = _stream(spark, broker, topic, group, str(tmp_path / "ck"), startingOffsets="earliest",
+                maxMessagesPerTrigger="10")
+    batches = [p for p in q.recentProgress if p["numInputRows"]]
+    assert len(batches) == 4
+    # Spark commits batch N-1 when batch N starts: the broker holds the end of the 3rd batch.
+    third_end = json.loads(batches[2]["sources"][0]["endOffset"])[topic]
+    committed = {m.key: client.query_consumer_offset(group, m) for m in client.message_queues(topic)}
+    assert committed == third_end
+
+
+def test_starting_timestamp_and_consume_from_where(spark, broker, client, tmp_path) -> None:
+    topic = "SPARK_TS"
+    _produce(client, topic, 8)
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    _produce(client, topic, 8, start=8)
+    _stream(spark, broker, topic, "g_ts", str(tmp_path / "ck1"), startingTimestamp=str(cut)).stop()
+    got = sorted(bytes(r.body) for r in spark.sql("select body from q_g_ts").collect())
+    assert got == sorted(b"msg-%d" % i for i in range(8, 16))
+    iso = dt.datetime.fromtimestamp(cut / 1000, dt.timezone.utc).isoformat()
+    _stream(spark, broker, topic, "g_iso", str(tmp_path / "ck2"), startingTimestamp=iso).stop()
+    assert spark.sql("select count(*) c from q_g_iso").collect()[0].c == 8
+    # a group with no committed offsets: latest (stream default) reads nothing already there
+    _stream(spark, broker, topic, "g_new_latest", str(tmp_path / "ck3")).stop()
+    assert spark.sql("select count(*) c from q_g_new_latest").collect()[0].c == 0
+    _stream(spark, broker, topic, "g_new_earliest", str(tmp_path / "ck4"), consumeFromWhere="earliest").stop()
+    assert spark.sql("select count(*) c from q_g_new_earliest").collect()[0].c == 16
+
+
+def test_new_queues_are_picked_up_from_their_earliest_offset(spark, broker, client, tmp_path) -> None:
+    topic, group = "SPARK_GROW", "g_grow"
+    client.create_topic(topic, queues=2)
+    _produce(client, topic, 4)
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+
+    def run() -> None:
+        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr)
+             .option("topic", topic).option("consumerGroup", group).option("startingOffsets", "earliest").load()
+             .select("body", "queueId").writeStream.format("parquet")
+             .option("checkpointLocation", ck).option("path", out).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+
+    run()
+    client.create_topic(topic, queues=4)
+    _produce(client, topic, 8, start=4)  # client.message_queues now sees 4 queues
+    run()
+    rows = spark.read.parquet(out).collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(b"msg-%d" % i for i in range(12))
+    assert {r.queueId for r in rows} == {0, 1, 2, 3}
+
+
+def test_fail_on_data_loss(spark, client, tmp_path) -> None:
+    with EmbeddedBroker(str(tmp_path / "mq"), segment_size=4096) as mq:
+        c = RemotingClient(mq.namesrv_addr)
+        try:
+            topic = "SPARK_LOSS"
+            c.create_topic(topic, queues=1)
+            _produce(c, topic, 100)
+            mq.call(lambda: mq.broker.store.delete_before(3 * 4096))
+            low = c.min_offset(c.message_queues(topic)[0])
+            assert low > 0
+            reader = (spark.read.format("rocketmq").option("namesrvAddr", mq.namesrv_addr).option("topic", topic)
+                      .option("startingOffsets", '{"%s":{"broker-a:0":0}}' % topic))
+            with pytest.raises(Exception, match=r"SPARK_LOSS/broker-a:0: offsets \[0, %d\) were deleted" % low):
+                reader.load().collect()
+            rows = reader.option("failOnDataLoss", "false").load().collect()
+            assert sorted(r.queueOffset for r in rows) == list(range(low, 100))
+        finally:
+            c.close()
+
+
+def test_min_partitions_splits_a_single_queue_exactly(spark, broker, client) -> None:
+    topic = "SPARK_SPLIT"
+    client.create_topic(topic, queues=1)
+    _produce(client, topic, 50)
+    df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+          .option("minPartitions", "4").load())
+    assert df.rdd.getNumPartitions() == 4
+    assert sorted(r.queueOffset for r in df.collect()) == list(range(50))
+
+
+def test_messages_sent_by_ali_ons_read_by_spark(spark, broker) -> None:
+    from alions_support import alions_produce, ensure_alions
+
+    ensure_alions()
+    topic = "SPARK_ALIONS"
+    big = bytes(range(256)) * 40  # > 4 KiB: ali-ons deflates it
+    sent = [{"body": "hello", "tags": "TagA", "keys": ["k1", "k2"], "props": {"color": "red"}},
+            {"bodyB64": base64.b64encode(big).decode(), "tags": "Big", "keys": ["big"]}]
+    results = alions_produce(broker.namesrv_addr, topic, sent)
+    df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load())
+    rows = {bytes(r.body): r for r in df.collect()}
+    assert set(rows) == {b"hello", big}
+    hello = rows[b"hello"]
+    assert (hello.tag, hello.keys, hello.properties) == ("TagA", ["k1", "k2"], {"color": "red"})
+    assert hello.messageId == results[0]["msgId"]  # ali-ons sets no UNIQ_KEY: the offset id
+    assert rows[big].tag == "Big" and rows[big].keys == ["big"]
+
+
+def test_every_field_round_trips_with_chispa(spark, broker, client) -> None:
+    from chispa import assert_df_equality
+
+    topic = "SPARK_CHISPA"
+    q = client.message_queues(topic)[1]
+    big = b"z" * 6000
+    client.send(q, zlib.compress(big), encode_properties({"TAGS": "t", "KEYS": "a b", "p": "1"}), sys_flag=1)
+    client.send(q, b"plain", encode_properties({"UNIQ_KEY": "ABC123"}))
+    df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load()
+          .select("queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties", "storeHost"))
+    expected = spark.createDataFrame(
+        [(1, 0, None, "t", ["a", "b"], bytearray(big), {"p": "1"}, broker.broker_addr),
+         (1, 1, "ABC123", None, [], bytearray(b"plain"), {}, broker.broker_addr)],
+        df.schema)
+    actual = df.withColumn("messageId", F.when(F.col("queueOffset") == 0, F.lit(None)).otherwise(F.col("messageId")))
+    assert_df_equality(actual.orderBy("queueOffset"), expected.orderBy("queueOffset"), ignore_nullable=True)
