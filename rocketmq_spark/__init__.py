@@ -38,8 +38,8 @@ __all__ = [
 _LAZY = {
     "EmbeddedBroker": ("rocketmq_spark.broker.server", "EmbeddedBroker"),
     "RemotingClient": ("rocketmq_spark.client.remoting", "RemotingClient"),
-    "RocketMQDataSource": ("rocketmq_spark.source.reader", "RocketMQDataSource"),
-    "register": ("rocketmq_spark.source.reader", "register"),
+    "RocketMQDataSource": ("rocketmq_spark.datasource", "RocketMQDataSource"),
+    "register": ("rocketmq_spark.datasource", "register"),
 }
 
 

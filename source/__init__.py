@@ -2,6 +2,7 @@
 
 from .arrow import ARROW_SCHEMA, SCHEMA_DDL
 from .options import ReaderOptions
-from .reader import Planner, QueueRange, RocketMQDataSource, register
+from .reader import Planner, QueueRange, RocketMQBatchReader, RocketMQStreamReader
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "Planner", "QueueRange", "ReaderOptions", "RocketMQDataSource", "register"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "Planner", "QueueRange", "ReaderOptions", "RocketMQBatchReader",
+           "RocketMQStreamReader"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..client.remoting import parse_namesrv_addr
 from ..errors import OptionError
@@ -58,7 +58,7 @@ def _timestamp(name: str, raw: str) -> int:
     except ValueError:
         raise OptionError(name, raw, "accepted: epoch milliseconds or an ISO-8601 date-time") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

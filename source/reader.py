@@ -15,24 +15,23 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client.remoting import RemotingClient
 from ..errors import DataLossError
 from ..model import MessageQueue
-from .arrow import SCHEMA_DDL, decode_to_batch
+from .arrow import decode_to_batch
 from .options import ReaderOptions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Planner", "QueueRange", "RocketMQDataSource", "offsets_from_json", "offsets_to_json"]
+__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "offsets_from_json",
+           "offsets_to_json", "read_range"]
 
 Offsets = dict[MessageQueue, int]
 
@@ -301,25 +300,3 @@ class RocketMQBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange)
         return read_range(partition)
-
-
-class RocketMQDataSource(DataSource):
-    """``spark.readStream.format("rocketmq")`` / ``spark.read.format("rocketmq")``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "rocketmq"
-
-    def schema(self) -> str:
-        return SCHEMA_DDL
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(ReaderOptions.parse(self.options, stream=False))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
-
-
-def register(spark: Any) -> None:
-    """Make ``format("rocketmq")`` available in ``spark``."""
-    spark.dataSource.register(RocketMQDataSource)

@@ -353,12 +353,13 @@ class RemotingClient:
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", *, producer_group: str = "rocketmq-spark",
              sys_flag: int = 0, flag: int = 0, born_ts: int | None = None) -> SendResult:
+        """Send one message (retried on transient faults)."""
         return self.send_batch(mq, [BatchEntry(body, properties, flag)], producer_group=producer_group,
                                sys_flag=sys_flag, born_ts=born_ts)[0]
 
-    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
-                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
-        """Send one message (single send) or several (batch send) to one queue."""
+    def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
+                     sys_flag: int = 0, born_ts: int | None = None) -> RemotingCommand:
+        """A SEND_MESSAGE_V2 (one entry) or SEND_BATCH_MESSAGE (several) request."""
         batch = len(entries) > 1
         ext = {
             "a": producer_group, "b": mq.topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id),
@@ -368,14 +369,54 @@ class RemotingClient:
         }
         body = encode_batch(entries) if batch else entries[0].body
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        return RemotingCommand(code, ext_fields=ext, body=body)
+
+    def send_async(self, mq: MessageQueue, request: RemotingCommand) -> Future[RemotingCommand]:
+        """Send without waiting (several sends may be in flight); see :meth:`send_results`."""
         addr = self.broker_addr(mq.broker, mq.topic)
-        resp = self.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), f"send to {mq}")
+        return self._conn(addr, f"send to {mq}").send(RemotingCommand(request.code, ext_fields=request.ext_fields,
+                                                                       body=request.body))
+
+    def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
+        if resp.code != ResponseCode.SUCCESS:
+            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
+                               operation=f"send to {mq}")
         ids = resp.ext_fields.get("msgId", "").split(",")
         first = int(resp.ext_fields.get("queueOffset", "0"))
         qid = int(resp.ext_fields.get("queueId", mq.queue_id))
         q = MessageQueue(mq.topic, mq.broker, qid)
         txid = resp.ext_fields.get("transactionId", "")
-        return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(len(entries))]
+        return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(count)]
+
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
+                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
+        """Send one message (single send) or several (batch send) to one queue, with retries."""
+        req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
+        addr = self.broker_addr(mq.broker, mq.topic)
+        resp = self.invoke(addr, req, f"send to {mq}")
+        return self.send_results(mq, len(entries), resp)
+
+    def end_transaction(self, broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
+                        msg_id: str, commit: bool, from_check: bool = False, topic: str | None = None) -> bool:
+        """END_TRANSACTION; False when the broker no longer has it open (already ended)."""
+        addr = self.broker_addr(broker, topic)
+        req = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+            "producerGroup": producer_group, "tranStateTableOffset": str(queue_offset),
+            "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8" if commit else "12",
+            "fromTransactionCheck": "1" if from_check else "0", "msgId": msg_id, "transactionId": msg_id})
+        try:
+            self.invoke(addr, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
+        except BrokerError as exc:
+            if exc.code == ResponseCode.SYSTEM_ERROR and "no open transaction" in exc.remark:
+                return False
+            raise
+        return True
+
+    def heartbeat_producer(self, group: str, client_id: str, broker_addr: str) -> None:
+        """Register as a producer of ``group`` so the broker can check transactions back here."""
+        body = json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": group}],
+                           "consumerDataSet": []}).encode()
+        self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), "heartbeat")
 
     def consumer_ids(self, group: str, broker_addr: str) -> list[str]:
         resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,

@@ -1,0 +1,55 @@
+"""The Spark data source ``rocketmq``: readers from :mod:`.source`, writers from :mod:`.sink`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
+from .source import SCHEMA_DDL, ReaderOptions, RocketMQBatchReader, RocketMQStreamReader
+
+__all__ = ["RocketMQDataSource", "register"]
+
+
+class RocketMQDataSource(DataSource):
+    """``format("rocketmq")`` for spark.read/readStream and DataFrame.write/writeStream."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RocketMQBatchReader(ReaderOptions.parse(self.options, stream=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        opts = WriterOptions.parse(self.options)
+        check_columns(schema, opts)
+        return RocketMQBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts = WriterOptions.parse(self.options)
+        check_columns(schema, opts)
+        if opts.exactly_once and not opts.checkpoint_location:
+            from .errors import OptionError
+
+            raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
+        return RocketMQStreamWriter(opts)
+
+
+def register(spark: Any) -> None:
+    """Make ``format("rocketmq")`` available in ``spark``."""
+    spark.dataSource.register(RocketMQDataSource)

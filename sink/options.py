@@ -1,0 +1,123 @@
+"""Writer options and input columns (DESIGN.md section 6), checked before anything is sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from ..client.remoting import parse_namesrv_addr
+from ..errors import OptionError
+
+__all__ = ["WriterOptions", "check_columns"]
+
+_KNOWN = {
+    "namesrvaddr": "namesrvAddr", "endpoints": "endpoints", "topic": "topic",
+    "producergroup": "producerGroup", "delivery": "delivery",
+    "maxbatchmessages": "maxBatchMessages", "maxbatchbytes": "maxBatchBytes",
+    "maxmessagesize": "maxMessageSize", "compressthreshold": "compressThreshold",
+    # Set by Spark for streaming writes; the exactly-once record lives under it.
+    "checkpointlocation": "checkpointLocation", "path": "path",
+}
+
+
+def _positive(name: str, raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise OptionError(name, raw, "accepted: a positive integer") from None
+    if n <= 0:
+        raise OptionError(name, raw, "accepted: a positive integer")
+    return n
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    namesrv_addr: tuple[str, ...]
+    topic: str | None
+    producer_group: str
+    exactly_once: bool
+    max_batch_messages: int
+    max_batch_bytes: int
+    max_message_size: int
+    compress_threshold: int
+    checkpoint_location: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriterOptions:
+        opts: dict[str, str] = {}
+        for key, value in options.items():
+            canon = _KNOWN.get(key.lower())
+            if canon is None:
+                accepted = sorted(set(_KNOWN.values()) - {"path", "checkpointLocation"})
+                raise OptionError(key, value, f"unknown option; accepted: {accepted}")
+            opts[canon] = str(value)
+        ns = opts.get("namesrvAddr")
+        if not ns:
+            if opts.get("endpoints"):
+                raise OptionError("endpoints", opts["endpoints"],
+                                  "writing over gRPC is not available yet; give namesrvAddr")
+            raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port)")
+        try:
+            namesrv = tuple(parse_namesrv_addr(ns))
+        except ValueError as exc:
+            raise OptionError("namesrvAddr", ns, f"accepted: host:port;host:port ({exc})") from None
+        delivery = opts.get("delivery", "at-least-once").strip().lower()
+        if delivery not in ("at-least-once", "exactly-once"):
+            raise OptionError("delivery", opts["delivery"], "accepted: at-least-once or exactly-once")
+        return cls(
+            namesrv_addr=namesrv,
+            topic=opts.get("topic") or None,
+            producer_group=opts.get("producerGroup", "rocketmq-spark-producer"),
+            exactly_once=delivery == "exactly-once",
+            max_batch_messages=_positive("maxBatchMessages", opts.get("maxBatchMessages", "512")),
+            max_batch_bytes=_positive("maxBatchBytes", opts.get("maxBatchBytes", str(1024 * 1024))),
+            max_message_size=_positive("maxMessageSize", opts.get("maxMessageSize", str(4 * 1024 * 1024))),
+            compress_threshold=_positive("compressThreshold", opts.get("compressThreshold", "4096")),
+            checkpoint_location=opts.get("checkpointLocation"),
+        )
+
+
+_ACCEPTED: dict[str, tuple[tuple[type[DataType], ...], str]] = {
+    "body": ((BinaryType, StringType), "BINARY or STRING"),
+    "topic": ((StringType,), "STRING"),
+    "tag": ((StringType,), "STRING"),
+    "keys": ((ArrayType, StringType), "ARRAY<STRING> or STRING"),
+    "properties": ((MapType,), "MAP<STRING,STRING>"),
+    "messageGroup": ((StringType,), "STRING"),
+    "deliveryTimestamp": ((TimestampType, TimestampNTZType), "TIMESTAMP"),
+}
+
+
+def check_columns(schema: StructType, options: WriterOptions) -> list[str]:
+    """The message columns present; raises naming the column and the accepted types."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "body" not in fields:
+        raise OptionError("column body", None, "required: a BINARY or STRING column named body")
+    used = []
+    for name, dtype in fields.items():
+        spec = _ACCEPTED.get(name)
+        if spec is None:
+            continue  # other columns are not sent
+        types, text = spec
+        ok = isinstance(dtype, types)
+        if ok and isinstance(dtype, ArrayType):
+            ok = isinstance(dtype.elementType, StringType)
+        if ok and isinstance(dtype, MapType):
+            ok = isinstance(dtype.keyType, StringType) and isinstance(dtype.valueType, StringType)
+        if not ok:
+            raise OptionError(f"column {name}", dtype.simpleString(), f"accepted type: {text}")
+        used.append(name)
+    if "topic" not in fields and not options.topic:
+        raise OptionError("topic", None, "required: the option topic or a STRING column named topic")
+    return used

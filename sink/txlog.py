@@ -1,0 +1,109 @@
+"""The durable record behind exactly-once writes.
+
+Under ``<checkpointLocation>/rocketmq-sink/commits/<batchId>.json`` the driver's
+``commit()`` records which transactions (half messages) make up batch ``batchId``
+BEFORE ending any of them. From then on the record is the truth:
+
+- a replayed ``batchId`` (Spark re-runs a batch whose sink commit it did not see
+  finish) ends the recorded transactions with commit and rolls back the new ones,
+  so nothing is committed twice;
+- a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
+  it is in its batch's record, rollback if the batch is recorded without it (or a
+  later batch is recorded), and unknown while the batch is still undecided.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from ..files import atomic_write
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TxLog", "Txn"]
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Txn:
+    """One half message: enough to end it with END_TRANSACTION."""
+
+    broker: str
+    topic: str
+    queue_offset: int  # tranStateTableOffset
+    commit_log_offset: int
+    msg_id: str  # UNIQ_KEY
+
+    def to_list(self) -> list[object]:
+        return [self.broker, self.topic, self.queue_offset, self.commit_log_offset, self.msg_id]
+
+    @classmethod
+    def from_list(cls, raw: list[object]) -> Txn:
+        b, t, q, c, m = raw
+        return cls(str(b), str(t), int(q), int(c), str(m))  # type: ignore[call-overload]
+
+
+class TxLog:
+    """Batch commit records under a checkpoint directory (local or mounted filesystem)."""
+
+    def __init__(self, checkpoint_location: str, keep: int = 200) -> None:
+        path = checkpoint_location
+        if path.startswith("file:"):
+            path = path[5:]
+            while path.startswith("//"):
+                path = path[1:]
+        self.dir = os.path.join(path, "rocketmq-sink", "commits")
+        self.keep = keep
+
+    def _path(self, batch_id: int) -> str:
+        return os.path.join(self.dir, f"{batch_id}.json")
+
+    def read(self, batch_id: int) -> set[str] | None:
+        """Message ids recorded for the batch, or None when it is not recorded."""
+        try:
+            with open(self._path(batch_id), "rb") as fh:
+                obj = json.load(fh)
+        except FileNotFoundError:
+            return None
+        return {str(m) for m in obj["msgIds"]}
+
+    def record(self, batch_id: int, txns: list[Txn]) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        body = json.dumps({"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
+                           "txns": [t.to_list() for t in sorted(txns)]}).encode()
+        atomic_write(self._path(batch_id), body)
+        self._prune(batch_id)
+
+    def txns(self, batch_id: int) -> list[Txn]:
+        with open(self._path(batch_id), "rb") as fh:
+            return [Txn.from_list(t) for t in json.load(fh)["txns"]]
+
+    def latest(self) -> int | None:
+        try:
+            ids = [int(n[:-5]) for n in os.listdir(self.dir) if n.endswith(".json") and n[:-5].isdigit()]
+        except FileNotFoundError:
+            return None
+        return max(ids) if ids else None
+
+    def decide(self, batch_id: int, msg_id: str) -> bool | None:
+        """Check-back answer: True commit, False rollback, None unknown (still undecided)."""
+        recorded = self.read(batch_id)
+        if recorded is not None:
+            return msg_id in recorded
+        latest = self.latest()
+        if latest is not None and latest > batch_id:
+            return False
+        return None
+
+    def _prune(self, newest: int) -> None:
+        cutoff = newest - self.keep
+        if cutoff <= 0:
+            return
+        for name in os.listdir(self.dir):
+            if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) < cutoff:
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except FileNotFoundError:
+                    pass

@@ -1,0 +1,418 @@
+"""``df.write`` / ``df.writeStream`` ``.format("rocketmq")``: tasks send, the driver commits.
+
+at-least-once: rows are grouped into batch sends bounded by count and bytes, several
+in flight per task; a failed send is retried (bounded, with backoff), moving to a queue
+of another broker when the topic has several.
+
+exactly-once: every row is sent as a transactional half message (invisible to
+consumers) tagged with the batch; the driver's ``commit()`` records the batch's
+transactions under the checkpoint location (:mod:`.txlog`) and then ends them with
+commit; ``abort()`` rolls them back. A replayed batch commits nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from ..client.connection import RemotingConnection
+from ..client.remoting import RemotingClient
+from ..errors import BrokerError, OptionError, RocketMQSparkError
+from ..model import MessageQueue
+from ..remoting.codes import RequestCode, SysFlag, TransactionType
+from ..remoting.frame import RemotingCommand
+from ..remoting.message import BatchEntry, decode_records, java_string_hash, parse_offset_msg_id
+from .options import WriterOptions
+from .txlog import TxLog, Txn
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_rows"]
+
+#: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
+TX_TAG = "RMQSPARK_TX"
+_WINDOW = 8  # batch sends in flight per task
+_TX_WINDOW = 64  # half messages in flight per task
+
+
+@dataclass
+class TaskReport(WriterCommitMessage):
+    partition: int
+    rows: int
+    txns: list[list[Any]] = field(default_factory=list)
+
+
+def _task_identity() -> tuple[int, int]:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None:
+            return ctx.partitionId(), ctx.attemptNumber()
+    except Exception:  # outside a Spark task (unit tests)
+        pass
+    return 0, 0
+
+
+class _Column:
+    """A column as Python values, or a constant None when the column is absent."""
+
+    def __init__(self, batch: pa.RecordBatch, name: str) -> None:
+        idx = batch.schema.get_field_index(name)
+        self.values: list[Any] | None = batch.column(idx).to_pylist() if idx >= 0 else None
+
+    def __getitem__(self, i: int) -> Any:
+        return None if self.values is None else self.values[i]
+
+
+class _Sender:
+    """Sends one task's rows; see the module docstring for the two delivery modes."""
+
+    def __init__(self, opts: WriterOptions, batch_id: int | None) -> None:
+        self.opts = opts
+        self.batch_id = batch_id
+        self.partition, self.attempt = _task_identity()
+        self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
+        self.client = RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request)
+        self._queues: dict[str, list[MessageQueue]] = {}
+        self._rr = self.partition
+        self._uniq_prefix = uuid.uuid4().hex[:22].upper()
+        self._seq = 0
+        self.rows = 0
+        self.txns: list[Txn] = []
+        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry], int]] = deque()
+        self._buffers: dict[tuple[str, int | None], tuple[list[BatchEntry], int]] = {}
+        self._registered: set[str] = set()
+
+    # -- queues ---------------------------------------------------------------------
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        qs = self._queues.get(topic)
+        if qs is None:
+            qs = self.client.message_queues(topic, writable=True)
+            if not qs:
+                raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
+            self._queues[topic] = qs
+            if self.opts.exactly_once:
+                for addr in {self.client.broker_addr(q.broker, topic) for q in qs} - self._registered:
+                    self.client.heartbeat_producer(self.opts.producer_group, f"rmqspark@{os.getpid()}", addr)
+                    self._registered.add(addr)
+        return qs
+
+    def _next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
+        qs = self.queues(topic)
+        for _ in range(len(qs)):
+            self._rr += 1
+            q = qs[self._rr % len(qs)]
+            if q.broker != avoid or all(x.broker == avoid for x in qs):
+                return q
+        return qs[self._rr % len(qs)]
+
+    def _group_queue(self, topic: str, group: str) -> MessageQueue:
+        qs = self.queues(topic)
+        return qs[(java_string_hash(group) & 0x7FFFFFFF) % len(qs)]
+
+    # -- rows -----------------------------------------------------------------------
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        body = _Column(batch, "body")
+        topic = _Column(batch, "topic")
+        tag = _Column(batch, "tag")
+        keys = _Column(batch, "keys")
+        props = _Column(batch, "properties")
+        group = _Column(batch, "messageGroup")
+        deliver = _Column(batch, "deliveryTimestamp")
+        default_topic = self.opts.topic
+        for i in range(n):
+            row_index = self.rows
+            self.rows += 1
+            b = body[i]
+            if b is None:
+                raise OptionError("column body", None,
+                                  f"partition {self.partition} row {row_index}: body is null; a BINARY or STRING "
+                                  "value is required")
+            if isinstance(b, str):
+                b = b.encode()
+            if len(b) > self.opts.max_message_size:
+                raise OptionError("column body", f"{len(b)} bytes",
+                                  f"partition {self.partition} row {row_index} exceeds maxMessageSize="
+                                  f"{self.opts.max_message_size} bytes")
+            t = topic[i] or default_topic
+            if not t:
+                raise OptionError("column topic", None,
+                                  f"partition {self.partition} row {row_index}: no topic (column null and no "
+                                  "option topic)")
+            parts = []
+            tg = tag[i]
+            if tg:
+                parts.append(f"TAGS\x01{tg}\x02")
+            k = keys[i]
+            if k:
+                ks = " ".join(x for x in k if x) if isinstance(k, list) else k
+                if ks:
+                    parts.append(f"KEYS\x01{ks}\x02")
+            self._seq += 1
+            uniq = f"{self._uniq_prefix}{self._seq:010X}"
+            parts.append(f"UNIQ_KEY\x01{uniq}\x02")
+            g = group[i]
+            if g:
+                parts.append(f"__SHARDINGKEY\x01{g}\x02")
+            d = deliver[i]
+            if d is not None:
+                ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
+                parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
+            p = props[i]
+            if p:
+                for pk, pv in (p.items() if isinstance(p, dict) else p):
+                    if pk and pv is not None:
+                        parts.append(f"{pk}\x01{pv}\x02")
+            sys_flag = 0
+            if len(b) > self.opts.compress_threshold:
+                b = zlib.compress(b)
+                sys_flag |= SysFlag.COMPRESSED
+            entry = BatchEntry(b, "".join(parts))
+            if self.opts.exactly_once:
+                self._send_half(t, g, entry, sys_flag, uniq)
+            elif sys_flag or d is not None:
+                # compressed bodies travel alone (a batch has one sysFlag)
+                q = self._group_queue(t, g) if g else self._next_queue(t)
+                self._submit(q, [entry], sys_flag, ordered=bool(g))
+            else:
+                self._buffer(t, g, entry)
+
+    def _buffer(self, topic: str, group: str | None, entry: BatchEntry) -> None:
+        key = (topic, (java_string_hash(group) & 0x7FFFFFFF) if group else None)
+        entries, size = self._buffers.get(key, ([], 0))
+        entries.append(entry)
+        size += len(entry.body) + len(entry.properties) + 24
+        if len(entries) >= self.opts.max_batch_messages or size >= self.opts.max_batch_bytes:
+            self._buffers.pop(key, None)
+            self._flush_buffer(key, entries, group)
+        else:
+            self._buffers[key] = (entries, size)
+
+    def _flush_buffer(self, key: tuple[str, int | None], entries: list[BatchEntry], group: str | None) -> None:
+        topic, ghash = key
+        if ghash is not None:
+            qs = self.queues(topic)
+            self._submit(qs[ghash % len(qs)], entries, 0, ordered=True)
+        else:
+            self._submit(self._next_queue(topic), entries, 0, ordered=False)
+
+    def _submit(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, *, ordered: bool) -> None:
+        if ordered:
+            # FIFO: the previous sends must have landed before this one goes out.
+            self._drain(0)
+        req = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag)
+        try:
+            fut = self.client.send_async(mq, req)
+        except RocketMQSparkError:
+            fut = Future()
+            fut.set_exception(RuntimeError("send could not start"))
+        self._inflight.append((fut, mq, entries, sys_flag))
+        self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
+
+    def _drain(self, keep: int) -> None:
+        while len(self._inflight) > keep:
+            fut, mq, entries, sys_flag = self._inflight.popleft()
+            try:
+                resp = fut.result(self.client.config.request_timeout_s)
+                results = self.client.send_results(mq, len(entries), resp)
+            except Exception as exc:  # retried below with bounds, then reported
+                log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
+                results = self._retry(mq, entries, sys_flag, exc)
+            if sys_flag & TransactionType.PREPARED:
+                for r, e in zip(results, entries):
+                    _, pos = parse_offset_msg_id(r.msg_id)
+                    uniq = e.property_map().get("UNIQ_KEY", "")
+                    self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
+
+    def _retry(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, first: BaseException) -> list[Any]:
+        last: BaseException = first
+        ordered = any("__SHARDINGKEY\x01" in e.properties for e in entries)
+        target = mq
+        for attempt in range(3):
+            time.sleep(min(2.0, 0.1 * (2 ** attempt)))
+            try:
+                if not ordered and attempt:
+                    self.client.route(mq.topic, refresh=True)
+                    self._queues.pop(mq.topic, None)
+                    target = self._next_queue(mq.topic, avoid=target.broker)
+                return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
+                                              sys_flag=sys_flag)
+            except RocketMQSparkError as exc:
+                last = exc
+        raise RocketMQSparkError(f"partition {self.partition}: sending {len(entries)} messages to {target} "
+                                 f"failed after retries: {last}") from last
+
+    def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
+        tag = f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}"
+        entry.properties += (f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02"
+                             f"{TX_TAG}\x01{tag}\x02")
+        q = self._group_queue(topic, group) if group else self._next_queue(topic)
+        self._submit(q, [entry], sys_flag | TransactionType.PREPARED, ordered=bool(group))
+
+    def finish(self) -> TaskReport:
+        for key, (entries, _) in list(self._buffers.items()):
+            self._flush_buffer(key, entries, None)
+        self._buffers.clear()
+        self._drain(0)
+        self.client.close()
+        return TaskReport(self.partition, self.rows, [t.to_list() for t in self.txns])
+
+    def abort_own(self) -> None:
+        """After a failure inside the task: roll back the half messages it already sent."""
+        try:
+            self._drain(0)
+        except Exception:
+            pass
+        end_transactions(self.client, self.opts.producer_group, self.txns, commit=False)
+        self.client.close()
+
+    # -- check-backs ----------------------------------------------------------------
+
+    def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self.txlog is not None:
+            answer_check(conn, cmd, self.txlog, self.opts.producer_group)
+
+
+def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, producer_group: str) -> None:
+    """Answer a broker's CHECK_TRANSACTION_STATE from the durable batch record."""
+    try:
+        rec = decode_records(cmd.body)[0]
+        tag = rec.properties.get(TX_TAG, "")
+        batch_id = int(tag.split(":", 1)[0])
+    except (RocketMQSparkError, ValueError, IndexError):
+        return  # not one of ours
+    uniq = cmd.ext_fields.get("msgId") or rec.properties.get("UNIQ_KEY", "")
+    decision = txlog.decide(batch_id, uniq)
+    if decision is None:
+        return  # batch still undecided: the broker will ask again
+    conn.reply(RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+        "producerGroup": producer_group,
+        "tranStateTableOffset": cmd.ext_fields.get("tranStateTableOffset", "0"),
+        "commitLogOffset": cmd.ext_fields.get("commitLogOffset", "0"),
+        "commitOrRollback": "8" if decision else "12", "fromTransactionCheck": "1",
+        "msgId": uniq, "transactionId": uniq}, flag=2))
+
+
+def end_transactions(client: RemotingClient, producer_group: str, txns: list[Txn], *, commit: bool) -> None:
+    for t in txns:
+        client.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
+                               queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
+
+
+def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:
+    """One task's work: send every row; in exactly-once mode report the half messages."""
+    sender = _Sender(opts, batch_id)
+    try:
+        for batch in batches:
+            sender.add_batch(batch)
+        return sender.finish()
+    except BaseException:
+        if opts.exactly_once:
+            sender.abort_own()
+        else:
+            sender.client.close()
+        raise
+
+
+def _txns(messages: list[Any]) -> list[Txn]:
+    out: list[Txn] = []
+    for m in messages:
+        if isinstance(m, TaskReport):
+            out.extend(Txn.from_list(t) for t in m.txns)
+    return out
+
+
+class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriterOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = None
+        if ctx is not None:
+            raw = ctx.getLocalProperty("streaming.sql.batchId")
+            batch_id = int(raw) if raw is not None else None
+        return write_rows(self.opts, iterator, batch_id)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        if not self.opts.exactly_once:
+            return
+        commit_batch(self.opts, _txns(messages), batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        if not self.opts.exactly_once:
+            return
+        abort_batch(self.opts, _txns(messages), batchId)
+
+
+def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
+    """Record the batch (once), then end its transactions; a replay commits nothing twice."""
+    assert opts.checkpoint_location, "exactly-once streaming needs a checkpointLocation"
+    txlog = TxLog(opts.checkpoint_location)
+    client = RemotingClient(opts.namesrv_addr)
+    try:
+        recorded = txlog.read(batch_id)
+        if recorded is None:
+            txlog.record(batch_id, txns)
+            to_commit, to_rollback = txns, []
+        else:
+            to_commit = txlog.txns(batch_id)
+            to_rollback = [t for t in txns if t.msg_id not in recorded]
+            log.info("batch %d was already recorded: re-ending its %d transactions, rolling back %d from the "
+                     "replay", batch_id, len(to_commit), len(to_rollback))
+        end_transactions(client, opts.producer_group, to_commit, commit=True)
+        end_transactions(client, opts.producer_group, to_rollback, commit=False)
+    finally:
+        client.close()
+
+
+def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
+    recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
+                                                                   batch_id is not None) else None
+    client = RemotingClient(opts.namesrv_addr)
+    try:
+        end_transactions(client, opts.producer_group, [t for t in txns if not recorded or t.msg_id not in recorded],
+                         commit=False)
+    finally:
+        client.close()
+
+
+class RocketMQBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriterOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        return write_rows(self.opts, iterator, None)
+
+    def commit(self, messages: list[Any]) -> None:
+        if self.opts.exactly_once:
+            client = RemotingClient(self.opts.namesrv_addr)
+            try:
+                end_transactions(client, self.opts.producer_group, _txns(messages), commit=True)
+            finally:
+                client.close()
+
+    def abort(self, messages: list[Any]) -> None:
+        if self.opts.exactly_once:
+            abort_batch(self.opts, _txns(messages), None)

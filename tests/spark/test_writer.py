@@ -1,0 +1,139 @@
+"""df.write / writeStream .format("rocketmq") against the embedded broker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.remoting import decode_records
+from rocketmq_spark.sink import WriterOptions
+from rocketmq_spark.sink.writer import abort_batch, commit_batch, write_rows
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+def _read(spark, broker, topic):
+    return (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load())
+
+
+def test_batch_write_round_trips_every_column(spark, broker, client) -> None:
+    topic = "W_ROUND"
+    client.create_topic(topic, queues=4)
+    big = "x" * 9000  # compressed on the way, inflated by the reader
+    rows = [(f"body-{i}", f"tag{i % 2}", [f"k{i}", "shared"], {"n": str(i)}) for i in range(20)] + [
+        (big, "big", ["big"], {})]
+    df = spark.createDataFrame(rows, "body STRING, tag STRING, keys ARRAY<STRING>, properties MAP<STRING,STRING>")
+    df.write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
+    back = _read(spark, broker, topic).select(
+        F.col("body").cast("string").alias("body"), "tag", "keys", "properties")
+    assert_df_equality(back.orderBy("body"), df.orderBy("body"), ignore_nullable=True)
+    ids = [r.messageId for r in _read(spark, broker, topic).collect()]
+    assert len(set(ids)) == 21  # every message got its own UNIQ_KEY
+
+
+def test_missing_or_mistyped_columns_fail_before_sending(spark, broker, client) -> None:
+    topic = "W_BAD"
+    with pytest.raises(Exception, match="column body"):
+        spark.createDataFrame([("x",)], "payload STRING").write.mode("append").format("rocketmq") \
+            .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
+    with pytest.raises(Exception, match=r"column keys.*ARRAY<STRING> or STRING"):
+        spark.createDataFrame([("x", 1)], "body STRING, keys INT").write.mode("append").format("rocketmq") \
+            .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
+    with pytest.raises(Exception, match="delivery"):
+        spark.createDataFrame([("x",)], "body STRING").write.mode("append").format("rocketmq") \
+            .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).option("delivery", "twice").save()
+    assert topic not in client.topic_list()
+
+
+def test_topic_column_and_fifo_message_groups(spark, broker, client) -> None:
+    client.create_topic("W_FIFO_A", queues=4)
+    client.create_topic("W_FIFO_B", queues=4)
+    rows = [(f"m{i}", "W_FIFO_A" if i % 3 else "W_FIFO_B", f"g{i % 2}") for i in range(60)]
+    df = spark.createDataFrame(rows, "body STRING, topic STRING, messageGroup STRING").coalesce(1)
+    df.write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr).save()
+    for topic in ("W_FIFO_A", "W_FIFO_B"):
+        got = _read(spark, broker, topic).select(F.col("body").cast("string").alias("b"), "queueId",
+                                                  "queueOffset").collect()
+        expected = [b for b, t, _ in rows if t == topic]
+        assert sorted(r.b for r in got) == sorted(expected)
+        for g in ("g0", "g1"):
+            mine = [r for r in got if int(r.b[1:]) % 2 == int(g[1])]
+            assert len({r.queueId for r in mine}) == 1  # one group, one queue
+            in_order = [r.b for r in sorted(mine, key=lambda r: r.queueOffset)]
+            assert in_order == [b for b in expected if int(b[1:]) % 2 == int(g[1])]
+
+
+def test_delivery_timestamp_sets_the_timer_property(spark, broker, client) -> None:
+    topic = "W_DELAY"
+    client.create_topic(topic, queues=1)
+    due = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)  # already due: readable at once
+    spark.createDataFrame([("late", due)], "body STRING, deliveryTimestamp TIMESTAMP").write.mode("append").format("rocketmq") \
+        .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
+    q = client.message_queues(topic)[0]
+    deadline = time.monotonic() + 10
+    while client.max_offset(q) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rec = decode_records(client.pull(q, 0, 10).body)[0]
+    assert int(rec.properties["TIMER_DELIVER_MS"]) == int(due.timestamp() * 1000)
+
+
+def test_exactly_once_failed_task_shows_nothing_then_retry_once(broker, client, tmp_path) -> None:
+    import pyarrow as pa
+
+    topic = "W_EOS_TASKS"
+    client.create_topic(topic, queues=2)
+    opts = WriterOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic, "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+    part0 = pa.RecordBatch.from_pydict({"body": [b"a0", b"a1", b"a2"]})
+    part1 = pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})
+
+    def failing() -> object:
+        yield part1
+        raise RuntimeError("task 1 dies after sending")
+
+    report0 = write_rows(opts, iter([part0]), 7)  # task 0 succeeded
+    with pytest.raises(RuntimeError):
+        write_rows(opts, failing(), 7)  # task 1 failed (its own half messages rolled back)
+    abort_batch(opts, [__import__("rocketmq_spark.sink.txlog", fromlist=["Txn"]).Txn.from_list(t)
+                       for t in report0.txns], 7)
+    qs = client.message_queues(topic)
+    assert sum(client.max_offset(q) for q in qs) == 0  # consumers see nothing of batch 7
+    # the retry of batch 7: both tasks succeed, the driver commits
+    r0 = write_rows(opts, iter([part0]), 7)
+    r1 = write_rows(opts, iter([part1]), 7)
+    from rocketmq_spark.sink.writer import _txns
+
+    commit_batch(opts, _txns([r0, r1]), 7)
+    bodies = sorted(rec.payload() for q in qs for rec in decode_records(client.pull(q, 0, 100).body))
+    assert bodies == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+    # a replay of batch 7 (driver restarted before Spark logged the commit) commits nothing twice
+    r2 = write_rows(opts, iter([part0, part1]), 7)
+    commit_batch(opts, _txns([r2]), 7)
+    assert sum(client.max_offset(q) for q in qs) == 5
+
+
+def test_streaming_exactly_once_round_trip(spark, broker, client, tmp_path) -> None:
+    src, dst = "W_EOS_SRC", "W_EOS_DST"
+    client.create_topic(src, queues=2)
+    client.create_topic(dst, queues=2)
+    qs = client.message_queues(src)
+    for i in range(30):
+        client.send(qs[i % 2], b"e%d" % i)
+    q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", src)
+         .option("consumerGroup", "g_eos").option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "10")
+         .load().select("body")
+         .writeStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", dst)
+         .option("delivery", "exactly-once").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    got = sorted(bytes(r.body) for r in _read(spark, broker, dst).collect())
+    assert got == sorted(b"e%d" % i for i in range(30))
+    c = RemotingClient(broker.namesrv_addr)
+    assert not broker.broker.pending_tx  # every half message was ended
+    c.close()
