@@ -1,4 +1,5 @@
-"""The broker's request handlers: send, pull (long polling), offsets, clients, transactions.
+"""The broker's request handlers: send, pull (long polling), offsets, clients, transactions,
+delayed delivery.
 
 Runs on one asyncio event loop. Disk writes happen on the loop (page cache); fsync
 runs in an executor through :class:`Flusher`, which groups concurrent sync-flush
@@ -8,6 +9,7 @@ sends into one fsync.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 import os
@@ -42,6 +44,25 @@ HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TX_GROUP = "CID_RMQ_SYS_TRANS"
 
+# Delayed delivery (see "delayed messages" in Broker). Queue 0 of the schedule topic holds
+# the waiting messages; queue 1 holds one "done" marker per delivered entry (body = the
+# entry's offset in queue 0). Both live in the commit log, so restarts recover them.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_QUEUE = 0
+SCHEDULE_DONE_QUEUE = 1
+SCHEDULE_GROUP = "CID_RMQ_SYS_SCHEDULE"
+#: Internal property: the absolute due time (epoch ms) of a waiting message.
+TIMER_OUT_MS = "TIMER_OUT_MS"
+#: 4.x delay levels 1..18 (the ``messageDelayLevel`` default), in milliseconds.
+DELAY_LEVELS_MS = (
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
+    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+)
+#: The scheduler looks at the heap at least this often (and sooner when a due time is near).
+_SCHEDULE_TICK_S = 0.1
+#: At most this many delayed messages are re-put by one store write.
+_SCHEDULE_BATCH = 512
+
 # SEND_MESSAGE_V2's one-letter header keys.
 _V2_KEYS = {
     "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
@@ -53,6 +74,44 @@ _V2_KEYS = {
 
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
+
+
+def delivery_due_ms(props: dict[str, str], now_ms: int, max_delay_ms: int) -> tuple[int | None, bool]:
+    """When a message with these properties may be delivered, and whether a DELAY level set it.
+
+    The time is epoch ms, or None for "at once".
+
+    Follows Java brokers: a DELAY level above 0 wins (levels above 18 count as 18) and the
+    5.x timer properties are then ignored; otherwise TIMER_DELAY_MS, then TIMER_DELAY_SEC
+    (both relative to ``now_ms``), then TIMER_DELIVER_MS (absolute). A due time not in the
+    future means "at once". Raises ValueError for a malformed value or a timer delay
+    beyond ``max_delay_ms``.
+    """
+    level_s = props.get(PropertyKey.DELAY)
+    if level_s is not None and level_s.strip():
+        try:
+            level = int(level_s)
+        except ValueError:
+            raise ValueError(f"property DELAY={level_s!r} is not an integer delay level") from None
+        if level > 0:
+            return now_ms + DELAY_LEVELS_MS[min(level, len(DELAY_LEVELS_MS)) - 1], True
+    for key, base, scale in ((PropertyKey.TIMER_DELAY_MS, now_ms, 1),
+                             (PropertyKey.TIMER_DELAY_SEC, now_ms, 1000),
+                             (PropertyKey.TIMER_DELIVER_MS, 0, 1)):
+        raw = props.get(key)
+        if raw is None:
+            continue
+        try:
+            due = base + int(raw) * scale
+        except ValueError:
+            raise ValueError(f"property {key}={raw!r} is not an integer") from None
+        if due <= now_ms:
+            return None, False
+        if due - now_ms > max_delay_ms:
+            raise ValueError(f"timer message illegal: property {key}={raw} asks for a delay of "
+                             f"{due - now_ms} ms; at most {max_delay_ms} ms are accepted")
+        return due, False
+    return None, False
 
 
 def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
@@ -90,6 +149,8 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
+    #: Longest delay a 5.x timer property may ask for (Java's timerMaxDelaySec: 3 days).
+    max_delay_ms: int = 3 * 24 * 3600_000
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)
@@ -205,6 +266,16 @@ class _Pending:
 
 
 @dataclass(slots=True)
+class _Delayed:
+    """A delayed message waiting in the schedule queue."""
+
+    schedule_offset: int
+    due_ms: int
+    commit_log_offset: int
+    size: int
+
+
+@dataclass(slots=True)
 class _PullWaiter:
     conn: Connection
     req: RemotingCommand
@@ -231,10 +302,16 @@ class Broker:
         self._pull_waiters: dict[tuple[str, int], list[_PullWaiter]] = {}
         self.store.listeners.append(self._on_new_messages)
         self.pending_tx: dict[int, _Pending] = {}
+        #: Delayed messages not delivered yet, by schedule-queue offset.
+        self.pending_delay: dict[int, _Delayed] = {}
+        self._delay_heap: list[tuple[int, int]] = []  # (due ms, schedule offset)
+        self._delay_low: list[int] = []  # schedule offsets; lazily pruned, for the progress
+        self._delay_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         if config.auto_create_topics and "TBW102" not in self.topics:
             self.topics.put(TopicConfig("TBW102", 8, 8, 7))
         self._load_transactions()
+        self._load_schedule()
         self.handlers: dict[int, Callable[[Connection, RemotingCommand], HandlerResult]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -266,6 +343,7 @@ class Broker:
                                interval_s=cfg.flush_interval_ms / 1000.0)
         self.flusher.start()
         self._tasks.append(asyncio.ensure_future(self._housekeeping()))
+        self._tasks.append(asyncio.ensure_future(self._run_scheduler()))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -351,6 +429,14 @@ class Broker:
     # -- send -----------------------------------------------------------------------
 
     def send_message(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
+
+        A message whose DELAY / TIMER_* properties put its due time in the future is
+        stored in the schedule queue instead (see :meth:`_run_scheduler`); the response
+        is a normal success whose ``queueId`` is the destination queue and whose
+        ``queueOffset`` and ``msgId`` are those of the schedule-queue entry (as Java
+        brokers answer). The client message id (UNIQ_KEY) is the one delivered later.
+        """
         ext = req.ext_fields
         if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             ext = {_V2_KEYS.get(k, k): v for k, v in ext.items()}
@@ -392,7 +478,10 @@ class Broker:
         else:
             raw = [(req.body, header_props, flag)]
         tx_type = sys_flag & SysFlag.TRANSACTION_MASK
+        may_delay = tx_type in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
+        now_ms = int(time.time() * 1000)
         messages: list[NewMessage] = []
+        dues: list[int | None] = []
         for body, props_s, msg_flag in raw:
             if len(body) > max_size:
                 return req.response_to(
@@ -402,6 +491,24 @@ class Broker:
             props = decode_properties(props_s)
             props.setdefault("CLUSTER", self.config.cluster)
             m_topic, m_queue = topic, queue_id
+            due: int | None = None
+            by_level = False
+            if may_delay:
+                try:
+                    due, by_level = delivery_due_ms(props, now_ms, self.config.max_delay_ms)
+                except ValueError as exc:
+                    return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+            if due is not None:
+                if by_level:
+                    # a delay level wins; Java brokers drop the timer properties then
+                    for key in (PropertyKey.TIMER_DELIVER_MS, PropertyKey.TIMER_DELAY_SEC,
+                                PropertyKey.TIMER_DELAY_MS):
+                        props.pop(key, None)
+                props[PropertyKey.REAL_TOPIC] = topic
+                props[PropertyKey.REAL_QID] = str(queue_id)
+                props[TIMER_OUT_MS] = str(due)
+                m_topic, m_queue = SCHEDULE_TOPIC, SCHEDULE_QUEUE
+            dues.append(due)
             if tx_type == TransactionType.PREPARED:
                 props[PropertyKey.REAL_TOPIC] = topic
                 props[PropertyKey.REAL_QID] = str(queue_id)
@@ -413,6 +520,9 @@ class Broker:
                 reconsume_times=reconsume,
             ))
         stored = self.store.put(messages)
+        for due, s in zip(dues, stored):
+            if due is not None:
+                self._add_delayed(_Delayed(s.queue_offset, due, s.physical_offset, s.size))
         if tx_type == TransactionType.PREPARED:
             for m, s in zip(messages, stored):
                 self.pending_tx[s.queue_offset] = _Pending(
@@ -828,6 +938,160 @@ class Broker:
             p.checks += 1
             p.last_check = now
             producers[p.checks % len(producers)].push(RequestCode.CHECK_TRANSACTION_STATE, fields, body)
+
+    # -- delayed messages -----------------------------------------------------------
+    #
+    # A delayed message is stored in SCHEDULE_TOPIC queue 0 with REAL_TOPIC / REAL_QID
+    # (its destination) and TIMER_OUT_MS (its due time); only the schedule queue sees it,
+    # so the destination queue's pulls, min and max offsets do not. The scheduler keeps
+    # the waiting ones in a heap by (due time, schedule offset) and, once due, re-puts
+    # each into its destination queue together with a done marker in SCHEDULE_TOPIC
+    # queue 1 (body = the schedule offset) in the same store write, delivery first: a
+    # crash between the two can only deliver again, never lose. The progress (lowest
+    # schedule offset still waiting) is kept as the consumer offset of SCHEDULE_GROUP,
+    # so a restart rescans only the schedule queue beyond it, minus the done markers.
+
+    def _add_delayed(self, d: _Delayed) -> None:
+        self.pending_delay[d.schedule_offset] = d
+        heapq.heappush(self._delay_heap, (d.due_ms, d.schedule_offset))
+        heapq.heappush(self._delay_low, d.schedule_offset)
+        if self._delay_heap[0][1] == d.schedule_offset:
+            self._delay_wake.set()  # a new earliest due time: let the scheduler re-arm
+
+    def _load_schedule(self) -> None:
+        """Rebuild the waiting delayed messages: schedule entries since the saved progress
+        minus those with a done marker (the pattern of :meth:`_load_transactions`)."""
+        sched = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_QUEUE)
+        if sched is None:
+            return
+        start = self.offsets.query(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE) or sched.min_offset
+        start = max(start, sched.min_offset)
+        if start >= sched.max_offset:
+            return
+        done: set[int] = set()
+        done_q = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE)
+        if done_q is not None:
+            # A marker for an entry at/after `start` was stored after that entry.
+            o = done_q.offset_by_time(sched.entry(start)[3])
+            while o < done_q.max_offset:
+                res = self.store.get(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, o, 1024, 1 << 30)
+                if not res.records:
+                    break
+                for raw in res.records:
+                    try:
+                        done.add(int(decode_record(raw).body.decode()))
+                    except ValueError:
+                        pass
+                o = res.next_offset
+        o = start
+        while o < sched.max_offset:
+            res = self.store.get(SCHEDULE_TOPIC, SCHEDULE_QUEUE, o, 1024, 1 << 30)
+            if not res.records:
+                break
+            for raw in res.records:
+                rec = decode_record(raw)
+                if rec.queue_offset in done:
+                    continue
+                if PropertyKey.REAL_TOPIC not in rec.properties:
+                    log.warning("schedule queue entry %d has no REAL_TOPIC; ignoring it", rec.queue_offset)
+                    continue
+                try:
+                    due = int(rec.properties.get(TIMER_OUT_MS, "0"))
+                except ValueError:
+                    due = 0  # unreadable due time: deliver it now rather than never
+                self._add_delayed(_Delayed(rec.queue_offset, due, rec.physical_offset, rec.total_size))
+            o = res.next_offset
+        if self.pending_delay:
+            log.info("recovered %d delayed messages waiting for delivery", len(self.pending_delay))
+
+    def _save_schedule_progress(self) -> None:
+        sched = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_QUEUE)
+        if sched is None:
+            return
+        low = self._delay_low
+        while low and low[0] not in self.pending_delay:
+            heapq.heappop(low)
+        progress = low[0] if low else sched.max_offset
+        if self.offsets.query(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE) != progress:
+            self.offsets.commit(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE, progress)
+
+    async def _run_scheduler(self) -> None:
+        """Deliver delayed messages when due; wakes at the earliest due time (at least every
+        ``_SCHEDULE_TICK_S``) and at once when a send brings an earlier one."""
+        while True:
+            timeout = _SCHEDULE_TICK_S
+            try:
+                self.deliver_due()
+            except Exception:
+                log.exception("delivering delayed messages failed")
+            else:
+                if self._delay_heap:
+                    wait = self._delay_heap[0][0] / 1000.0 - time.time()
+                    timeout = min(timeout, max(wait, 0.001))
+            self._delay_wake.clear()
+            try:
+                await asyncio.wait_for(self._delay_wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def deliver_due(self, now_ms: int | None = None) -> int:
+        """Re-put every delayed message due by ``now_ms`` into its destination queue, in
+        due-time order, with its done markers. Returns how many were delivered."""
+        heap = self._delay_heap
+        delivered = 0
+        while True:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            taken: list[tuple[int, int]] = []
+            batch: list[NewMessage] = []
+            while heap and heap[0][0] <= now and len(taken) < _SCHEDULE_BATCH:
+                item = heapq.heappop(heap)
+                d = self.pending_delay.get(item[1])
+                if d is None or d.due_ms != item[0]:
+                    continue
+                taken.append(item)
+                copy = self._delivered_copy(d)
+                if copy is not None:
+                    batch.append(copy)
+                batch.append(NewMessage(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, str(d.schedule_offset).encode(),
+                                        "", born_timestamp=now, born_host=self._store_host))
+            if not taken:
+                break
+            try:
+                self.store.put(batch)
+            except Exception:
+                for item in taken:  # still waiting: try again on the next round
+                    heapq.heappush(heap, item)
+                raise
+            for _, off in taken:
+                del self.pending_delay[off]
+            delivered += len(batch) - len(taken)
+            self._save_schedule_progress()
+        return delivered
+
+    def _delivered_copy(self, d: _Delayed) -> NewMessage | None:
+        """The message as its destination queue gets it, or None when the entry is lost."""
+        raw = self._read_record_at(d.commit_log_offset)
+        rec = decode_record(raw) if raw is not None else None
+        if rec is None or rec.topic != SCHEDULE_TOPIC or rec.queue_offset != d.schedule_offset:
+            log.error("delayed message at schedule offset %d (commit log %d) is unreadable; "
+                      "dropping it", d.schedule_offset, d.commit_log_offset)
+            return None
+        props = dict(rec.properties)
+        topic = props.pop(PropertyKey.REAL_TOPIC, "")
+        try:
+            queue_id = int(props.pop(PropertyKey.REAL_QID, "0"))
+        except ValueError:
+            queue_id = 0
+        props.pop(TIMER_OUT_MS, None)
+        # Java's ScheduleMessageService clears the level so a re-sent copy is not delayed
+        # again; the 5.x timer properties stay, as the timer keeps them.
+        props.pop(PropertyKey.DELAY, None)
+        if not topic:
+            log.error("delayed message at schedule offset %d has no REAL_TOPIC; dropping it",
+                      d.schedule_offset)
+            return None
+        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, rec.sys_flag,
+                          rec.born_timestamp, self._pack_peer(rec.born_host), rec.reconsume_times)
 
     # -- admin helpers (tests, CLI) -------------------------------------------------
 
