@@ -34,7 +34,8 @@ from ..remoting.message import (
 from ..remoting.route import loads_lenient
 from .connection import Connection, HandlerResult
 from .state import SYSTEM_TOPICS, ClientRegistry, ConsumerOffsets, TopicConfig, TopicConfigs, valid_topic_name
-from .store import GetResult, MessageStore, NewMessage, StoreConfig, atomic_write, tag_matches
+from ..files import atomic_write
+from .store import GetResult, MessageStore, NewMessage, StoreConfig, tag_matches
 
 log = logging.getLogger(__name__)
 

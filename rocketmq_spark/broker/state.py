@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .store import atomic_write
+from ..files import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..files import atomic_write
 from ..remoting.codes import SysFlag
 from ..remoting.message import (
     BLANK_MAGIC,
@@ -57,7 +58,6 @@ __all__ = [
     "MessageStore",
     "NewMessage",
     "StoreConfig",
-    "atomic_write",
 ]
 
 CQ_ENTRY = struct.Struct(">qiqq")
@@ -68,25 +68,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _H16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
-
-
-def atomic_write(path: str, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path`` atomically: write a temp file, fsync it, rename, fsync the dir."""
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if fsync:
-        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 @dataclass(frozen=True, slots=True)
