@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import ipaddress
 import json
 import logging
 import os
@@ -290,9 +291,10 @@ class Broker:
         self.config = config
         self.addr = advertised_addr
         host, port = split_host(advertised_addr)
-        import ipaddress
-
         self._store_host = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+        self._msg_id_prefix = self._store_host.hex().upper()
+        self._cluster_prop = f"CLUSTER\x01{config.cluster}\x02"
+        self._peer_cache: dict[str, bytes] = {}
         root = config.data_dir
         self.store = MessageStore(os.path.join(root, "store"), self._store_host, config.store_config())
         self.topics = TopicConfigs(os.path.join(root, "config"))
@@ -489,6 +491,18 @@ class Broker:
                     ResponseCode.MESSAGE_ILLEGAL,
                     remark=f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes",
                 )
+            if tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s:
+                # The common case: only the CLUSTER property is added, no need to parse them all.
+                if "CLUSTER\x01" not in props_s:
+                    if props_s and not props_s.endswith("\x02"):
+                        props_s += "\x02"
+                    props_s += self._cluster_prop
+                messages.append(NewMessage(
+                    topic=topic, queue_id=queue_id, body=body, properties=props_s, flag=msg_flag,
+                    sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,
+                ))
+                dues.append(None)
+                continue
             props = decode_properties(props_s)
             props.setdefault("CLUSTER", self.config.cluster)
             m_topic, m_queue = topic, queue_id
@@ -529,7 +543,8 @@ class Broker:
                 self.pending_tx[s.queue_offset] = _Pending(
                     s.queue_offset, s.physical_offset, s.size,
                     decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
-        msg_ids = ",".join(offset_msg_id(self.addr, s.physical_offset) for s in stored)
+        prefix = self._msg_id_prefix
+        msg_ids = ",".join(f"{prefix}{s.physical_offset:016X}" for s in stored)
         first = stored[0]
         resp_ext = {
             "msgId": msg_ids,
@@ -554,15 +569,18 @@ class Broker:
             resp.remark = f"flush to disk failed: {exc}"
         return resp
 
-    @staticmethod
-    def _pack_peer(peer: str) -> bytes:
-        import ipaddress
-
-        try:
-            host, port = split_host(peer)
-            return ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
-        except ValueError:
-            return b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    def _pack_peer(self, peer: str) -> bytes:
+        packed = self._peer_cache.get(peer)
+        if packed is None:
+            try:
+                host, port = split_host(peer)
+                packed = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+            except ValueError:
+                packed = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+            if len(self._peer_cache) > 4096:
+                self._peer_cache.clear()
+            self._peer_cache[peer] = packed
+        return packed
 
     # -- pull -----------------------------------------------------------------------
 

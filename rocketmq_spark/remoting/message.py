@@ -17,6 +17,7 @@ Bodies are kept as stored: ``MessageRecord.body`` is the wire body (zlib when
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -105,6 +106,7 @@ SYSTEM_PROPERTY_KEYS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # tags repeat: the broker hashes one per stored message
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int32.
 
