@@ -178,6 +178,7 @@ class Flusher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._round = 0
+        self._lock = asyncio.Lock()
         self._extra = extra or []
 
     def start(self) -> None:
@@ -223,35 +224,43 @@ class Flusher:
                 await asyncio.sleep(0.1)
 
     async def flush_once(self) -> None:
-        self._round += 1
-        this_round = self._round
-        snap = self.store.flush_snapshot()
-        offsets_json = self.offsets.snapshot()
-        loop = asyncio.get_running_loop()
-        path = self.offsets.path
+        """One flush round; rounds never overlap (they share the checkpoint's temp file)."""
+        async with self._lock:
+            self._round += 1
+            this_round = self._round
+            snap = self.store.flush_snapshot()
+            offsets_json = self.offsets.snapshot()
+            loop = asyncio.get_running_loop()
+            path = self.offsets.path
 
-        def job() -> None:
+            def job() -> None:
+                if snap is not None:
+                    snap[1]()
+                if offsets_json is not None:
+                    atomic_write(path, offsets_json)
+                for fn in self._extra:
+                    fn()
+
+            try:
+                await loop.run_in_executor(None, job)
+            except BaseException:
+                self.store.mark_dirty()
+                if offsets_json is not None:
+                    self.offsets.dirty = True
+                raise
             if snap is not None:
-                snap[1]()
-            if offsets_json is not None:
-                atomic_write(path, offsets_json)
-            for fn in self._extra:
-                fn()
-
-        await loop.run_in_executor(None, job)
-        if snap is not None:
-            self.flushed_pos = max(self.flushed_pos, snap[0])
-        still = []
-        for target, rnd, fut in self._waiters:
-            if fut.done():
-                continue
-            if target <= self.flushed_pos and rnd <= this_round:
-                fut.set_result(None)
-            else:
-                still.append((target, rnd, fut))
-        self._waiters = still
-        if still:
-            self._wake.set()
+                self.flushed_pos = max(self.flushed_pos, snap[0])
+            still = []
+            for target, rnd, fut in self._waiters:
+                if fut.done():
+                    continue
+                if target <= self.flushed_pos and rnd <= this_round:
+                    fut.set_result(None)
+                else:
+                    still.append((target, rnd, fut))
+            self._waiters = still
+            if still:
+                self._wake.set()
 
 
 @dataclass(slots=True)

@@ -390,6 +390,7 @@ class MessageStore:
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._last_ts = 0
+        self._last_flushed: list[ConsumeQueue] = []
         self.listeners: list[Callable[[str, int, int], None]] = []
         self._load_queues()
         self._recover()
@@ -734,10 +735,14 @@ class MessageStore:
         """
         pos = self.commitlog.write_pos
         fds = list(self.commitlog.fds())
+        flushed: list[ConsumeQueue] = []
         for cq in self.queues.values():
             if cq.dirty:
                 fds.extend(cq.fds())
+                flushed.append(cq)
+                # Cleared now, set again on failure (see mark_dirty) or by the next append.
                 cq.dirty = False
+        self._last_flushed = flushed
         cp_path = self._cp_path
 
         def job() -> None:
@@ -749,6 +754,11 @@ class MessageStore:
             atomic_write(cp_path, json.dumps({"dispatched": pos, "flushed": pos}).encode())
 
         return pos, job
+
+    def mark_dirty(self) -> None:
+        """A flush job failed: its queues must be fsynced again by the next one."""
+        for cq in self._last_flushed:
+            cq.dirty = True
 
     def close(self) -> None:
         self.commitlog.close()

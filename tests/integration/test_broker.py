@@ -352,3 +352,27 @@ def test_connection_refused_is_reported_with_address_and_operation() -> None:
     with pytest.raises(ConnectionFailedError) as info:
         c.route("x")
     assert f"127.0.0.1:{port}" in str(info.value) and "route lookup" in str(info.value)
+
+
+def test_concurrent_flush_rounds_never_fail_sync_sends(tmp_path) -> None:
+    # Regression: overlapping flush rounds raced on the checkpoint's temp file, failing
+    # sync-flushed sends that had in fact been stored.
+    with EmbeddedBroker(str(tmp_path), flush="sync", flush_interval_ms=1) as mq:
+        c = RemotingClient(mq.namesrv_addr)
+        q = c.message_queues("FLUSH_RACE")[0]
+        stop = threading.Event()
+
+        def flush_forever() -> None:
+            while not stop.is_set():
+                mq.flush()
+
+        t = threading.Thread(target=flush_forever)
+        t.start()
+        try:
+            for _ in range(300):
+                c.send(q, b"x" * 100)
+        finally:
+            stop.set()
+            t.join()
+            c.close()
+        assert mq.broker.store.max_offset("FLUSH_RACE", 0) == 300

@@ -1,0 +1,1 @@
+"""Benchmarks of rocketmq-spark: ``python -m benchmarks [--quick]``."""

@@ -1,0 +1,757 @@
+"""Broker benchmark: append and pull throughput of the embedded broker over remoting.
+
+Scenarios (100-byte bodies, properties ``TAGS=bench``, a topic of 4 queues)::
+
+    append single          one message per SEND_MESSAGE_V2, one request at a time
+    append batch           256 messages per SEND_BATCH_MESSAGE, one request at a time
+    append single x8       8 threads sending single messages at once (group commit)
+    ... each with flush=async and flush=sync
+    pull seq               every queue read back in turn, max 1024 per pull, one pull at a time
+    pull seq + decode      the same, records decoded client-side (decode_records)
+    pull pipelined         pulls at computed offsets, DEPTH in flight per queue, all queues at once
+    pull seq / pipelined   at a real broker's cap of 32 messages per pull
+
+Only the public client API is used. The pull scenarios read back what "append batch"
+(flush=async) wrote; the cap-32 broker reopens that store. Pulls are idempotent, so each
+runs ``--repeat`` times and the median is reported; appends run once.
+
+The broker runs in a child process (``python -m rocketmq_spark.cli broker``, or
+EmbeddedBroker in a multiprocessing child when the CLI is missing), as users run it, and
+in a thread of this process (client and broker share one GIL). A full run measures both.
+
+``python -m benchmarks.broker [--quick] [--broker process|thread|both] [--profile]``
+(``python -m benchmarks`` runs it with the other benchmarks); results go to
+``benchmarks/results/broker.json``. ``--quick`` runs 10x fewer messages against the
+process broker only (add ``--broker both`` for the thread placement too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
+
+from ._brokers import BrokerHandle, cli_available, start_broker
+
+BODY_SIZE = 100
+BODY = bytes((i * 37 + 11) % 256 for i in range(BODY_SIZE))
+PROPS = encode_properties({"TAGS": "bench"})
+BATCH = 256
+MAX_PULL = 1024
+REAL_BROKER_CAP = 32
+SENDER_THREADS = 8
+PIPELINE_DEPTH = 4  # pulls in flight per queue (x4 queues)
+PIPELINE_DEPTH_CAPPED = 16  # at 32 messages per pull more are needed to hide the round trip
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    single: int  # messages of each single-send scenario
+    batch: int  # messages of each batched scenario (and of the pull scenarios)
+
+
+FULL = Sizes(single=20_000, batch=200_000)
+QUICK = Sizes(single=2_000, batch=20_000)
+
+
+@dataclass
+class Row:
+    scenario: str
+    broker: str  # process | thread
+    launcher: str  # cli | mp | thread
+    flush: str
+    messages: int
+    elapsed_s: float
+    requests: int
+    body_bytes: int
+    record_bytes: int
+    params: dict[str, Any] = field(default_factory=dict)
+    #: share of the machine's CPUs other processes used meanwhile (None: unknown)
+    other_cpu_share: float | None = None
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def body_mb_s(self) -> float:
+        return self.body_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def record_mb_s(self) -> float:
+        return self.record_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["elapsed_s"] = round(self.elapsed_s, 4)
+        out["msgs_per_s"] = round(self.msgs_per_s, 1)
+        out["body_mb_s"] = round(self.body_mb_s, 3)
+        out["record_mb_s"] = round(self.record_mb_s, 3)
+        out["us_per_request"] = round(self.elapsed_s / self.requests * 1e6, 1) if self.requests else None
+        return out
+
+
+# -- the client side of each scenario ---------------------------------------------------
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(f"benchmark check failed: {what}")
+
+
+def append_single(c: RemotingClient, qs: list[MessageQueue], n: int) -> tuple[float, int]:
+    """n single sends round-robin over the queues, one at a time. -> (elapsed, requests)."""
+    nq = len(qs)
+    t0 = time.perf_counter()
+    for i in range(n):
+        c.send(qs[i % nq], BODY, PROPS)
+    return time.perf_counter() - t0, n
+
+
+def append_batch(c: RemotingClient, qs: list[MessageQueue], n: int, batch: int = BATCH) -> tuple[float, int]:
+    """n messages in batches of ``batch`` round-robin over the queues, one request at a time."""
+    entries = [BatchEntry(BODY, PROPS) for _ in range(batch)]
+    nq = len(qs)
+    sent = requests = 0
+    t0 = time.perf_counter()
+    while sent < n:
+        k = min(batch, n - sent)
+        res = c.send_batch(qs[requests % nq], entries if k == batch else entries[:k])
+        _check(len(res) == k, "one send result per batch entry")
+        sent += k
+        requests += 1
+    return time.perf_counter() - t0, requests
+
+
+def append_single_threads(c: RemotingClient, qs: list[MessageQueue], n: int,
+                          threads: int = SENDER_THREADS) -> tuple[float, int]:
+    """n single sends from ``threads`` threads at once (one shared client and connection)."""
+    per = [n // threads + (1 if t < n % threads else 0) for t in range(threads)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads + 1)
+
+    def worker(t: int) -> None:
+        mq = qs[t % len(qs)]
+        start.wait()
+        try:
+            for _ in range(per[t]):
+                c.send(mq, BODY, PROPS)
+        except BaseException as exc:  # noqa: BLE001 (re-raised after the join)
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed, n
+
+
+@dataclass
+class PullTotals:
+    messages: int = 0
+    record_bytes: int = 0
+    body_bytes: int = 0
+    requests: int = 0
+    short_pulls: int = 0
+
+
+def pull_sequential(c: RemotingClient, qs: list[MessageQueue], max_nums: int, *, decode: bool = False) -> tuple[float, PullTotals]:
+    """Read every queue from offset 0 to its end, one pull at a time."""
+    tot = PullTotals()
+    t0 = time.perf_counter()
+    for mq in qs:
+        off = 0
+        while True:
+            res = c.pull(mq, off, max_nums)
+            tot.requests += 1
+            if res.status == "NO_NEW_MSG":
+                break
+            _check(res.status == "FOUND", f"pull of {mq} at {off}: {res.status}")
+            got = res.next_offset - off
+            tot.messages += got
+            tot.record_bytes += len(res.body)
+            if decode:
+                recs = decode_records(res.body)
+                _check(len(recs) == got, "records in a pull body match its offset range")
+                for r in recs:
+                    tot.body_bytes += len(r.body)
+            off = res.next_offset
+            if off >= res.max_offset:
+                break
+    elapsed = time.perf_counter() - t0
+    if not decode:
+        tot.body_bytes = tot.messages * BODY_SIZE
+    return elapsed, tot
+
+
+def pull_pipelined(c: RemotingClient, qs: list[MessageQueue], ends: dict[MessageQueue, int],
+                   step: int, depth: int) -> tuple[float, PullTotals]:
+    """Keep ``depth`` pulls of ``step`` messages in flight per queue, at computed offsets.
+
+    A pull that comes back short (byte cap, a lower broker cap) gets a follow-up pull
+    for its gap, so every message is read exactly once whatever the broker serves.
+    """
+    tot = PullTotals()
+    issue_at = {mq: 0 for mq in qs}
+    inflight: deque[tuple[MessageQueue, int, int, Any]] = deque()
+
+    def issue(mq: MessageQueue, off: int, n: int) -> None:
+        inflight.append((mq, off, n, c.pull_async(mq, off, n)))
+        tot.requests += 1
+
+    def issue_next(mq: MessageQueue) -> None:
+        off = issue_at[mq]
+        if off < ends[mq]:
+            n = min(step, ends[mq] - off)
+            issue_at[mq] = off + n
+            issue(mq, off, n)
+
+    t0 = time.perf_counter()
+    for _ in range(depth):
+        for mq in qs:
+            issue_next(mq)
+    while inflight:
+        mq, off, n, fut = inflight.popleft()
+        res = c.pull_result(mq, fut.result(30))
+        _check(res.status == "FOUND", f"pipelined pull of {mq} at {off}: {res.status}")
+        got = res.next_offset - off
+        _check(0 < got <= n, f"pull of {mq} at {off} returned {got} of {n}")
+        tot.messages += got
+        tot.record_bytes += len(res.body)
+        if got < n:
+            tot.short_pulls += 1
+            issue(mq, off + got, n - got)
+        else:
+            issue_next(mq)
+    elapsed = time.perf_counter() - t0
+    tot.body_bytes = tot.messages * BODY_SIZE
+    return elapsed, tot
+
+
+def record_size(c: RemotingClient, mq: MessageQueue) -> int:
+    """Size of one stored record of ``mq`` (all records of a scenario have the same size)."""
+    res = c.pull(mq, 0, 1)
+    _check(res.status == "FOUND", f"first record of {mq}")
+    recs = decode_records(res.body)
+    _check(len(recs) == 1 and recs[0].body == BODY and recs[0].tags == "bench", "stored record round-trips")
+    return len(res.body)
+
+
+def _warm_up(c: RemotingClient) -> None:
+    """Routes, connections, topic creation and first-call costs, outside any timing."""
+    qs = c.message_queues("bench-warmup")
+    for mq in qs:
+        c.send(mq, BODY, PROPS)
+        c.send_batch(mq, [BatchEntry(BODY, PROPS)] * 16)
+        c.pull(mq, 0, 32)
+
+
+# -- the floor: a raw TCP round trip on this machine ----------------------------------------
+
+
+def _echo(sock: Any) -> None:
+    import socket
+
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with sock:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return
+            sock.sendall(data)
+
+
+def _echo_child(port: int) -> None:
+    import socket
+
+    _echo(socket.create_connection(("127.0.0.1", port)))
+
+
+def loopback_rtt_us(placement: str, n: int = 2000, size: int = 64) -> float:
+    """Median-of-3 mean round trip (us) of a ``size``-byte ping-pong over loopback TCP, with
+    the echo side in a child process or in a thread: no broker, the latency floor of one
+    request on this machine."""
+    import multiprocessing
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        if placement == "process":
+            peer: Any = multiprocessing.get_context("spawn").Process(target=_echo_child, args=(port,), daemon=True)
+        else:
+            peer = threading.Thread(target=_echo_child, args=(port,), daemon=True)
+        peer.start()
+        srv.settimeout(60)
+        conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"x" * size
+    runs = []
+    with conn:
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                conn.sendall(msg)
+                got = 0
+                while got < size:
+                    got += len(conn.recv(size - got))
+            runs.append((time.perf_counter() - t0) / n * 1e6)
+    peer.join(10)
+    return sorted(runs)[1]
+
+
+class CpuMeter:
+    """How busy other processes kept the machine while a scenario ran.
+
+    Machine-wide busy CPU time (``/proc/stat``) minus this process's and the broker
+    process's own (``/proc/<pid>/stat``), as a share of all CPUs over the wall time.
+    """
+
+    def __init__(self, broker_pid: int | None) -> None:
+        self.pid = broker_pid if broker_pid not in (None, os.getpid()) else None
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self._start: tuple[float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+            own = os.times()
+            mine = own.user + own.system
+            if self.pid is not None:
+                with open(f"/proc/{self.pid}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+                mine += (int(st[11]) + int(st[12])) / self.hz  # utime, stime
+        except (OSError, ValueError, IndexError):
+            return None
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / self.hz  # all but idle and iowait
+        return time.perf_counter(), busy, mine
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def share(self) -> float | None:
+        end = self._read()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return None
+        other = max(0.0, (end[1] - self._start[1]) - (end[2] - self._start[2]))
+        return round(other / ((end[0] - self._start[0]) * (os.cpu_count() or 1)), 3)
+
+
+# -- running a suite against one broker placement ---------------------------------------
+
+
+def _pick_launcher(broker: str, launcher: str) -> str:
+    if broker == "thread":
+        return "thread"
+    if launcher != "auto":
+        return launcher
+    return "cli" if cli_available() else "mp"
+
+
+def _start(broker: str, launcher: str, data_dir: str, log: Callable[[str], None], **config: Any) -> BrokerHandle:
+    chosen = _pick_launcher(broker, launcher)
+    try:
+        return start_broker(chosen, data_dir, **config)
+    except Exception as exc:
+        if chosen != "cli" or launcher != "auto":
+            raise
+        log(f"  broker CLI failed ({exc}); falling back to a multiprocessing child")
+        return start_broker("mp", data_dir, **config)
+
+
+def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto", repeats: int = 3,
+              log: Callable[[str], None] = print) -> list[Row]:
+    """All scenarios against brokers placed as ``broker`` (process | thread)."""
+    rows: list[Row] = []
+
+    def add(scenario: str, h: BrokerHandle, flush: str, elapsed: float, requests: int, messages: int,
+            body_bytes: int, record_bytes: int, meter: CpuMeter, **params: Any) -> None:
+        row = Row(scenario, broker, h.launcher, flush, messages, elapsed, requests, body_bytes, record_bytes, params,
+                  meter.share())
+        rows.append(row)
+        log(f"  {scenario:<28} {row.msgs_per_s:>11,.0f} msgs/s  {row.elapsed_s:7.2f} s")
+
+    def pulls(h: BrokerHandle, cases: list[tuple[str, Callable[[], tuple[float, PullTotals]], dict[str, Any]]],
+              rec_size: int, min_requests: int = 0) -> None:
+        """Each pull scenario ``repeats`` times (reads are idempotent); the median run is reported."""
+        for name, fn, params in cases:
+            meter = CpuMeter(h.pid)
+            meter.start()
+            runs = []
+            for _ in range(repeats):
+                el, tot = fn()
+                _check(tot.messages == sizes.batch, f"{name} read {tot.messages} of {sizes.batch}")
+                _check(tot.requests >= min_requests, f"{name}: the broker capped each pull")
+                _check(tot.record_bytes == tot.messages * rec_size, f"{name}: every record read whole, once")
+                runs.append((el, tot))
+            el, tot = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+            add(name, h, "async", el, tot.requests, tot.messages, tot.body_bytes, tot.record_bytes, meter, **params,
+                short_pulls=tot.short_pulls, runs_s=[round(r[0], 4) for r in runs])
+
+    def appends(h: BrokerHandle, flush: str, c: RemotingClient) -> list[MessageQueue]:
+        suffix = "" if flush == "async" else "-sync"
+        c_single = c.message_queues(f"bench-single{suffix}")
+        c_batch = c.message_queues(f"bench-batch{suffix}")
+        c_threads = c.message_queues(f"bench-thread{suffix}")
+        meter = CpuMeter(h.pid)
+        meter.start()
+        el, req = append_single(c, c_single, sizes.single)
+        rs = record_size(c, c_single[0])
+        add("append single", h, flush, el, req, sizes.single, sizes.single * BODY_SIZE, sizes.single * rs, meter)
+        meter.start()
+        el, req = append_batch(c, c_batch, sizes.batch)
+        rs = record_size(c, c_batch[0])
+        add(f"append batch {BATCH}", h, flush, el, req, sizes.batch, sizes.batch * BODY_SIZE, sizes.batch * rs,
+            meter, batch=BATCH)
+        meter.start()
+        el, req = append_single_threads(c, c_threads, sizes.single)
+        rs = record_size(c, c_threads[0])
+        add(f"append single x{SENDER_THREADS} threads", h, flush, el, req, sizes.single,
+            sizes.single * BODY_SIZE, sizes.single * rs, meter, threads=SENDER_THREADS)
+        return c_batch
+
+    # 1) async flush: appends, then every pull scenario on the batched topic.
+    d_async = os.path.join(workdir, f"{broker}-async")
+    with _start(broker, launcher, d_async, log) as h:
+        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), flush=async, max 1024/pull")
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            _warm_up(c)
+            qs = appends(h, "async", c)
+            per_queue = {mq: 0 for mq in qs}
+            for i in range(-(-sizes.batch // BATCH)):
+                per_queue[qs[i % len(qs)]] += min(BATCH, sizes.batch - i * BATCH)
+            pulls(h, [
+                (f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL), {"max_nums": MAX_PULL}),
+                (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
+                 {"max_nums": MAX_PULL, "decode": True}),
+                (f"pull pipelined {MAX_PULL} d{PIPELINE_DEPTH}",
+                 lambda: pull_pipelined(c, qs, per_queue, MAX_PULL, PIPELINE_DEPTH),
+                 {"max_nums": MAX_PULL, "depth_per_queue": PIPELINE_DEPTH}),
+            ], record_size(c, qs[0]))
+        finally:
+            c.close()
+
+    # 2) the same store reopened by a broker capped at 32 messages per pull.
+    with _start(broker, launcher, d_async, log, max_pull_messages=REAL_BROKER_CAP) as h:
+        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), same store, max {REAL_BROKER_CAP}/pull")
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            _warm_up(c)
+            qs = c.message_queues("bench-batch")
+            pulls(h, [
+                (f"pull seq cap {REAL_BROKER_CAP}", lambda: pull_sequential(c, qs, MAX_PULL),
+                 {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
+                (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
+                 lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
+                 {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP,
+                  "depth_per_queue": PIPELINE_DEPTH_CAPPED}),
+            ], record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
+        finally:
+            c.close()
+
+    # 3) sync flush (fsync before each send is answered; concurrent sends share an fsync).
+    with _start(broker, launcher, os.path.join(workdir, f"{broker}-sync"), log, flush="sync") as h:
+        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), flush=sync")
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            _warm_up(c)
+            appends(h, "sync", c)
+        finally:
+            c.close()
+    return rows
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def format_table(rows: list[Row]) -> str:
+    head = ["scenario", "broker", "flush", "msgs", "requests", "elapsed s", "msgs/s", "body MB/s", "wire MB/s",
+            "noise"]
+    body = []
+    for r in rows:
+        body.append([r.scenario, f"{r.broker}/{r.launcher}" if r.broker != r.launcher else r.broker, r.flush,
+                     f"{r.messages:,}", f"{r.requests:,}", f"{r.elapsed_s:.3f}", f"{r.msgs_per_s:,.0f}",
+                     f"{r.body_mb_s:.2f}", f"{r.record_mb_s:.2f}",
+                     "?" if r.other_cpu_share is None else f"{100 * r.other_cpu_share:.0f}%"])
+    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(len(head))]
+    left = {0, 1, 2}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    out = [line(head), line(["-" * w for w in widths])]
+    prev = None
+    for r, b in zip(rows, body):
+        if prev is not None and prev != r.broker:
+            out.append("")
+        prev = r.broker
+        out.append(line(b))
+    return "\n".join(out)
+
+
+def _sort_key(r: Row) -> tuple[int, int, int]:
+    order = {"process": 0, "thread": 1}
+    kind = 0 if r.scenario.startswith("append") else 1
+    flush = 0 if r.flush == "async" else 1
+    return order.get(r.broker, 2), kind, flush if kind == 0 else 0
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+    try:
+        info["cpu_affinity"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    info["cpu_model"] = ln.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            info["mem_total_kb"] = int(f.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return info
+
+
+def _cpu_snapshot() -> tuple[float, float] | None:
+    """(CPU seconds the whole machine was busy, CPU seconds of this process and its reaped children)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait
+    t = os.times()
+    return busy / hz, t.user + t.system + t.children_user + t.children_system
+
+
+def foreign_cpu(start: tuple[float, float] | None, end: tuple[float, float] | None, wall: float) -> dict[str, float]:
+    """CPU time other processes used during the run: a noisy neighbour skews every figure."""
+    if start is None or end is None or wall <= 0:
+        return {}
+    other = max(0.0, (end[0] - start[0]) - (end[1] - start[1]))
+    return {"other_processes_cpu_s": round(other, 1),
+            "other_processes_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3)}
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=5,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elapsed_s: float, path: str,
+               baseline: dict[str, Any] | None = None, machine: dict[str, Any] | None = None) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    doc = {
+        "benchmark": "broker",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "git_commit": _git_commit(),
+        "machine": machine or machine_info(),
+        "setup": {
+            "body_size": BODY_SIZE,
+            "properties": PROPS.replace("\x01", "=").replace("\x02", ";"),
+            "queues": 4,
+            "batch": BATCH,
+            "sender_threads": SENDER_THREADS,
+            "max_pull": MAX_PULL,
+            "real_broker_cap": REAL_BROKER_CAP,
+            "pipeline_depth_per_queue": PIPELINE_DEPTH,
+            "pipeline_depth_per_queue_capped": PIPELINE_DEPTH_CAPPED,
+            "messages": asdict(sizes),
+            "pull_repeats": repeats,
+            "units": "MB = 1e6 bytes; body MB/s counts message bodies, wire MB/s whole stored records "
+                     "(the bytes a pull carries); elapsed is wall time of the client loop",
+        },
+        "baseline": baseline or {},
+        "total_elapsed_s": round(elapsed_s, 2),
+        "results": [r.to_json() for r in rows],
+    }
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+# -- profiling ------------------------------------------------------------------------------
+
+
+def profile(sizes: Sizes, workdir: str, out_dir: str, top: int = 20) -> str:
+    """cProfile of the broker's event-loop thread during a batched append and the pulls."""
+    import pstats
+
+    os.makedirs(out_dir, exist_ok=True)
+    report: list[str] = []
+    with start_broker("mp", os.path.join(workdir, "profile")) as h:
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            _warm_up(c)
+            qs = c.message_queues("bench-batch")
+            phases: list[tuple[str, Callable[[], Any]]] = [
+                ("append-batch", lambda: append_batch(c, qs, sizes.batch)),
+                ("pull-seq-1024", lambda: pull_sequential(c, qs, MAX_PULL)),
+                ("pull-seq-32", lambda: pull_sequential(c, qs, REAL_BROKER_CAP)),
+                ("append-single", lambda: append_single(c, c.message_queues("bench-single"), sizes.single)),
+            ]
+            for name, fn in phases:
+                path = os.path.join(out_dir, f"broker-profile-{name}.prof")
+                h.profile_start()
+                el, _ = fn()
+                h.profile_stop(path)
+                report.append(summarize_profile(pstats.Stats(path), name, el, top))
+        finally:
+            c.close()
+    return "\n\n".join(report)
+
+
+def summarize_profile(st: Any, name: str, elapsed: float, top: int) -> str:
+    """Self time per function, in % of the broker loop thread's CPU time (epoll waits excluded)."""
+    stats = st.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    idle = sum(v[2] for k, v in stats.items() if "epoll" in k[2] or "kqueue" in k[2])
+    busy = sum(v[2] for v in stats.values()) - idle
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def label(k: tuple[str, int, str]) -> str:
+        file, line, func = k
+        if file == "~":
+            return func
+        f = os.path.relpath(file, root) if file.startswith(root) else "/".join(file.split("/")[-2:])
+        return f"{f}:{line}:{func}"
+
+    lines = [(f"== {name}: {elapsed:.2f}s wall (profiled), broker loop thread CPU {busy:.2f}s; "
+              "% of that CPU time (cProfile with a thread-CPU clock; it inflates call-heavy code) ==")]
+    lines.append(f"{'self%':>6} {'cum%':>6} {'calls':>9}  function")
+    ranked = sorted(((k, v) for k, v in stats.items() if not ("epoll" in k[2] or "kqueue" in k[2])),
+                    key=lambda kv: kv[1][2], reverse=True)
+    for k, (_cc, nc, tt, ct, _callers) in ranked[:top]:
+        lines.append(f"{100 * tt / busy:6.1f} {100 * ct / busy:6.1f} {nc:>9,}  {label(k)}")
+    by_file: dict[str, float] = {}
+    for k, v in stats.items():
+        if "epoll" in k[2] or "kqueue" in k[2]:
+            continue
+        f = k[0]
+        key = os.path.relpath(f, root) if f.startswith(root) else ("builtins" if f == "~" else
+                                                                   "stdlib/" + os.path.basename(f))
+        by_file[key] = by_file.get(key, 0.0) + v[2]
+    lines.append("self time by file: " + ", ".join(
+        f"{f} {100 * t / busy:.0f}%" for f, t in sorted(by_file.items(), key=lambda x: -x[1])[:8]))
+    return "\n".join(lines)
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.broker", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="10x fewer messages (whole run well under 30 s)")
+    p.add_argument("--broker", choices=("process", "thread", "both"), default=None,
+                   help="where the broker runs: a child process (as users run it), a thread of the "
+                        "benchmark process (shared GIL), or both (default: both; process with --quick)")
+    p.add_argument("--launcher", choices=("auto", "cli", "mp"), default="auto",
+                   help="how the process broker starts: the rocketmq_spark.cli broker command, or "
+                        "EmbeddedBroker in a multiprocessing child (auto: cli when present)")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of the figures: cProfile the broker loop thread during batched append, "
+                        "sequential pull and single sends (writes results/broker-profile-*.prof)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each pull scenario; the median is reported (default 3)")
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "broker.json"), help="JSON results path")
+
+
+def run(args: argparse.Namespace) -> int:
+    sizes = QUICK if args.quick else FULL
+    workdir = tempfile.mkdtemp(prefix="rocketmq-bench-")
+    try:
+        if args.profile:
+            text = profile(sizes, workdir, RESULTS_DIR)
+            print(text)
+            with open(os.path.join(RESULTS_DIR, "broker-profile.txt"), "w") as f:
+                f.write(text + "\n")
+            return 0
+        placement = args.broker or ("process" if args.quick else "both")
+        placements = ["process", "thread"] if placement == "both" else [placement]
+        load_start = os.getloadavg()
+        cpu_start = _cpu_snapshot()
+        t0 = time.perf_counter()
+        rows: list[Row] = []
+        for placement in placements:
+            rows += run_suite(placement, sizes, workdir, launcher=args.launcher, repeats=args.repeat)
+        rtt = {placement: round(loopback_rtt_us(placement), 1) for placement in placements}
+        total = time.perf_counter() - t0
+        noise = foreign_cpu(cpu_start, _cpu_snapshot(), total)
+        rows.sort(key=_sort_key)
+        mi = machine_info()
+        mi["loadavg_at_start"] = [round(x, 2) for x in load_start]
+        mi.update(noise)
+        print()
+        print(f"broker benchmark ({'quick' if args.quick else 'full'}): {BODY_SIZE}-byte bodies, 4 queues, "
+              f"{mi['cpu_count']} CPUs, Python {mi['python_version']}, load average "
+              f"{load_start[0]:.2f} at start / {mi.get('loadavg', [0])[0]:.2f} at end; MB = 1e6 bytes")
+        print(format_table(rows))
+        print("wire MB/s counts whole stored records (what a pull carries); pulls: median of "
+              f"{args.repeat} runs; noise: share of the CPUs other processes used meanwhile")
+        print("floor, a raw 64-byte TCP ping-pong over loopback: "
+              + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
+        if noise:
+            print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
+                  f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): figures are skewed when that is high")
+        print(f"total {total:.1f}s")
+        write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total, path=args.out,
+                   baseline={"loopback_tcp_rtt_us": rtt}, machine=mi)
+        print(f"results written to {os.path.relpath(args.out)}")
+        return 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
