@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..remoting.message import (
     decode_batch,
     decode_properties,
     decode_record,
+    iter_records,
     encode_properties,
     java_string_hash,
     offset_msg_id,
@@ -840,32 +841,29 @@ class Broker:
         if op is not None:
             # Every op that ends a half at/after `start` was stored after that half.
             first_ts = half.entry(start)[3]
-            o = op.offset_by_time(first_ts)
-            while o < op.max_offset:
-                res = self.store.get(OP_TOPIC, 0, o, 1024, 1 << 30)
-                if not res.records:
-                    break
-                for raw in res.records:
-                    rec = decode_record(raw)
-                    try:
-                        ended.add(int(rec.body.decode()))
-                    except ValueError:
-                        pass
-                o = res.next_offset
-        o = start
-        while o < half.max_offset:
-            res = self.store.get(HALF_TOPIC, 0, o, 1024, 1 << 30)
-            if not res.records:
-                break
-            for raw in res.records:
-                rec = decode_record(raw)
-                if rec.queue_offset not in ended:
-                    self.pending_tx[rec.queue_offset] = _Pending(
-                        rec.queue_offset, rec.physical_offset, rec.total_size,
-                        rec.properties.get(PropertyKey.PGROUP, ""), rec.store_timestamp)
-            o = res.next_offset
+            for rec in self._scan(OP_TOPIC, 0, op.offset_by_time(first_ts)):
+                try:
+                    ended.add(int(rec.body.decode()))
+                except ValueError:
+                    pass
+        for rec in self._scan(HALF_TOPIC, 0, start):
+            if rec.queue_offset not in ended:
+                self.pending_tx[rec.queue_offset] = _Pending(
+                    rec.queue_offset, rec.physical_offset, rec.total_size,
+                    rec.properties.get(PropertyKey.PGROUP, ""), rec.store_timestamp)
         if self.pending_tx:
             log.info("recovered %d open transactions", len(self.pending_tx))
+
+    def _scan(self, topic: str, queue_id: int, start: int) -> Iterator[MessageRecord]:
+        """Every record of an internal queue from ``start`` (recovery of open work)."""
+        o = start
+        while True:
+            res = self.store.get(topic, queue_id, o, 1024, 1 << 30)
+            if not res.records:
+                return
+            for block in res.records:
+                yield from iter_records(block)
+            o = res.next_offset
 
     def _save_tx_progress(self) -> None:
         half = self.store.find_queue(HALF_TOPIC, 0)
@@ -1000,35 +998,22 @@ class Broker:
         done_q = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE)
         if done_q is not None:
             # A marker for an entry at/after `start` was stored after that entry.
-            o = done_q.offset_by_time(sched.entry(start)[3])
-            while o < done_q.max_offset:
-                res = self.store.get(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, o, 1024, 1 << 30)
-                if not res.records:
-                    break
-                for raw in res.records:
-                    try:
-                        done.add(int(decode_record(raw).body.decode()))
-                    except ValueError:
-                        pass
-                o = res.next_offset
-        o = start
-        while o < sched.max_offset:
-            res = self.store.get(SCHEDULE_TOPIC, SCHEDULE_QUEUE, o, 1024, 1 << 30)
-            if not res.records:
-                break
-            for raw in res.records:
-                rec = decode_record(raw)
-                if rec.queue_offset in done:
-                    continue
-                if PropertyKey.REAL_TOPIC not in rec.properties:
-                    log.warning("schedule queue entry %d has no REAL_TOPIC; ignoring it", rec.queue_offset)
-                    continue
+            for rec in self._scan(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, done_q.offset_by_time(sched.entry(start)[3])):
                 try:
-                    due = int(rec.properties.get(TIMER_OUT_MS, "0"))
+                    done.add(int(rec.body.decode()))
                 except ValueError:
-                    due = 0  # unreadable due time: deliver it now rather than never
-                self._add_delayed(_Delayed(rec.queue_offset, due, rec.physical_offset, rec.total_size))
-            o = res.next_offset
+                    pass
+        for rec in self._scan(SCHEDULE_TOPIC, SCHEDULE_QUEUE, start):
+            if rec.queue_offset in done:
+                continue
+            if PropertyKey.REAL_TOPIC not in rec.properties:
+                log.warning("schedule queue entry %d has no REAL_TOPIC; ignoring it", rec.queue_offset)
+                continue
+            try:
+                due = int(rec.properties.get(TIMER_OUT_MS, "0"))
+            except ValueError:
+                due = 0  # unreadable due time: deliver it now rather than never
+            self._add_delayed(_Delayed(rec.queue_offset, due, rec.physical_offset, rec.total_size))
         if self.pending_delay:
             log.info("recovered %d delayed messages waiting for delivery", len(self.pending_delay))
 

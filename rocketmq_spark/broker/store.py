@@ -110,7 +110,8 @@ class Stored:
 
 @dataclass(slots=True)
 class GetResult:
-    """What a pull found. ``records`` are stored bytes, served as they are."""
+    """What a pull found: ``records`` are blocks of stored records (end to end, served as
+    they are), ``count`` the number of messages in them."""
 
     status: str  # FOUND | NO_NEW | NO_MATCHED | OFFSET_TOO_SMALL | OFFSET_OVERFLOW | NO_QUEUE
     next_offset: int
@@ -653,8 +654,9 @@ class MessageStore:
         scanned = 0
         scan_cap = max_count if tag_filter is None else self.config.max_filter_scan
         cl = self.commitlog
-        while cur < hi and len(records) < max_count and scanned < scan_cap:
-            raw = cq.read(cur, min(scan_cap - scanned, max(max_count - len(records), 32)))
+        count = 0
+        while cur < hi and count < max_count and scanned < scan_cap:
+            raw = cq.read(cur, min(scan_cap - scanned, max(max_count - count, 32)))
             if not raw:
                 break
             entries = list(CQ_ENTRY.iter_unpack(raw))
@@ -673,7 +675,7 @@ class MessageStore:
                 run_bytes = size
                 while (j < len(entries) and entries[j][0] == run_end
                        and tag_filter is None
-                       and len(records) + (j - i) < max_count
+                       and count + (j - i) < max_count
                        and total + run_bytes + entries[j][1] <= max_bytes):
                     run_end += entries[j][1]
                     run_bytes += entries[j][1]
@@ -683,26 +685,25 @@ class MessageStore:
                     break
                 blob = cl.read(pos, run_end - pos)
                 if tag_filter is None:
-                    p = 0
-                    for k in range(i, j):
-                        sz = entries[k][1]
-                        records.append(blob[p : p + sz])
-                        p += sz
+                    # A contiguous run is served as one block: records are already end to end.
+                    records.append(blob)
+                    count += j - i
                     total += len(blob)
                     cur += j - i
                 else:
                     if tag_filter(th, blob):
                         records.append(blob)
+                        count += 1
                         total += len(blob)
                     cur += 1
                 scanned += j - i
                 i = j
-                if len(records) >= max_count or scanned >= scan_cap:
+                if count >= max_count or scanned >= scan_cap:
                     break
             if stop:
                 break
         if records:
-            return GetResult("FOUND", cur, lo, hi, records, len(records))
+            return GetResult("FOUND", cur, lo, hi, records, count)
         return GetResult("NO_MATCHED" if cur > offset else "NO_NEW", cur, lo, hi, [])
 
     # -- retention and flushing -----------------------------------------------------
