@@ -598,7 +598,7 @@ class Broker:
         ext = req.ext_fields
         topic = ext.get("topic", "")
         queue_id = _int(ext, "queueId")
-        offset = _int(ext, "queueOffset")
+        _int(ext, "queueOffset")  # validated here, used by _pull_once
         cfg = self.topics.get(topic)
         if cfg is None:
             return req.response_to(ResponseCode.TOPIC_NOT_EXIST,

@@ -148,12 +148,21 @@ class RemotingClient:
             c.close()
 
     def _retrying(self, fn: Callable[[], T]) -> T:
+        """``fn()`` with bounded retries (attempts and time budget, exponential backoff) on
+        retriable faults; the first attempt runs without building the retry machinery."""
+        try:
+            return fn()
+        except RocketMQSparkError as exc:
+            if not exc.retriable or self.config.retries <= 1:
+                raise
+            log.debug("retrying after a transient fault: %s", exc)
         cfg = self.config
         for attempt in Retrying(
-            stop=stop_after_attempt(max(1, cfg.retries)) | stop_after_delay(cfg.retry_budget_s),
+            stop=stop_after_attempt(cfg.retries - 1) | stop_after_delay(cfg.retry_budget_s),
             wait=wait_exponential(multiplier=0.05, max=cfg.backoff_max_s),
             retry=retry_if_exception(_retriable),
             reraise=True,
+            before=lambda _state: time.sleep(0.05),
         ):
             with attempt:
                 return fn()
