@@ -137,3 +137,22 @@ def test_streaming_exactly_once_round_trip(spark, broker, client, tmp_path) -> N
     c = RemotingClient(broker.namesrv_addr)
     assert not broker.broker.pending_tx  # every half message was ended
     c.close()
+
+
+def test_delayed_rows_are_not_readable_before_their_time(spark, broker, client) -> None:
+    topic = "W_DELAY_FUTURE"
+    client.create_topic(topic, queues=1)
+    due = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=3)
+    spark.createDataFrame([("soon", due), ("now", None)], "body STRING, deliveryTimestamp TIMESTAMP") \
+        .write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr) \
+        .option("topic", topic).save()
+    q = client.message_queues(topic)[0]
+    due_ms = int(due.timestamp() * 1000)
+    if time.time() * 1000 < due_ms - 500:  # still well before the due time
+        assert [r.payload() for r in decode_records(client.pull(q, 0, 10).body)] == [b"now"]
+    deadline = time.monotonic() + 15
+    while client.max_offset(q) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    recs = decode_records(client.pull(q, 0, 10).body)
+    assert [r.payload() for r in recs] == [b"now", b"soon"]
+    assert recs[1].store_timestamp >= due_ms - 5
