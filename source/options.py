@@ -73,7 +73,8 @@ def _offsets_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dic
     out: dict[str, dict[str, int]] = {}
     for topic, queues in obj.items():
         if topic not in topics:
-            raise OptionError(name, raw, f"topic {topic!r} is not among the option topic {list(topics)}")
+            raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: topics of the option topic "
+                                          f"{list(topics)}")
         if not isinstance(queues, dict):
             raise OptionError(name, raw, f"accepted: {shape}")
         for key, off in queues.items():
@@ -148,7 +149,8 @@ class ReaderOptions:
         ending_raw = opts.get("endingOffsets", "latest")
         ending_json = None
         if stream and "endingOffsets" in opts:
-            raise OptionError("endingOffsets", ending_raw, "only batch reads (spark.read) accept endingOffsets")
+            raise OptionError("endingOffsets", ending_raw, "accepted only by batch reads (spark.read); a stream "
+                              "ends with its trigger")
         if ending_raw.strip().lower() == "latest":
             ending = "latest"
         else:
