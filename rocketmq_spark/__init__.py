@@ -30,6 +30,7 @@ __all__ = [
     "ProtocolError",
     "RemotingClient",
     "RocketMQDataSource",
+    "RocketMQOffsetCommitter",
     "RocketMQSparkError",
     "__version__",
     "register",
@@ -40,6 +41,7 @@ _LAZY = {
     "RemotingClient": ("rocketmq_spark.client.remoting", "RemotingClient"),
     "RocketMQDataSource": ("rocketmq_spark.datasource", "RocketMQDataSource"),
     "register": ("rocketmq_spark.datasource", "register"),
+    "RocketMQOffsetCommitter": ("rocketmq_spark.checkpoints.committer", "RocketMQOffsetCommitter"),
 }
 
 

@@ -1,0 +1,43 @@
+"""The listener-based committer: broker offsets reach the end, last batch included."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocketmq_spark import RocketMQOffsetCommitter
+from rocketmq_spark.remoting import BatchEntry
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, broker, client, tmp_path) -> None:
+    topic, group = "LISTEN_END", "g_listen"
+    qs = client.message_queues(topic)
+    for i in range(40):
+        client.send_batch(qs[i % 4], [BatchEntry(b"m%d" % i)])
+    committer = RocketMQOffsetCommitter(broker.namesrv_addr, group, topics=[topic])
+    spark.streams.addListener(committer)
+    try:
+        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+             .option("consumerGroup", group).option("startingOffsets", "earliest")
+             .option("maxMessagesPerTrigger", "15").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        maxes = [client.max_offset(m) for m in qs]
+        deadline = time.monotonic() + 30  # listener events are delivered asynchronously
+        while [client.query_consumer_offset(group, m) for m in qs] != maxes and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [client.query_consumer_offset(group, m) for m in qs] == maxes == [10, 10, 10, 10]
+        lag = committer.lag
+        assert {m: lag[m].messages_behind for m in qs} == {m: 0 for m in qs}
+        # more data arrives: the lag is measured in messages and in store time
+        client.send_batch(qs[0], [BatchEntry(b"late")])
+        time.sleep(0.05)
+        committer.commit({qs[0]: 10})
+        assert committer.lag[qs[0]].messages_behind == 1 and committer.lag[qs[0]].ms_behind >= 40
+    finally:
+        spark.streams.removeListener(committer)
