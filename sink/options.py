@@ -16,29 +16,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..client.remoting import parse_namesrv_addr
 from ..errors import OptionError
+from ..options import canonical_options, namesrv_list, positive_int
 
 __all__ = ["WriterOptions", "check_columns"]
 
-_KNOWN = {
-    "namesrvaddr": "namesrvAddr", "endpoints": "endpoints", "topic": "topic",
-    "producergroup": "producerGroup", "delivery": "delivery",
-    "maxbatchmessages": "maxBatchMessages", "maxbatchbytes": "maxBatchBytes",
-    "maxmessagesize": "maxMessageSize", "compressthreshold": "compressThreshold",
-    # Set by Spark for streaming writes; the exactly-once record lives under it.
-    "checkpointlocation": "checkpointLocation", "path": "path",
-}
-
-
-def _positive(name: str, raw: str) -> int:
-    try:
-        n = int(raw)
-    except ValueError:
-        raise OptionError(name, raw, "accepted: a positive integer") from None
-    if n <= 0:
-        raise OptionError(name, raw, "accepted: a positive integer")
-    return n
+_NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
+          "maxMessageSize", "compressThreshold")
+#: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
+_HIDDEN = ("checkpointLocation", "path")
 
 
 @dataclass(frozen=True)
@@ -55,23 +41,14 @@ class WriterOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
-        opts: dict[str, str] = {}
-        for key, value in options.items():
-            canon = _KNOWN.get(key.lower())
-            if canon is None:
-                accepted = sorted(set(_KNOWN.values()) - {"path", "checkpointLocation"})
-                raise OptionError(key, value, f"unknown option; accepted: {accepted}")
-            opts[canon] = str(value)
+        opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
         ns = opts.get("namesrvAddr")
         if not ns:
             if opts.get("endpoints"):
                 raise OptionError("endpoints", opts["endpoints"],
                                   "writing over gRPC is not available yet; give namesrvAddr")
             raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port)")
-        try:
-            namesrv = tuple(parse_namesrv_addr(ns))
-        except ValueError as exc:
-            raise OptionError("namesrvAddr", ns, f"accepted: host:port;host:port ({exc})") from None
+        namesrv = namesrv_list(ns)
         delivery = opts.get("delivery", "at-least-once").strip().lower()
         if delivery not in ("at-least-once", "exactly-once"):
             raise OptionError("delivery", opts["delivery"], "accepted: at-least-once or exactly-once")
@@ -80,10 +57,10 @@ class WriterOptions:
             topic=opts.get("topic") or None,
             producer_group=opts.get("producerGroup", "rocketmq-spark-producer"),
             exactly_once=delivery == "exactly-once",
-            max_batch_messages=_positive("maxBatchMessages", opts.get("maxBatchMessages", "512")),
-            max_batch_bytes=_positive("maxBatchBytes", opts.get("maxBatchBytes", str(1024 * 1024))),
-            max_message_size=_positive("maxMessageSize", opts.get("maxMessageSize", str(4 * 1024 * 1024))),
-            compress_threshold=_positive("compressThreshold", opts.get("compressThreshold", "4096")),
+            max_batch_messages=positive_int("maxBatchMessages", opts.get("maxBatchMessages", "512")),
+            max_batch_bytes=positive_int("maxBatchBytes", opts.get("maxBatchBytes", str(1024 * 1024))),
+            max_message_size=positive_int("maxMessageSize", opts.get("maxMessageSize", str(4 * 1024 * 1024))),
+            compress_threshold=positive_int("compressThreshold", opts.get("compressThreshold", "4096")),
             checkpoint_location=opts.get("checkpointLocation"),
         )
 

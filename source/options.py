@@ -11,41 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..client.remoting import parse_namesrv_addr
 from ..errors import OptionError
+from ..options import canonical_options, namesrv_list, parse_bool, positive_int
 
 __all__ = ["ReaderOptions"]
 
-_KNOWN = {
-    "namesrvaddr": "namesrvAddr", "endpoints": "endpoints", "topic": "topic",
-    "consumergroup": "consumerGroup", "subexpression": "subExpression",
-    "startingoffsets": "startingOffsets", "startingtimestamp": "startingTimestamp",
-    "consumefromwhere": "consumeFromWhere", "endingoffsets": "endingOffsets",
-    "maxmessagespertrigger": "maxMessagesPerTrigger", "commitoffsets": "commitOffsets",
-    "failondataloss": "failOnDataLoss", "minpartitions": "minPartitions",
-    "pullbatchsize": "pullBatchSize", "allowsharedgroup": "allowSharedGroup",
-    # Spark passes these for file-like sources; harmless here.
-    "path": "path",
-}
-
-
-def _bool(name: str, raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise OptionError(name, raw, "accepted: true or false")
-
-
-def _positive(name: str, raw: str) -> int:
-    try:
-        n = int(raw)
-    except ValueError:
-        raise OptionError(name, raw, "accepted: a positive integer") from None
-    if n <= 0:
-        raise OptionError(name, raw, "accepted: a positive integer")
-    return n
+_NAMES = (
+    "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
+    "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
+    "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup",
+)
+#: Spark passes these for file-like sources; harmless here.
+_HIDDEN = ("path",)
 
 
 def _timestamp(name: str, raw: str) -> int:
@@ -107,21 +84,13 @@ class ReaderOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
-        opts: dict[str, str] = {}
-        for key, value in options.items():
-            canon = _KNOWN.get(key.lower())
-            if canon is None:
-                raise OptionError(key, value, f"unknown option; accepted: {sorted(set(_KNOWN.values()) - {'path'})}")
-            opts[canon] = str(value)
+        opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
         ns = opts.get("namesrvAddr")
         endpoints = opts.get("endpoints")
         if not ns and not endpoints:
             raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) "
                               "unless endpoints is given")
-        try:
-            namesrv = tuple(parse_namesrv_addr(ns)) if ns else ()
-        except ValueError as exc:
-            raise OptionError("namesrvAddr", ns, f"accepted: host:port;host:port ({exc})") from None
+        namesrv = namesrv_list(ns) if ns else ()
         if endpoints and not ns:
             raise OptionError("endpoints", endpoints, "reading over gRPC is not available yet; give namesrvAddr")
         topic_raw = opts.get("topic", "")
@@ -137,7 +106,7 @@ class ReaderOptions:
         else:
             starting_json = _offsets_json("startingOffsets", starting_raw, topics)
             starting = "json"
-        commit = _bool("commitOffsets", opts.get("commitOffsets", "true"))
+        commit = parse_bool("commitOffsets", opts.get("commitOffsets", "true"))
         if stream and not group:
             raise OptionError("consumerGroup", None, "required for streaming reads (offsets are kept for it "
                               "on the broker)")
@@ -171,10 +140,10 @@ class ReaderOptions:
             consume_from_where=cfw,
             ending=ending,
             ending_json=ending_json,
-            max_messages_per_trigger=_positive("maxMessagesPerTrigger", max_per) if max_per else None,
+            max_messages_per_trigger=positive_int("maxMessagesPerTrigger", max_per) if max_per else None,
             commit_offsets=commit,
-            fail_on_data_loss=_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
-            min_partitions=_positive("minPartitions", min_parts) if min_parts else None,
-            pull_batch_size=_positive("pullBatchSize", opts.get("pullBatchSize", "1024")),
-            allow_shared_group=_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
+            fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
+            min_partitions=positive_int("minPartitions", min_parts) if min_parts else None,
+            pull_batch_size=positive_int("pullBatchSize", opts.get("pullBatchSize", "1024")),
+            allow_shared_group=parse_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
         )

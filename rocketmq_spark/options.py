@@ -1,0 +1,55 @@
+"""Parsing helpers shared by the reader's and the writer's options.
+
+Every error names the option, the value and what is accepted (:class:`OptionError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .client.remoting import parse_namesrv_addr
+from .errors import OptionError
+
+__all__ = ["canonical_options", "namesrv_list", "parse_bool", "positive_int"]
+
+
+def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
+                      hidden: Iterable[str] = ()) -> dict[str, str]:
+    """Case-insensitive keys -> their canonical spelling; unknown keys are rejected.
+
+    ``hidden`` names are accepted (Spark sets them) but not listed as accepted.
+    """
+    known = {n.lower(): n for n in (*names, *hidden)}
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        canon = known.get(key.lower())
+        if canon is None:
+            raise OptionError(key, value, f"unknown option; accepted: {sorted(names)}")
+        out[canon] = str(value)
+    return out
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise OptionError(name, raw, "accepted: true or false")
+
+
+def positive_int(name: str, raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise OptionError(name, raw, "accepted: a positive integer") from None
+    if n <= 0:
+        raise OptionError(name, raw, "accepted: a positive integer")
+    return n
+
+
+def namesrv_list(raw: str) -> tuple[str, ...]:
+    try:
+        return tuple(parse_namesrv_addr(raw))
+    except ValueError as exc:
+        raise OptionError("namesrvAddr", raw, f"accepted: host:port;host:port ({exc})") from None
