@@ -6,15 +6,13 @@ its due time, then be delivered once, in due-time order, across broker restarts.
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
+from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.broker.broker import SCHEDULE_TOPIC
@@ -241,23 +239,9 @@ def test_sync_flush_delayed_send(tmp_path) -> None:
             c.close()
 
 
-def _start_broker_process(data_dir: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketmq_spark.cli", "broker", "--data-dir", data_dir,
-         "--namesrv-port", "0", "--broker-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # first line: JSON with the addresses
-    if not line:
-        proc.kill()
-        raise AssertionError("broker process exited before printing its addresses")
-    return proc, json.loads(line)
-
-
 def test_sigkilled_broker_loses_no_delayed_message_and_delivers_none_twice(tmp_path) -> None:
     data = str(tmp_path / "data")
-    proc, addrs = _start_broker_process(data)
+    proc, addrs = start_broker_process(data)
     c = RemotingClient(addrs["namesrv"])
     try:
         q = c.message_queues("DELAY_KILL")[0]
@@ -269,14 +253,14 @@ def test_sigkilled_broker_loses_no_delayed_message_and_delivers_none_twice(tmp_p
         proc.kill()  # SIGKILL: no clean flush of offsets or checkpoint
         proc.wait(10)
         c.close()
-        proc, addrs = _start_broker_process(data)
+        proc, addrs = start_broker_process(data)
         c = RemotingClient(addrs["namesrv"])
         _wait_max(c, q, 3)
         assert [r.payload() for r in _records(c, q)] == [b"k1", b"k2", b"k3"]
         proc.kill()
         proc.wait(10)
         c.close()
-        proc, addrs = _start_broker_process(data)
+        proc, addrs = start_broker_process(data)
         c = RemotingClient(addrs["namesrv"])
         c.send(q, b"marker", "")  # a redelivery would be scheduled at start, before this
         assert [r.payload() for r in _records(c, q)] == [b"k1", b"k2", b"k3", b"marker"]

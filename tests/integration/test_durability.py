@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
@@ -18,20 +16,6 @@ from rocketmq_spark.errors import RocketMQSparkError
 from rocketmq_spark.remoting import BatchEntry, decode_records
 
 pytestmark = pytest.mark.integration
-
-
-def _start_broker_process(data_dir: str, *extra: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketmq_spark.cli", "broker", "--data-dir", data_dir,
-         "--namesrv-port", "0", "--broker-port", "0", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # first line: JSON with the addresses
-    if not line:
-        proc.kill()
-        raise AssertionError("broker process exited before printing its addresses")
-    return proc, json.loads(line)
 
 
 def _read_all(client: RemotingClient, topic: str) -> list[bytes]:
@@ -47,7 +31,7 @@ def _read_all(client: RemotingClient, topic: str) -> list[bytes]:
 
 def test_sigkill_during_sync_flushed_sends_loses_no_acknowledged_message(tmp_path) -> None:
     data = str(tmp_path / "data")
-    proc, addrs = _start_broker_process(data, "--flush", "sync")
+    proc, addrs = start_broker_process(data, "--flush", "sync")
     acked: list[bytes] = []
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -85,7 +69,7 @@ def test_sigkill_during_sync_flushed_sends_loses_no_acknowledged_message(tmp_pat
     assert len(acked) >= 600
     snapshot = set(acked)
 
-    proc, addrs = _start_broker_process(data)
+    proc, addrs = start_broker_process(data)
     try:
         c = RemotingClient(addrs["namesrv"])
         stored = _read_all(c, "KILL_TOPIC")
