@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from .connection import RemotingConnection
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr"]
+__all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
 
 T = TypeVar("T")
 
@@ -434,3 +435,65 @@ class RemotingClient:
         if not resp.body:
             return []
         return list(json.loads(resp.body).get("consumerIdList", []))
+
+    # -- admin views (CLI tools) -----------------------------------------------------
+
+    def cluster_brokers(self) -> dict[str, str]:
+        """Broker name -> master address of every broker the name servers know."""
+        resp = self._retrying(lambda: self._invoke_namesrv(
+            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
+        table = loads_lenient(resp.body).get("brokerAddrTable", {}) if resp.body else {}
+        out: dict[str, str] = {}
+        for name, data in sorted(table.items()):
+            addr = (data.get("brokerAddrs") or {}).get("0")
+            if addr:
+                self._broker_addrs[name] = addr
+                out[name] = addr
+        return out
+
+    def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_TOPIC_CONFIG (21): the broker's topic table, topic -> its config
+        (``readQueueNums``, ``writeQueueNums``, ``perm``, ...)."""
+        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "topic config list")
+        if not resp.body:
+            return {}
+        table = loads_lenient(resp.body).get("topicConfigTable") or {}
+        return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
+
+    def reset_offset_by_timestamp(self, group: str, topic: str, timestamp_ms: int, *,
+                                  force: bool = True) -> dict[MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222) on every broker serving ``topic``: each queue's
+        offset of ``group`` becomes the first offset stored at/after ``timestamp_ms`` (the max
+        offset when none, or when ``timestamp_ms`` is -1). The brokers also tell the group's
+        connected consumers. Returns the offsets the brokers set."""
+        route = self.route(topic, refresh=True)
+        out: dict[MessageQueue, int] = {}
+        for b in route.broker_datas:
+            addr = b.master_addr
+            if not addr:
+                continue
+            resp = self.invoke(addr, RemotingCommand(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields={
+                "topic": topic, "group": group, "timestamp": str(timestamp_ms),
+                "isForce": "true" if force else "false"}), f"reset offsets of group {group!r} on topic {topic!r}")
+            out.update(parse_offset_table(resp.body, default_broker=b.broker_name))
+        return out
+
+
+_MQ_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*(-?\d+)")
+
+
+def parse_offset_table(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, int]:
+    """``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:offset,...}}`` as fastjson
+    writes a ``Map<MessageQueue, Long>`` (object keys, not standard JSON) -> offsets."""
+    out: dict[MessageQueue, int] = {}
+    if not body:
+        return out
+    for m in _MQ_ENTRY.finditer(body.decode(errors="replace")):
+        try:
+            key = json.loads("{" + m.group(1) + "}")
+        except ValueError:
+            continue
+        if isinstance(key, dict) and "topic" in key and "queueId" in key:
+            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
+            out[mq] = int(m.group(2))
+    return out
