@@ -312,10 +312,40 @@ def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, p
         "msgId": uniq, "transactionId": uniq}, flag=2))
 
 
-def end_transactions(client: RemotingClient, producer_group: str, txns: list[Txn], *, commit: bool) -> None:
-    for t in txns:
+def end_transactions(client: RemotingClient, producer_group: str, txns: list[Txn], *, commit: bool,
+                     window: int = 256) -> None:
+    """END_TRANSACTION for every ``txns``, up to ``window`` in flight; already-ended ones are fine.
+
+    A request that fails is retried one by one (with the client's bounded retries).
+    """
+    pending: deque[tuple[Txn, Future[RemotingCommand]]] = deque()
+
+    def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
+        try:
+            resp = fut.result(client.config.request_timeout_s)
+            if resp.code == 0 or "no open transaction" in (resp.remark or ""):
+                return
+        except RocketMQSparkError:
+            pass
         client.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
                                queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
+
+    for t in txns:
+        req = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+            "producerGroup": producer_group, "tranStateTableOffset": str(t.queue_offset),
+            "commitLogOffset": str(t.commit_log_offset), "commitOrRollback": "8" if commit else "12",
+            "fromTransactionCheck": "0", "msgId": t.msg_id, "transactionId": t.msg_id})
+        addr = client.broker_addr(t.broker, t.topic)
+        try:
+            fut = client.connection(addr).send(req)
+        except RocketMQSparkError as exc:
+            fut = Future()
+            fut.set_exception(exc)
+        pending.append((t, fut))
+        while len(pending) > window:
+            settle(*pending.popleft())
+    while pending:
+        settle(*pending.popleft())
 
 
 def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:

@@ -374,6 +374,9 @@ class Broker:
             await asyncio.sleep(1.0)
             try:
                 self._check_transactions()
+                # Recovery starts its scan of half messages here; saving it once a second
+                # (not per END_TRANSACTION: min() over the open ones) only makes that scan longer.
+                self._save_tx_progress()
                 if self.config.retention_hours > 0:
                     self.store.delete_expired(int(self.config.retention_hours * 3600_000))
             except Exception:
@@ -901,8 +904,7 @@ class Broker:
         messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
                                    born_timestamp=int(time.time() * 1000), born_host=self._store_host))
         self.store.put(messages)
-        del self.pending_tx[pending.half_offset]
-        self._save_tx_progress()
+        del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
         resp = req.response_to()
         if self.config.flush == "sync" and self.flusher is not None:
             return self._after_flush(resp, self.store.commitlog.write_pos)
@@ -934,7 +936,6 @@ class Broker:
                 self.store.put([NewMessage(OP_TOPIC, 0, str(p.half_offset).encode(), "TAGS\x01d\x02",
                                            born_timestamp=int(now * 1000), born_host=self._store_host)])
                 del self.pending_tx[p.half_offset]
-                self._save_tx_progress()
                 continue
             producers = self.clients.producers(p.producer_group)
             if not producers:
