@@ -64,6 +64,7 @@ CQ_ENTRY = struct.Struct(">qiqq")
 _CQ_SIZE = CQ_ENTRY.size
 _HEAD = struct.Struct(">iiiiiqqiq")
 _TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
+_TAIL_LEN = struct.Struct(">iqi")  # ... and the body length that follows them
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _H16 = struct.Struct(">h")
@@ -294,6 +295,30 @@ class ConsumeQueue:
         os.pwrite(seg.fd, CQ_ENTRY.pack(pos, size, taghash, store_ts), off)
         seg.size = off + _CQ_SIZE
         self.max_offset = offset + 1
+        self.dirty = True
+
+    def append_many(self, entries: list[tuple[int, int, int, int]], store_ts: int) -> None:
+        """Append consecutive ``(offset, pos, size, taghash)`` entries, one write per segment."""
+        i = 0
+        while i < len(entries):
+            first = entries[i][0]
+            if first != self.max_offset:
+                raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
+                                 f"{self.max_offset}, got {first}")
+            if not self.segments or first >= self.segments[-1].start + self.seg_entries:
+                path = os.path.join(self.dir, f"{first:020d}")
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.segments.append(_Segment(first, path, fd, 0))
+                self._starts.append(first)
+            seg = self.segments[-1]
+            room = seg.start + self.seg_entries - first
+            part = entries[i : i + room]
+            data = b"".join(CQ_ENTRY.pack(pos, size, th, store_ts) for _, pos, size, th in part)
+            off = (first - seg.start) * _CQ_SIZE
+            os.pwrite(seg.fd, data, off)
+            seg.size = off + len(data)
+            self.max_offset = first + len(part)
+            i += len(part)
         self.dirty = True
 
     def read(self, offset: int, count: int) -> bytes:
@@ -551,33 +576,42 @@ class MessageStore:
     # -- writing ----------------------------------------------------------------------
 
     def put(self, messages: list[NewMessage]) -> list[Stored]:
-        """Append messages (one write per call) and index them. Returns where each landed."""
+        """Append messages (one commit-log write per call, one consume-queue write per queue)
+        and index them. Returns where each landed."""
         cl = self.commitlog
         now = int(time.time() * 1000)
         now = max(now, self._last_ts)  # store times never go backwards: searches stay sound
         self._last_ts = now
         store_host = self.store_host
+        now_store = _I64.pack(now) + store_host
         out: list[Stored] = []
         chunks: list[bytes] = []
         chunk_start = -1
         chunk_len = 0
-        pending: list[tuple[ConsumeQueue, int, int, int, int]] = []
-        next_offsets: dict[tuple[str, int], int] = {}
+        pending: dict[ConsumeQueue, list[tuple[int, int, int, int]]] = {}
+        next_offsets: dict[ConsumeQueue, int] = {}
+        last_key: tuple[str, int] | None = None
+        cq: ConsumeQueue | None = None
+        topic_b = b""
         for m in messages:
-            topic_b = m.topic.encode()
+            key = (m.topic, m.queue_id)
+            if key != last_key:  # batches share one topic and queue: look them up once
+                cq = self.queue(m.topic, m.queue_id)
+                topic_b = m.topic.encode()
+                last_key = key
+            assert cq is not None
             props_b = m.properties.encode()
+            body = m.body
             v2 = len(topic_b) > 127
             sys_flag = m.sys_flag & ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
             if len(m.born_host) == 20:
                 sys_flag |= SysFlag.BORN_HOST_V6
             if self._store_host_v6:
                 sys_flag |= SysFlag.STORE_HOST_V6
-            size = (_HEAD.size + len(m.born_host) + 8 + len(store_host) + _TAIL.size + 4
-                    + len(m.body) + (2 if v2 else 1) + len(topic_b) + 2 + len(props_b))
-            key = (m.topic, m.queue_id)
-            cq = self.queue(m.topic, m.queue_id)
-            qoff = next_offsets.get(key, cq.max_offset)
-            next_offsets[key] = qoff + 1
+            size = (_HEAD.size + len(m.born_host) + len(now_store) + _TAIL.size + 4
+                    + len(body) + (2 if v2 else 1) + len(topic_b) + 2 + len(props_b))
+            qoff = next_offsets.get(cq, cq.max_offset)
+            next_offsets[cq] = qoff + 1
             # Roll the segment between records if this one does not fit.
             if chunks and (chunk_start + chunk_len - cl.segments[-1].start) + size > cl.segment_size:
                 cl.write(chunk_start, b"".join(chunks))
@@ -588,34 +622,28 @@ class MessageStore:
                 pos = chunk_start
             else:
                 pos = chunk_start + chunk_len
-            record = b"".join((
-                _HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(m.body) & 0x7FFFFFFF,
+            chunks += (
+                _HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF,
                            m.queue_id, m.flag, qoff, pos, sys_flag, m.born_timestamp),
                 m.born_host,
-                _I64.pack(now),
-                store_host,
-                _TAIL.pack(m.reconsume_times, m.prepared_transaction_offset),
-                _I32.pack(len(m.body)),
-                m.body,
+                now_store,
+                _TAIL_LEN.pack(m.reconsume_times, m.prepared_transaction_offset, len(body)),
+                body,
                 _H16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)),
                 topic_b,
                 _H16.pack(len(props_b)),
                 props_b,
-            ))
-            chunks.append(record)
+            )
             chunk_len += size
             tag = _tag_of(m.properties)
-            pending.append((cq, qoff, pos, size, java_string_hash(tag) if tag else 0))
+            pending.setdefault(cq, []).append((qoff, pos, size, java_string_hash(tag) if tag else 0))
             out.append(Stored(m.queue_id, qoff, pos, size, now))
         if chunks:
             cl.write(chunk_start, b"".join(chunks))
-        touched: dict[tuple[str, int], int] = {}
-        for cq, qoff, pos, size, th in pending:
-            cq.append(qoff, pos, size, th, now)
-            touched[(cq.topic, cq.queue_id)] = cq.max_offset
-        for (topic, qid), max_off in touched.items():
+        for q, entries in pending.items():
+            q.append_many(entries, now)
             for listener in self.listeners:
-                listener(topic, qid, max_off)
+                listener(q.topic, q.queue_id, q.max_offset)
         return out
 
     # -- reading ----------------------------------------------------------------------
