@@ -7,6 +7,7 @@ timestamp[us, tz=UTC], list<string>, map<string,string>, all nullable).
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -177,28 +178,34 @@ def decode_to_batch_reference(
 
 # -- the vectorised decoder -------------------------------------------------------------------
 #
-# All the records of a call go through a fixed sequence of numpy / pyarrow kernels; there is
+# All the records of a call go through one fixed sequence of numpy / pyarrow kernels; there is
 # no per-record Python on the fast path:
 #
-# 1. The chunks are joined into one buffer. Record starts are the positions of the magic
-#    (a byte scan for its first byte, then the whole int32 checked) when they chain exactly:
-#    start[0] = 0, start[i] + totalSize[i] = start[i + 1], the last record ends the buffer.
-#    Otherwise (a body holding a magic) a Python loop over the sizes finds them.
-# 2. The fixed 88-byte heads (IPv4 hosts) are gathered as opaque 88-byte items from a
-#    stride-1 view of the buffer and viewed through a structured dtype: every fixed-offset
-#    field becomes a big-endian numpy column.
-# 3. Body, topic and properties are ranges of the buffer. A binary array over the buffer
-#    itself, whose offsets interleave [body, gap, topic, gap, properties, gap] per record, is
-#    built from buffers; one ``take`` copies bodies, topics and properties out.
+# 1. The chunks are joined into one (reused, per-thread) buffer. Record starts are the
+#    positions of the magic (a byte scan for its first byte, 8 bytes at a time, then the whole
+#    int32 checked) when they chain exactly: start[0] = 0, start[i] + totalSize[i] =
+#    start[i + 1], the last record ends the buffer. Otherwise (a body holds a magic) a Python
+#    loop over the sizes finds them.
+# 2. The fixed 88-byte heads (IPv4 hosts) are gathered as opaque 88-byte items from a stride-1
+#    view of the buffer and seen through a structured dtype: every fixed-offset field becomes a
+#    big-endian numpy column.
+# 3. Body, topic and properties are ranges of the buffer: a binary array over the buffer itself,
+#    whose offsets interleave [body, gap, topic, gap, properties, gap] per record, is built
+#    from buffers, and one ``take`` copies the bodies, topics and properties out.
 # 4. Properties: the positions of \x01 and \x02 in the properties bytes give each item's key
 #    and value ranges (the item's first \x01 splits it). A string array over those bytes that
-#    interleaves [key, \x01, value, \x02] per item gives the keys (one ``take``), classified
-#    by ``index_in`` against the system keys; a second ``take`` copies the TAGS, KEYS and
+#    interleaves [key, \x01, value, \x02] per item gives the keys (a ``take``), which
+#    ``index_in`` classifies against the system keys; a second ``take`` copies the TAGS, KEYS and
 #    UNIQ_KEY values (the last of each per record, as the reference keeps) and the user items.
 #
-# Records this layout does not cover (IPv6 hosts, V2 magic) make their chunks go through the
-# reference decoder; compressed bodies are inflated one by one; anything malformed goes to the
-# reference decoder, so errors are the reference's.
+# Records this layout does not cover (IPv6 hosts, V2 magic) send their chunks to the reference
+# decoder; compressed bodies are inflated one by one; anything malformed goes to the reference
+# decoder, so errors are the reference's.
+#
+# Cost (see benchmarks/client_decode.py): a call pays ~0.3 ms of kernel launches, then about a
+# microsecond per record on a slow core, most of it in the byte scans (magic, separators), the
+# three takes and index_in; hence SMALL_INPUT_BYTES, and callers should pass thousands of
+# records per call.
 
 _FIXED = 88  # the fixed part of a record with IPv4 hosts, up to and including bodyLength
 _MIN_RECORD = _FIXED + 1 + 2  # + topic length byte + properties length
@@ -206,6 +213,8 @@ _MAX_FAST_BYTES = 1 << 30  # Arrow int32 offsets over the joined buffer; larger 
 #: Below this many input bytes the reference decoder is used: it is faster on a few records
 #: (the fast path costs a fixed few hundred microseconds of kernel calls).
 SMALL_INPUT_BYTES = 16 * 1024
+#: Inputs larger than this are decoded in blocks of about this size (whole chunks), then joined.
+BLOCK_BYTES = 4 << 20
 
 _HDR = np.dtype(
     {
@@ -217,6 +226,7 @@ _HDR = np.dtype(
     }
 )
 _V88 = np.dtype((np.void, _FIXED))
+_LITTLE = sys.byteorder == "little"
 _MAGIC_BYTE0 = (MAGIC_V1 >> 24) & 0xFF  # 0xDA, as in V2
 _MAGIC_ANY = MAGIC_V1 | 0x0C  # V1 (..A7) and V2 (..AB) both give ..AF
 _MAGIC_V1_LOW = MAGIC_V1 & 0xFF
@@ -233,7 +243,9 @@ _KEY_SET = pa.array(["TAGS", "KEYS", "UNIQ_KEY"]
 _EMPTY_STRINGS = pa.array([], pa.string())
 
 _arange_cache = np.arange(1 << 16, dtype=np.int64)
+_arange_cache.setflags(write=False)
 _cache: dict[tuple[object, ...], object] = {}  # small arrays that depend on the row count only
+_CACHE_MAX_ROWS = 1 << 14
 
 
 class _Scratch(threading.local):
@@ -268,13 +280,17 @@ def _arange(n: int) -> np.ndarray:
     global _arange_cache
     if n > len(_arange_cache):
         _arange_cache = np.arange(2 * n, dtype=np.int64)
+        _arange_cache.setflags(write=False)
     return _arange_cache[:n]
 
 
-def _cached(key: tuple[object, ...], make: Callable[[], object]) -> object:
+def _cached(key: tuple[object, ...], make: Callable[[], object], rows: int) -> object:
+    """``make()``, kept for the next calls when it is small (it depends on ``rows`` only)."""
+    if rows > _CACHE_MAX_ROWS:
+        return make()
     value = _cache.get(key)
     if value is None:
-        if len(_cache) >= 256:
+        if len(_cache) >= 64:
             _cache.clear()
         value = _cache[key] = make()
     return value
@@ -304,8 +320,11 @@ def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None
     total = sum(len(c) for c in parts)
     if total < SMALL_INPUT_BYTES:
         return decode_to_batch_reference(parts, broker, end)
-    if total > _MAX_FAST_BYTES:
-        return _concat([decode_to_batch(g, broker, end) for g in _groups(parts, _MAX_FAST_BYTES)])
+    if total > BLOCK_BYTES and len(parts) > 1:
+        # blocks of about BLOCK_BYTES keep the temporaries cache-sized (and clear of fresh pages)
+        return _concat([decode_to_batch(g, broker, end) for g in _groups(parts, BLOCK_BYTES)])
+    if total > _MAX_FAST_BYTES:  # one huge chunk
+        return decode_to_batch_reference(parts, broker, end)
     try:
         return _decode_fast(parts, broker, end)
     except _Malformed:
@@ -355,9 +374,15 @@ def _record_starts(buf: bytes | memoryview, u8: np.ndarray, n: int) -> np.ndarra
     # a record starting at p has its magic at p + 4, p <= n - _MIN_RECORD; scan whole uint64 words
     span = (n - _MIN_RECORD + 8) & ~7
     hit = np.equal(u8[4 : 4 + span], _MAGIC_BYTE0, out=_scratch.mask(0, span))
-    words = np.flatnonzero(np.not_equal(hit.view(np.uint64), 0, out=_scratch.mask(1, span >> 3)))
-    within = np.flatnonzero(hit.reshape(-1, 8)[words])
-    cand = words[within >> 3] * 8 + (within & 7)
+    w64 = hit.view(np.uint64)
+    words = np.flatnonzero(np.not_equal(w64, 0, out=_scratch.mask(1, span >> 3)))
+    hits = w64[words]
+    single = (hits & (hits - np.uint64(1))) == 0  # one 0xDA in the word: 1 << 8j, j = log2 / 8
+    if _LITTLE and single.all():
+        cand = words * 8 + (np.log2(hits.astype(np.float64)).astype(np.int64) >> 3)
+    else:
+        within = np.flatnonzero(hit.reshape(-1, 8)[words])
+        cand = words[within >> 3] * 8 + (within & 7)
     cand = cand[: np.searchsorted(cand, n - _MIN_RECORD, "right")]
     i32 = np.ndarray((n - 3,), ">i4", buf, 0, (1,))  # an int32 at every byte
     cand = cand[(i32[cand + 4] | 0x0C) == _MAGIC_ANY]
@@ -397,10 +422,11 @@ def _host_name(v: int) -> str:
 def _repeat_string(text: str, n: int) -> pa.Array:
     def make() -> pa.Array:
         raw = text.encode()
-        offsets = np.arange(0, len(raw) * n + 1, len(raw) or 1, dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
+        offsets = np.arange(n + 1, dtype=np.int32)
+        offsets *= len(raw)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
-    return _cached(("repeat", text, n), make)  # type: ignore[return-value]
+    return _cached(("repeat", text, n), make, n)
 
 
 _take_fn = pc.get_function("array_take")
@@ -418,8 +444,8 @@ def _int32s(a: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int32(), len(a), [None, pa.py_buffer(a)])
 
 
-def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType = pa.string()) -> pa.Array:
-    return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType | None = None) -> pa.Array:
+    return pa.Array.from_buffers(typ or pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _host_column(raw: np.ndarray) -> pa.Array:
@@ -449,12 +475,17 @@ def _take3(k: int) -> pa.Array:
         six = np.arange(0, 6 * k, 6, dtype=np.int32)
         return _int32s(np.concatenate([six, six + 2, six + 4]))
 
-    return _cached(("take3", k), make)  # type: ignore[return-value]
+    return _cached(("take3", k), make, k)
 
 
 def _steps(n: int, step: int) -> np.ndarray:
     """np.arange(0, n * step, step) as int32 (shared, read-only)."""
-    return _cached(("steps", n, step), lambda: np.arange(0, n * step, step, dtype=np.int32))  # type: ignore
+    def make() -> np.ndarray:
+        out = np.arange(0, n * step, step, dtype=np.int32)
+        out.setflags(write=False)
+        return out
+
+    return _cached(("steps", n, step), make, n)  # type: ignore[return-value]
 
 
 def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.RecordBatch:
@@ -680,8 +711,8 @@ def _properties(
     uniq = got.slice(2 * k, k)
     entries = pa.StructArray.from_arrays([got.slice(3 * k, n_user), got.slice(3 * k + n_user, n_user)],
                                          fields=_ENTRY)
-    props = pa.Array.from_buffers(_PROPS_TYPE, k, [None, pa.py_buffer(np.searchsorted(user, bounds).astype(np.int32))],
-                                  children=[entries])
+    user_off = np.searchsorted(user, bounds).astype(np.int32)  # user items before each record
+    props = pa.Array.from_buffers(_PROPS_TYPE, k, [None, pa.py_buffer(user_off)], children=[entries])
     return got.slice(0, k), _keys_column(got.slice(k, k), k), props, None if uniq.null_count == k else uniq
 
 

@@ -1,0 +1,336 @@
+"""Client decode benchmark: pull bodies already in memory -> Arrow RecordBatches, on one core.
+
+Records have 100-byte bodies and typical properties (TAGS, KEYS, UNIQ_KEY, one or two user
+properties), IPv4 hosts (8 producers, one broker): about 300 bytes per stored record. They are
+laid out in pull bodies ("chunks") of 1024 records (the most a pull returns here) or of 32 (a
+real broker's cap), and decoded with ``decode_to_batch(chunks, broker)`` a given number of
+records per call (the reader calls it once per pull body today; see PLAN)::
+
+    fast        source.arrow.decode_to_batch: the vectorised numpy + pyarrow decoder
+    reference   source.arrow.decode_to_batch_reference: the per-record Python loop (on a subset)
+    read        the floor: the same bytes copied once per call (bytes join of the call's chunks,
+                bytearray(chunk) for one chunk per call), no decoding at all
+
+Before timing, the fast decoder's batches are checked equal to the reference's.
+
+``python -m benchmarks.client_decode [--quick] [--messages N] [--repeat R] [--out PATH]``;
+results go to ``benchmarks/results/client_decode.json``. Times are wall clock, the best of R
+runs (the median is kept too), with the process CPU time beside them: on a shared machine
+cpu/wall < 1 means the core was taken by others part of the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import itertools
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from rocketmq_spark.source.arrow import (
+    ARROW_SCHEMA,
+    SMALL_INPUT_BYTES,
+    decode_to_batch,
+    decode_to_batch_reference,
+)
+
+from rocketmq_spark.remoting import encode_properties, encode_record
+
+BODY_SIZE = 100
+UNIQUE = 4096  # distinct records encoded; the rest are copies with their own queue/physical offsets
+BROKER = "broker-a"
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+MB = 1_000_000
+TARGET = 1_000_000  # messages/s on one core
+
+
+def build_records(n: int, seed: int = 7) -> tuple[bytes, np.ndarray]:
+    """n encoded records end to end (queue offsets 0..n-1) and the start of each (plus the end)."""
+    rnd = random.Random(seed)
+    recs = []
+    for i in range(min(n, UNIQUE)):
+        props: dict[str, str] = {
+            "TAGS": ("TagA", "TagB", "TagC")[i % 3],
+            "KEYS": f"order-{rnd.randrange(10**9)}",
+            "UNIQ_KEY": f"0A000001{rnd.randrange(16**24):024X}",
+            "region": "eu-west-1",
+        }
+        if i % 2:
+            props["traceId"] = f"{rnd.randrange(16**16):016x}"
+        recs.append(encode_record(
+            topic="BenchTopic", queue_id=3, queue_offset=i, body=rnd.randbytes(BODY_SIZE),
+            properties=encode_properties(props), physical_offset=0,
+            born_timestamp=1_700_000_000_000 + i, store_timestamp=1_700_000_000_003 + i,
+            born_host=f"10.0.0.{1 + i % 8}:{50000 + i % 8}", store_host="10.0.1.1:10911",
+        ))
+    sizes = np.array([len(r) for r in recs] * (n // len(recs) + 1), np.int64)[:n]
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    template = b"".join(recs)
+    copies, rest = divmod(n, len(recs))
+    ba = bytearray(template * copies + b"".join(recs[:rest]))
+    # patch queueOffset (+20) and physicalOffset (+28), big-endian int64 at every record start
+    q = np.ndarray((len(ba) - 35,), ">i8", ba, 0, (1,))
+    q[starts[:-1] + 20] = np.arange(n)
+    q[starts[:-1] + 28] = starts[:-1]
+    return bytes(ba), starts
+
+
+def split_chunks(buf: bytes, starts: np.ndarray, per_chunk: int) -> list[bytes]:
+    mv = memoryview(buf)
+    bounds = starts[::per_chunk].tolist()
+    if bounds[-1] != len(buf):
+        bounds.append(len(buf))
+    return [bytes(mv[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+@dataclass
+class Row:
+    scenario: str  # fast | reference | read
+    chunk: int  # records per pull body
+    per_call: int  # records per decode call
+    messages: int
+    record_bytes: int
+    elapsed_s: float  # best of the runs
+    median_s: float
+    cpu_s: float  # process CPU time of the best run
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mb_s(self) -> float:
+        return self.record_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for k in ("elapsed_s", "median_s", "cpu_s"):
+            out[k] = round(out[k], 4)
+        out["msgs_per_s"] = round(self.msgs_per_s, 1)
+        out["record_mb_s"] = round(self.mb_s, 2)
+        out["ns_per_msg"] = round(self.elapsed_s / self.messages * 1e9, 1)
+        return out
+
+
+def _groups(chunks: list[bytes], per_call_chunks: int) -> list[list[bytes]]:
+    return [chunks[i : i + per_call_chunks] for i in range(0, len(chunks), per_call_chunks)]
+
+
+def _time(fn: Callable[[], Any], repeat: int) -> tuple[float, float, float]:
+    """-> (best wall, median wall, CPU time of the best run)."""
+    runs: list[tuple[float, float]] = []
+    for _ in range(repeat):
+        gc.collect()
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t0, time.process_time() - c0))
+    best = min(runs)
+    return best[0], statistics.median(r[0] for r in runs), best[1]
+
+
+def run_scenario(name: str, chunks: list[bytes], messages: int, chunk: int, per_call: int, repeat: int) -> Row:
+    groups = _groups(chunks, max(1, per_call // chunk))
+    decode: Callable[[Sequence[bytes], str], Any] = {
+        "fast": decode_to_batch, "reference": decode_to_batch_reference, "read": _read}[name]
+
+    def loop() -> None:
+        for g in groups:
+            decode(g, BROKER)
+
+    if name != "reference":  # the reference is slow and steady: no warm-up run
+        loop()
+    best, median, cpu = _time(loop, repeat)
+    return Row(name, chunk, per_call, messages, sum(len(c) for c in chunks), best, median, cpu,
+               {"calls": len(groups)})
+
+
+def _read(group: Sequence[bytes], _broker: str) -> Any:
+    """The bytes copied once: what any decoder that materialises the records must at least do."""
+    return bytearray(group[0]) if len(group) == 1 else b"".join(group)
+
+
+def check_equal(chunks: list[bytes], per_call: int, chunk: int) -> None:
+    """The fast decoder must give the reference's batch (on the first few calls)."""
+    for g in _groups(chunks, max(1, per_call // chunk))[:3]:
+        fast, ref = decode_to_batch(g, BROKER), decode_to_batch_reference(g, BROKER)
+        if fast.schema != ARROW_SCHEMA or not fast.equals(ref):
+            raise AssertionError(f"fast decoder differs from the reference (chunk {chunk}, per call {per_call})")
+
+
+def format_table(rows: list[Row], ref_rate: dict[int, float], read_rate: dict[tuple[int, int], float]) -> str:
+    head = (f"{'scenario':10} {'chunk':>6} {'per call':>9} {'messages':>10} {'msgs/s':>12} {'ns/msg':>8} "
+            f"{'MB/s':>8} {'x ref':>7} {'% read':>7} {'cpu/wall':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ref = ref_rate.get(r.chunk)
+        rd = read_rate.get((r.chunk, r.per_call))
+        lines.append(
+            f"{r.scenario:10} {r.chunk:>6} {r.per_call:>9} {r.messages:>10,} {r.msgs_per_s:>12,.0f} "
+            f"{r.elapsed_s / r.messages * 1e9:>8.0f} {r.mb_s:>8.1f} "
+            f"{(r.msgs_per_s / ref if ref and r.scenario != 'read' else float('nan')):>7.1f} "
+            f"{(100 * r.msgs_per_s / rd if rd and r.scenario != 'read' else float('nan')):>7.1f} "
+            f"{r.cpu_s / r.elapsed_s:>8.2f}"
+        )
+    return "\n".join(lines)
+
+
+def calibration_us() -> float:
+    """Best time of a fixed pure-Python loop (1000 additions), in microseconds: how fast this core
+    runs the interpreter right now (shared or throttled cores vary a lot between runs)."""
+    import timeit
+
+    return min(timeit.repeat("for i in range(1000): x += i", "x = 0", number=200, repeat=5)) / 200 * 1e6
+
+
+def _steal_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the machine from /proc/stat (time the hypervisor gave to others)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        return vals[7], sum(vals[:8])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+    }
+    import pyarrow
+
+    info["pyarrow"] = pyarrow.__version__
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    info["cpu_model"] = ln.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=5,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return (out.stdout.strip() or None) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+DEFAULT_OUT = os.path.join(RESULTS_DIR, "client_decode.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This benchmark's options. ``run`` also accepts the namespace of ``python -m benchmarks``
+    (which has --quick and --repeat), using the defaults below for what it lacks."""
+    p.add_argument("--quick", action="store_true", help="100,000 messages instead of 1,000,000")
+    p.add_argument("--messages", type=int, default=None, help="messages per scenario (default 1,000,000)")
+    p.add_argument("--reference-messages", type=int, default=None,
+                   help="messages the reference decoder runs on (default: all; a prefix when smaller)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per scenario; the best is reported (default 3)")
+    p.add_argument("--out", dest="decode_out", default=DEFAULT_OUT, help="JSON results path")
+
+
+# (chunk, per_call) pairs of the fast decoder; the reference runs one chunk per call
+PLAN = [(1024, 1024), (1024, 4096), (1024, 16384), (32, 32), (32, 1024), (32, 4096), (32, 16384)]
+
+
+def run(args: argparse.Namespace) -> int:
+    quick = bool(getattr(args, "quick", False))
+    repeat = int(getattr(args, "repeat", 3) or 3)
+    out = getattr(args, "decode_out", None) or DEFAULT_OUT
+    n = getattr(args, "messages", None) or (100_000 if quick else 1_000_000)
+    n_ref = min(getattr(args, "reference_messages", None) or n, n)
+    t0 = time.perf_counter()
+    steal0, calib0 = _steal_ticks(), calibration_us()
+    print(f"building {n:,} records ...", flush=True)
+    buf, starts = build_records(n)
+    chunks = {c: split_chunks(buf, starts, c) for c in sorted({c for c, _ in PLAN})}
+    ref_chunks = chunks if n_ref == n else {
+        c: split_chunks(buf[: starts[n_ref]], starts[: n_ref + 1], c) for c in chunks}
+    for c, pc in PLAN:
+        check_equal(chunks[c], pc, c)
+    rows: list[Row] = []
+    for c, pc in PLAN:
+        rows.append(run_scenario("read", chunks[c], n, c, pc, repeat))
+        rows.append(run_scenario("fast", chunks[c], n, c, pc, repeat))
+    for c in chunks:
+        rows.append(run_scenario("reference", ref_chunks[c], n_ref, c, c, max(1, repeat - 1)))
+    rows.sort(key=lambda r: (r.chunk, r.per_call, {"read": 0, "fast": 1, "reference": 2}[r.scenario]))
+    ref_rate = {r.chunk: r.msgs_per_s for r in rows if r.scenario == "reference"}
+    read_rate = {(r.chunk, r.per_call): r.msgs_per_s for r in rows if r.scenario == "read"}
+    total = time.perf_counter() - t0
+    mi = machine_info()
+    calib1, steal1 = calibration_us(), _steal_ticks()
+    mi["python_loop_us"] = [round(calib0, 1), round(calib1, 1)]  # before, after
+    if steal0 and steal1 and steal1[1] > steal0[1]:
+        mi["steal_pct"] = round(100 * (steal1[0] - steal0[0]) / (steal1[1] - steal0[1]), 1)
+    print()
+    print(f"client decode benchmark: {BODY_SIZE}-byte bodies, {len(buf) / n:.0f} bytes per record, one core, "
+          f"Python {mi['python_version']}, numpy {mi['numpy']}, pyarrow {mi['pyarrow']}; MB = 1e6 bytes")
+    print(f"core speed: a 1000-addition Python loop took {calib0:.1f} us before, {calib1:.1f} us after"
+          + (f"; hypervisor steal {mi['steal_pct']}% of the machine's CPU time" if "steal_pct" in mi else ""))
+    print(format_table(rows, ref_rate, read_rate))
+    print("x ref: speed-up over the reference decoder with the same chunks; % read: share of the rate of "
+          "just copying the same bytes; cpu/wall < 1: the core was shared")
+    print(f"calls of fewer than {SMALL_INPUT_BYTES:,} bytes (the 32-record pull bodies one by one) go to the "
+          "reference decoder inside decode_to_batch: it is faster on so few records")
+    best = max((r.msgs_per_s for r in rows if r.scenario == "fast"), default=0.0)
+    print(f"target {TARGET:,} msgs/s: best fast scenario {best:,.0f} msgs/s; total {total:.1f}s")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    doc = {
+        "benchmark": "client_decode",
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "machine": mi,
+        "setup": {
+            "messages": n,
+            "reference_messages": n_ref,
+            "small_input_bytes": SMALL_INPUT_BYTES,
+            "body_size": BODY_SIZE,
+            "record_bytes_avg": round(len(buf) / n, 1),
+            "properties": "TAGS, KEYS (one key), UNIQ_KEY, region, traceId on every other message",
+            "repeats": repeat,
+            "target_msgs_per_s": TARGET,
+            "units": "MB = 1e6 bytes of stored records; elapsed is the best wall time of the runs",
+        },
+        "total_elapsed_s": round(total, 2),
+        "results": [r.to_json() for r in rows],
+    }
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    print(f"results written to {os.path.relpath(out)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.client_decode", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
