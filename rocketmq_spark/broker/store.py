@@ -282,20 +282,7 @@ class ConsumeQueue:
         return self.segments[i]
 
     def append(self, offset: int, pos: int, size: int, taghash: int, store_ts: int) -> None:
-        if offset != self.max_offset:
-            raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
-                             f"{self.max_offset}, got {offset}")
-        if not self.segments or offset >= self.segments[-1].start + self.seg_entries:
-            path = os.path.join(self.dir, f"{offset:020d}")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            self.segments.append(_Segment(offset, path, fd, 0))
-            self._starts.append(offset)
-        seg = self.segments[-1]
-        off = (offset - seg.start) * _CQ_SIZE
-        os.pwrite(seg.fd, CQ_ENTRY.pack(pos, size, taghash, store_ts), off)
-        seg.size = off + _CQ_SIZE
-        self.max_offset = offset + 1
-        self.dirty = True
+        self.append_many([(offset, pos, size, taghash)], store_ts)
 
     def append_many(self, entries: list[tuple[int, int, int, int]], store_ts: int) -> None:
         """Append consecutive ``(offset, pos, size, taghash)`` entries, one write per segment."""
