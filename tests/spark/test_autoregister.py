@@ -37,7 +37,7 @@ def test_installed_package_registers_rocketmq_without_register(broker, client, t
     q = client.message_queues("AUTO_REG")[0]
     client.send_batch(q, [BatchEntry(b"a"), BatchEntry(b"b"), BatchEntry(b"c")])
     wheels, site = tmp_path / "wheels", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
                     str(wheels), ROOT], check=True, capture_output=True, timeout=300)
     wheel = next(wheels.glob("rocketmq_spark-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

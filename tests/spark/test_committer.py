@@ -29,7 +29,12 @@ def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, bro
         assert q.exception() is None
         maxes = [client.max_offset(m) for m in qs]
         deadline = time.monotonic() + 30  # listener events are delivered asynchronously
-        while [client.query_consumer_offset(group, m) for m in qs] != maxes and time.monotonic() < deadline:
+        def settled() -> bool:  # offsets written, then the lag of that same event measured
+            lag = committer.lag
+            return ([client.query_consumer_offset(group, m) for m in qs] == maxes
+                    and all(m in lag and lag[m].messages_behind == 0 for m in qs))
+
+        while not settled() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert [client.query_consumer_offset(group, m) for m in qs] == maxes == [10, 10, 10, 10]
         lag = committer.lag
