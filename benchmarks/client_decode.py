@@ -27,7 +27,6 @@ import gc
 import itertools
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -206,27 +205,14 @@ def _steal_ticks() -> tuple[int, int] | None:
 
 
 def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "python_version": platform.python_version(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-    }
+    """The shared machine facts (benchmarks.broker) plus the decoder's libraries."""
     import pyarrow
 
+    from .broker import machine_info as common
+
+    info = common()
+    info["numpy"] = np.__version__
     info["pyarrow"] = pyarrow.__version__
-    try:
-        with open("/proc/cpuinfo") as f:
-            for ln in f:
-                if ln.startswith("model name"):
-                    info["cpu_model"] = ln.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
     return info
 
 
