@@ -231,13 +231,17 @@ class _Sender:
     def _drain(self, keep: int) -> None:
         while len(self._inflight) > keep:
             fut, mq, entries, sys_flag = self._inflight.popleft()
+            prepared = bool(sys_flag & TransactionType.PREPARED)
             try:
                 resp = fut.result(self.client.config.request_timeout_s)
-                results = self.client.send_results(mq, len(entries), resp)
+                if prepared:
+                    results = self.client.send_results(mq, len(entries), resp)
+                elif resp.code != 0:  # at-least-once needs only the code, not a result per message
+                    self.client.send_results(mq, len(entries), resp)  # raises the broker error
             except Exception as exc:  # retried below with bounds, then reported
                 log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
                 results = self._retry(mq, entries, sys_flag, exc)
-            if sys_flag & TransactionType.PREPARED:
+            if prepared:
                 for r, e in zip(results, entries):
                     _, pos = parse_offset_msg_id(r.msg_id)
                     uniq = e.property_map().get("UNIQ_KEY", "")
