@@ -35,6 +35,7 @@ class BrokerHandle:
 
     launcher = "?"
     namesrv_addr = ""
+    grpc_endpoint = ""
     pid: int | None = None
 
     def close(self) -> None:
@@ -64,6 +65,7 @@ class ThreadBroker(BrokerHandle):
 
         self._mq = EmbeddedBroker(data_dir, **config).start()
         self.namesrv_addr = self._mq.namesrv_addr
+        self.grpc_endpoint = self._mq.grpc_endpoint or ""
         self.pid = os.getpid()
 
     def close(self) -> None:
@@ -87,7 +89,7 @@ class CliBroker(BrokerHandle):
 
     def __init__(self, data_dir: str, config: dict[str, Any]) -> None:
         cmd = [sys.executable, "-m", "rocketmq_spark.cli", "broker", "--namesrv-port", "0",
-               "--broker-port", "0", "--data-dir", data_dir, "--flush", config.get("flush", "async")]
+               "--broker-port", "0", "--grpc-port", "0", "--data-dir", data_dir, "--flush", config.get("flush", "async")]
         if config.get("max_pull_messages"):
             cmd += ["--max-pull-messages", str(config["max_pull_messages"])]
         unknown = set(config) - {"flush", "max_pull_messages"}
@@ -115,6 +117,7 @@ class CliBroker(BrokerHandle):
         try:
             info = json.loads(first)
             self.namesrv_addr = info["namesrv"]
+            self.grpc_endpoint = info.get("grpc") or ""
         except (ValueError, KeyError, TypeError):
             self.close()
             with open(self._log_path, "rb") as f:

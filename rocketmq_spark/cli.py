@@ -261,6 +261,8 @@ def _add_broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind and advertise (default 127.0.0.1)")
     p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 = ephemeral (default 9876)")
     p.add_argument("--broker-port", type=int, default=10911, help="broker port, 0 = ephemeral (default 10911)")
+    p.add_argument("--grpc-port", type=int, default=8081,
+                   help="gRPC (RocketMQ 5 proxy) port, 0 = ephemeral, -1 = off (default 8081)")
     p.add_argument("--flush", choices=("async", "sync"), default="async",
                    help="sync: a send succeeds only once fsynced (default async)")
     p.add_argument("--broker-name", default="broker-a")
@@ -280,7 +282,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         extra["max_pull_messages"] = args.max_pull_messages
     config = BrokerConfig(data_dir=data_dir, host=args.host, flush=args.flush, broker_name=args.broker_name,
                           auto_create_topics=not args.no_auto_create, **extra)
-    server = BrokerServer(config, namesrv_port=args.namesrv_port, broker_port=args.broker_port)
+    server = BrokerServer(config, namesrv_port=args.namesrv_port, broker_port=args.broker_port,
+                          grpc_port=None if args.grpc_port < 0 else args.grpc_port)
 
     async def run() -> None:
         await server.start()
@@ -290,9 +293,11 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         # One machine-readable line first (tools and tests parse it), then a human one.
         sys.stdout.write(json.dumps({"namesrv": server.namesrv_addr, "broker": server.broker_addr,
-                                     "brokerName": config.broker_name, "dataDir": data_dir}) + "\n")
+                                     "grpc": server.grpc_endpoint, "brokerName": config.broker_name,
+                                     "dataDir": data_dir}) + "\n")
         sys.stdout.write(f"name server listening on {server.namesrv_addr}\n"
                          f"broker {config.broker_name} listening on {server.broker_addr}\n"
+                         f"gRPC endpoint (RocketMQ 5 proxy) on {server.grpc_endpoint or 'off'}\n"
                          f"data in {data_dir}; Ctrl-C to stop\n")
         sys.stdout.flush()
         await stop.wait()

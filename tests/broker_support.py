@@ -11,7 +11,7 @@ def start_broker_process(data_dir: str, *extra: str) -> tuple[subprocess.Popen[s
     """``rocketmq-spark broker`` on ephemeral ports; returns the process and its addresses."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "rocketmq_spark.cli", "broker", "--data-dir", data_dir,
-         "--namesrv-port", "0", "--broker-port", "0", *extra],
+         "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     assert proc.stdout is not None

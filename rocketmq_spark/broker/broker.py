@@ -15,8 +15,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
@@ -37,11 +37,11 @@ from ..remoting.route import loads_lenient
 from .connection import Connection, HandlerResult
 from .state import SYSTEM_TOPICS, ClientRegistry, ConsumerOffsets, TopicConfig, TopicConfigs, valid_topic_name
 from ..files import atomic_write
-from .store import GetResult, MessageStore, NewMessage, StoreConfig, tag_matches
+from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_matches
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Broker", "BrokerConfig", "Flusher"]
+__all__ = ["Accepted", "Broker", "BrokerConfig", "Flusher", "SendRejected"]
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -287,11 +287,26 @@ class _Delayed:
     size: int
 
 
+class SendRejected(Exception):
+    """A send the broker refuses; ``code`` is the remoting response code."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
 @dataclass(slots=True)
-class _PullWaiter:
-    conn: Connection
-    req: RemotingCommand
-    fut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+class Accepted:
+    """What :meth:`Broker.put_messages` stored: the queue it chose and where each landed."""
+
+    queue_id: int
+    messages: list[NewMessage]
+    stored: list[Stored]
+    prepared: bool
+
+    def uniq_keys(self) -> list[str]:
+        return [decode_properties(m.properties).get(PropertyKey.UNIQ_KEY, "") for m in self.messages]
 
 
 class Broker:
@@ -312,7 +327,7 @@ class Broker:
         self.clients = ClientRegistry()
         self.on_topics_changed: list[Callable[[], None]] = []
         self.flusher: Flusher | None = None
-        self._pull_waiters: dict[tuple[str, int], list[_PullWaiter]] = {}
+        self._pull_waiters: dict[tuple[str, int], list[asyncio.Future[None]]] = {}
         self.store.listeners.append(self._on_new_messages)
         self.pending_tx: dict[int, _Pending] = {}
         #: Delayed messages not delivered yet, by schedule-queue offset.
@@ -362,9 +377,9 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         for waiters in self._pull_waiters.values():
-            for w in waiters:
-                if not w.fut.done():
-                    w.fut.cancel()
+            for fut in waiters:
+                if not fut.done():
+                    fut.cancel()
         if self.flusher:
             await self.flusher.stop()
         self.store.close()
@@ -445,44 +460,11 @@ class Broker:
     # -- send -----------------------------------------------------------------------
 
     def send_message(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
-        """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
-
-        A message whose DELAY / TIMER_* properties put its due time in the future is
-        stored in the schedule queue instead (see :meth:`_run_scheduler`); the response
-        is a normal success whose ``queueId`` is the destination queue and whose
-        ``queueOffset`` and ``msgId`` are those of the schedule-queue entry (as Java
-        brokers answer). The client message id (UNIQ_KEY) is the one delivered later.
-        """
+        """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (see :meth:`put_messages`)."""
         ext = req.ext_fields
         if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             ext = {_V2_KEYS.get(k, k): v for k, v in ext.items()}
         batch = req.code == RequestCode.SEND_BATCH_MESSAGE or _truthy(ext.get("batch"))
-        topic = ext.get("topic", "")
-        problem = valid_topic_name(topic)
-        if problem:
-            return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=f"topic {topic!r}: {problem}")
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            if not self.create_topic(topic, None):
-                return req.response_to(
-                    ResponseCode.TOPIC_NOT_EXIST,
-                    remark=f"topic[{topic}] not exist, apply first please!",
-                )
-            cfg = self.topics.get(topic)
-            assert cfg is not None
-        if not cfg.perm & 2:
-            return req.response_to(ResponseCode.NO_PERMISSION,
-                                   remark=f"the topic[{topic}] sending is forbidden")
-        queue_id = _int(ext, "queueId", -1)
-        if queue_id < 0 or queue_id >= cfg.writeQueueNums:
-            queue_id = (abs(queue_id) if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
-        sys_flag = _int(ext, "sysFlag", 0)
-        born_ts = _int(ext, "bornTimestamp", int(time.time() * 1000))
-        flag = _int(ext, "flag", 0)
-        reconsume = _int(ext, "reconsumeTimes", 0)
-        header_props = ext.get("properties", "")
-        born_host = self._pack_peer(conn.peer)
-        max_size = self.config.max_message_size
         if batch:
             try:
                 entries = decode_batch(req.body)
@@ -492,7 +474,56 @@ class Broker:
                 return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             raw = [(e.body, e.properties, e.flag) for e in entries]
         else:
-            raw = [(req.body, header_props, flag)]
+            raw = [(req.body, ext.get("properties", ""), _int(ext, "flag", 0))]
+        try:
+            acc = self.put_messages(
+                ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
+                born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
+                reconsume=_int(ext, "reconsumeTimes", 0), producer_group=ext.get("producerGroup", ""))
+        except SendRejected as exc:
+            return req.response_to(exc.code, remark=exc.remark)
+        prefix = self._msg_id_prefix
+        resp_ext = {
+            "msgId": ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored),
+            "queueId": str(acc.queue_id),
+            "queueOffset": str(acc.stored[0].queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if acc.prepared:
+            resp_ext["transactionId"] = acc.uniq_keys()[0]
+        resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
+        if self.config.flush == "sync" and self.flusher is not None:
+            return self._after_flush(resp, self.store.commitlog.write_pos)
+        return resp
+
+    def put_messages(self, topic: str, queue_id: int, raw: list[tuple[bytes, str, int]], *, sys_flag: int,
+                     born_ts: int, born_host: bytes, reconsume: int = 0, producer_group: str = "") -> Accepted:
+        """Store messages a producer sent to one queue of ``topic`` (``raw``: body as sent,
+        properties string, flag); the send path of every transport. Raises
+        :class:`SendRejected` with the remoting response code when refused.
+
+        An out-of-range ``queue_id`` is mapped onto the writable queues. A message whose
+        DELAY / TIMER_* properties put its due time in the future is stored in the schedule
+        queue instead (see :meth:`_run_scheduler`); the stored position is then that of the
+        schedule-queue entry (as Java brokers answer) and the client message id (UNIQ_KEY)
+        is the one delivered later. A prepared (transactional) message goes to the half
+        topic and is tracked until END_TRANSACTION.
+        """
+        problem = valid_topic_name(topic)
+        if problem:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"topic {topic!r}: {problem}")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            if not self.create_topic(topic, None):
+                raise SendRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            cfg = self.topics.get(topic)
+            assert cfg is not None
+        if not cfg.perm & 2:
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden")
+        if queue_id < 0 or queue_id >= cfg.writeQueueNums:
+            queue_id = (abs(queue_id) if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
+        max_size = self.config.max_message_size
         tx_type = sys_flag & SysFlag.TRANSACTION_MASK
         may_delay = tx_type in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
         now_ms = int(time.time() * 1000)
@@ -500,10 +531,8 @@ class Broker:
         dues: list[int | None] = []
         for body, props_s, msg_flag in raw:
             if len(body) > max_size:
-                return req.response_to(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    remark=f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes",
-                )
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes")
             if tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s:
                 # The common case: only the CLUSTER property is added, no need to parse them all.
                 if "CLUSTER\x01" not in props_s:
@@ -525,7 +554,7 @@ class Broker:
                 try:
                     due, by_level = delivery_due_ms(props, now_ms, self.config.max_delay_ms)
                 except ValueError as exc:
-                    return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=str(exc))
+                    raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
             if due is not None:
                 if by_level:
                     # a delay level wins; Java brokers drop the timer properties then
@@ -540,7 +569,7 @@ class Broker:
             if tx_type == TransactionType.PREPARED:
                 props[PropertyKey.REAL_TOPIC] = topic
                 props[PropertyKey.REAL_QID] = str(queue_id)
-                props.setdefault(PropertyKey.PGROUP, ext.get("producerGroup", ""))
+                props.setdefault(PropertyKey.PGROUP, producer_group)
                 m_topic, m_queue = HALF_TOPIC, 0
             messages.append(NewMessage(
                 topic=m_topic, queue_id=m_queue, body=body, properties=encode_properties(props),
@@ -551,27 +580,19 @@ class Broker:
         for due, s in zip(dues, stored):
             if due is not None:
                 self._add_delayed(_Delayed(s.queue_offset, due, s.physical_offset, s.size))
-        if tx_type == TransactionType.PREPARED:
+        prepared = tx_type == TransactionType.PREPARED
+        if prepared:
             for m, s in zip(messages, stored):
                 self.pending_tx[s.queue_offset] = _Pending(
                     s.queue_offset, s.physical_offset, s.size,
                     decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
-        prefix = self._msg_id_prefix
-        msg_ids = ",".join(f"{prefix}{s.physical_offset:016X}" for s in stored)
-        first = stored[0]
-        resp_ext = {
-            "msgId": msg_ids,
-            "queueId": str(queue_id),
-            "queueOffset": str(first.queue_offset),
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        }
-        if tx_type == TransactionType.PREPARED:
-            resp_ext["transactionId"] = decode_properties(messages[0].properties).get(PropertyKey.UNIQ_KEY, "")
-        resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
+        return Accepted(queue_id, messages, stored, prepared)
+
+    async def durable(self) -> None:
+        """With ``flush=sync``: return once everything stored so far is fsynced (raises
+        when the flush failed). With async flushing: at once."""
         if self.config.flush == "sync" and self.flusher is not None:
-            return self._after_flush(resp, self.store.commitlog.write_pos)
-        return resp
+            await self.flusher.wait_durable(self.store.commitlog.write_pos)
 
     async def _after_flush(self, resp: RemotingCommand, pos: int) -> RemotingCommand:
         assert self.flusher is not None
@@ -669,26 +690,32 @@ class Broker:
                                remark=f"offset {offset} is outside [{res.min_offset}, {res.max_offset}]")
 
     async def _suspend(self, conn: Connection, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        key = (req.ext_fields["topic"], int(req.ext_fields["queueId"]))
-        waiter = _PullWaiter(conn, req)
-        self._pull_waiters.setdefault(key, []).append(waiter)
+        await self.wait_for_messages(req.ext_fields["topic"], (int(req.ext_fields["queueId"]),), timeout_s)
+        return self._pull_once(req)
+
+    async def wait_for_messages(self, topic: str, queue_ids: Iterable[int], timeout_s: float) -> None:
+        """Return when any of the queues gets new messages, or after ``timeout_s`` (long polling)."""
+        keys = [(topic, q) for q in queue_ids]
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._pull_waiters.setdefault(key, []).append(fut)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.fut), timeout_s)
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
             pass
         finally:
-            lst = self._pull_waiters.get(key)
-            if lst and waiter in lst:
-                lst.remove(waiter)
-        return self._pull_once(req)
+            for key in keys:
+                lst = self._pull_waiters.get(key)
+                if lst and fut in lst:
+                    lst.remove(fut)
 
     def _on_new_messages(self, topic: str, queue_id: int, max_offset: int) -> None:
         waiters = self._pull_waiters.get((topic, queue_id))
         if not waiters:
             return
-        for w in waiters:
-            if not w.fut.done():
-                w.fut.set_result(None)
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     # -- offsets --------------------------------------------------------------------
 
@@ -879,36 +906,42 @@ class Broker:
     def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         ext = req.ext_fields
         kind = _int(ext, "commitOrRollback", 0)
-        pos = _int(ext, "commitLogOffset")
-        half_off = _int(ext, "tranStateTableOffset", -1)
         if kind == TransactionType.NOT_TYPE:
             return None  # the producer does not know yet; the check-back will ask again
-        pending = self.pending_tx.get(half_off)
-        if pending is None or pending.commit_log_offset != pos:
-            pending = next((p for p in self.pending_tx.values() if p.commit_log_offset == pos), None)
-        if pending is None:
-            return req.response_to(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"no open transaction for commitLogOffset {pos} (already ended or unknown)",
-            )
-        raw = self._read_record_at(pending.commit_log_offset)
-        if raw is None:
-            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"half message at {pos} is unreadable")
-        rec = decode_record(raw)
-        messages: list[NewMessage] = []
-        if kind == TransactionType.COMMIT:
-            messages.append(self._committed_copy(rec))
-        elif kind != TransactionType.ROLLBACK:
+        if kind not in (TransactionType.COMMIT, TransactionType.ROLLBACK):
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")
-        messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
-                                   born_timestamp=int(time.time() * 1000), born_host=self._store_host))
-        self.store.put(messages)
-        del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
+        try:
+            self.finish_transaction(_int(ext, "commitLogOffset"), _int(ext, "tranStateTableOffset", -1),
+                                    commit=kind == TransactionType.COMMIT)
+        except SendRejected as exc:
+            return req.response_to(exc.code, remark=exc.remark)
         resp = req.response_to()
         if self.config.flush == "sync" and self.flusher is not None:
             return self._after_flush(resp, self.store.commitlog.write_pos)
         return resp
+
+    def finish_transaction(self, commit_log_offset: int, half_offset: int, *, commit: bool) -> None:
+        """End the open transaction of the half message at ``commit_log_offset`` (its half
+        queue offset ``half_offset`` is a hint): commit makes a visible copy, both record an
+        op marker. Raises :class:`SendRejected` when no such transaction is open."""
+        pos = commit_log_offset
+        pending = self.pending_tx.get(half_offset)
+        if pending is None or pending.commit_log_offset != pos:
+            pending = next((p for p in self.pending_tx.values() if p.commit_log_offset == pos), None)
+        if pending is None:
+            raise SendRejected(ResponseCode.SYSTEM_ERROR,
+                               f"no open transaction for commitLogOffset {pos} (already ended or unknown)")
+        raw = self._read_record_at(pending.commit_log_offset)
+        if raw is None:
+            raise SendRejected(ResponseCode.SYSTEM_ERROR, f"half message at {pos} is unreadable")
+        messages: list[NewMessage] = []
+        if commit:
+            messages.append(self._committed_copy(decode_record(raw)))
+        messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
+                                   born_timestamp=int(time.time() * 1000), born_host=self._store_host))
+        self.store.put(messages)
+        del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
 
     def _committed_copy(self, rec: MessageRecord) -> NewMessage:
         props = dict(rec.properties)

@@ -29,12 +29,16 @@ class BrokerServer:
         *,
         namesrv_port: int = 9876,
         broker_port: int = 10911,
+        grpc_port: int | None = 8081,
         max_frame: int = DEFAULT_MAX_FRAME,
     ) -> None:
         self.config = config
         self.namesrv_port = namesrv_port
         self.broker_port = broker_port
+        #: None: no gRPC endpoint (grpcio is then not even imported).
+        self.grpc_port = grpc_port
         self.max_frame = max_frame
+        self._grpc_server: Any = None
         self.namesrv = NameServer(auto_create_topics=config.auto_create_topics)
         self.broker: Broker | None = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -55,6 +59,11 @@ class BrokerServer:
     def broker_addr(self) -> str:
         return self._fmt(self.broker_port)
 
+    @property
+    def grpc_endpoint(self) -> str | None:
+        """``host:port`` of the gRPC (RocketMQ 5 proxy) endpoint, None when it is off."""
+        return None if self.grpc_port is None else self._fmt(self.grpc_port)
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         # Bind the broker first: its address goes into every stored record.
@@ -67,8 +76,32 @@ class BrokerServer:
         self.broker.on_topics_changed.append(self._register)
         self._register()
         self.broker.start()
-        log.info("embedded RocketMQ: name server %s, broker %s (%s), data %s",
-                 self.namesrv_addr, self.broker_addr, self.config.broker_name, self.config.data_dir)
+        if self.grpc_port is not None:
+            await self._start_grpc()
+        log.info("embedded RocketMQ: name server %s, broker %s (%s), gRPC %s, data %s",
+                 self.namesrv_addr, self.broker_addr, self.config.broker_name, self.grpc_endpoint or "off",
+                 self.config.data_dir)
+
+    async def _start_grpc(self) -> None:
+        import grpc
+
+        from ..proto import pb_grpc
+        from .grpc_service import MessagingServicer
+
+        assert self.broker is not None and self.grpc_port is not None
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", self.max_frame),
+            ("grpc.max_send_message_length", self.max_frame),
+            ("grpc.so_reuseport", 0),
+        ])
+        bind = f"[{self.host}]:{self.grpc_port}" if ":" in self.host else f"{self.host}:{self.grpc_port}"
+        port = server.add_insecure_port(bind)
+        if port == 0:
+            raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
+        self.grpc_port = port
+        pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker, self.host, port), server)
+        await server.start()
+        self._grpc_server = server
 
     def _register(self) -> None:
         assert self.broker is not None
@@ -94,6 +127,9 @@ class BrokerServer:
         return conn
 
     async def stop(self) -> None:
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(0)
+            self._grpc_server = None
         for srv in self._servers:
             srv.close()
         for conn in list(self._conns):
@@ -115,7 +151,8 @@ class EmbeddedBroker:
             addr = mq.namesrv_addr              # "127.0.0.1:<port>"
 
     ``data_dir=None`` uses a temporary directory removed on exit; give a path to keep
-    the data across restarts. Ports default to 0 (ephemeral). Keyword arguments not
+    the data across restarts. Ports default to 0 (ephemeral); ``grpc_port=None`` turns
+    the gRPC endpoint (``.grpc_endpoint``) off. Keyword arguments not
     listed are :class:`BrokerConfig` fields (``flush="sync"``, ``broker_name`` ...).
     """
 
@@ -126,6 +163,7 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         namesrv_port: int = 0,
         broker_port: int = 0,
+        grpc_port: int | None = 0,
         max_frame: int = DEFAULT_MAX_FRAME,
         start_timeout_s: float = 30.0,
         **config: Any,
@@ -135,7 +173,7 @@ class EmbeddedBroker:
         assert self.data_dir is not None
         self.config = BrokerConfig(data_dir=self.data_dir, host=host, **config)
         self._server = BrokerServer(self.config, namesrv_port=namesrv_port, broker_port=broker_port,
-                                    max_frame=max_frame)
+                                    grpc_port=grpc_port, max_frame=max_frame)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -149,6 +187,11 @@ class EmbeddedBroker:
     @property
     def broker_addr(self) -> str:
         return self._server.broker_addr
+
+    @property
+    def grpc_endpoint(self) -> str | None:
+        """``host:port`` of the gRPC endpoint (option ``endpoints``), None when it is off."""
+        return self._server.grpc_endpoint
 
     @property
     def broker_name(self) -> str:
@@ -219,7 +262,8 @@ class EmbeddedBroker:
         """Stop and start again on the same data dir and ports."""
         self.stop()
         self._server = BrokerServer(self.config, namesrv_port=self._server.namesrv_port,
-                                    broker_port=self._server.broker_port, max_frame=self._server.max_frame)
+                                    broker_port=self._server.broker_port, grpc_port=self._server.grpc_port,
+                                    max_frame=self._server.max_frame)
         return self.start()
 
     def close(self) -> None:

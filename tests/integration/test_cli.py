@@ -68,7 +68,7 @@ def ns(broker: EmbeddedBroker) -> str:
 
 def test_broker_command_prints_addresses_as_json_first_and_stops_on_sigterm(tmp_path) -> None:
     proc = subprocess.Popen([*CLI, "broker", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0",
-                             "--broker-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--broker-port", "0", "--grpc-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())

@@ -1,0 +1,9 @@
+"""The private descriptor pool our generated ``apache.rocketmq.v2`` messages live in.
+
+protobuf refuses a second registration of the same symbol in its default pool; the
+official ``rocketmq-python-client`` registers these names there, so ours go here.
+"""
+
+from google.protobuf import descriptor_pool
+
+POOL = descriptor_pool.DescriptorPool()
