@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["MessageQueue", "PullResult", "SendResult"]
+__all__ = ["MessageQueue", "PullResult", "SendResult", "Txn"]
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -45,6 +46,8 @@ class PullResult:
     min_offset: int
     max_offset: int
     body: bytes = b""
+    #: gRPC pulls: the messages (``apache.rocketmq.v2.Message``) instead of record bytes.
+    messages: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +56,30 @@ class SendResult:
     queue: MessageQueue
     queue_offset: int
     transaction_id: str = ""
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Txn:
+    """One half message (transactional send): enough to end it with END_TRANSACTION.
+
+    Over remoting a transaction is named by its positions on the broker; over gRPC by
+    the opaque ``transaction_id`` the proxy gave (positions are then 0)."""
+
+    broker: str
+    topic: str
+    queue_offset: int  # tranStateTableOffset
+    commit_log_offset: int
+    msg_id: str  # UNIQ_KEY
+    transaction_id: str = ""
+
+    def to_list(self) -> list[object]:
+        out: list[object] = [self.broker, self.topic, self.queue_offset, self.commit_log_offset, self.msg_id]
+        if self.transaction_id:
+            out.append(self.transaction_id)
+        return out
+
+    @classmethod
+    def from_list(cls, raw: list[object]) -> Txn:
+        b, t, q, c, m, *rest = raw
+        return cls(str(b), str(t), int(q), int(c), str(m),  # type: ignore[call-overload]
+                   str(rest[0]) if rest else "")

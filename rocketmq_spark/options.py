@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
 
-__all__ = ["canonical_options", "namesrv_list", "parse_bool", "positive_int"]
+__all__ = ["canonical_options", "endpoint_list", "namesrv_list", "parse_bool", "positive_int"]
 
 
 def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
@@ -53,3 +53,13 @@ def namesrv_list(raw: str) -> tuple[str, ...]:
         return tuple(parse_namesrv_addr(raw))
     except ValueError as exc:
         raise OptionError("namesrvAddr", raw, f"accepted: host:port;host:port ({exc})") from None
+
+
+def endpoint_list(raw: str) -> tuple[str, ...]:
+    try:
+        out = tuple(parse_namesrv_addr(raw))
+    except ValueError as exc:
+        raise OptionError("endpoints", raw, f"accepted: gRPC endpoints host:port;host:port ({exc})") from None
+    if not out:
+        raise OptionError("endpoints", raw, "accepted: gRPC endpoints host:port;host:port")
+    return out

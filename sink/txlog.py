@@ -17,32 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
 
 from ..files import atomic_write
+from ..model import Txn
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TxLog", "Txn"]
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class Txn:
-    """One half message: enough to end it with END_TRANSACTION."""
-
-    broker: str
-    topic: str
-    queue_offset: int  # tranStateTableOffset
-    commit_log_offset: int
-    msg_id: str  # UNIQ_KEY
-
-    def to_list(self) -> list[object]:
-        return [self.broker, self.topic, self.queue_offset, self.commit_log_offset, self.msg_id]
-
-    @classmethod
-    def from_list(cls, raw: list[object]) -> Txn:
-        b, t, q, c, m = raw
-        return cls(str(b), str(t), int(q), int(c), str(m))  # type: ignore[call-overload]
 
 
 class TxLog:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..remoting.message import MAGIC_V1, MAGIC_V2, SYSTEM_PROPERTY_KEYS
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "decode_to_batch", "decode_to_batch_reference"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "columns_to_batch", "decode_to_batch", "decode_to_batch_reference"]
 
 SCHEMA_DDL = (
     "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
@@ -171,6 +171,35 @@ def decode_to_batch_reference(
             pa.array(store_ts, _TS),
             pa.array(born_hosts, pa.string()),
             pa.array(store_hosts, pa.string()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def columns_to_batch(cols: dict[str, list[object]], broker: str, end: int | None = None) -> pa.RecordBatch:
+    """Column lists (gRPC pulls: see ``rocketmq_spark.client.grpc_client.message_columns``,
+    times in epoch millis) -> one RecordBatch; rows at/after queue offset ``end`` are dropped."""
+    offsets = cols["queueOffset"]
+    if end is not None and offsets and int(offsets[-1]) >= end:  # type: ignore[call-overload]
+        keep = [i for i, o in enumerate(offsets) if int(o) < end]  # type: ignore[call-overload]
+        cols = {k: [v[i] for i in keep] for k, v in cols.items()}
+    n = len(cols["topic"])
+    ms = pa.int64()
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(cols["topic"], pa.string()),
+            _repeat_string(broker, n),
+            pa.array(cols["queueId"], pa.int32()),
+            pa.array(cols["queueOffset"], pa.int64()),
+            pa.array(cols["messageId"], pa.string()),
+            pa.array(cols["tag"], pa.string()),
+            pa.array(cols["keys"], _KEYS_TYPE),
+            pa.array(cols["body"], pa.binary()),
+            pa.array(cols["properties"], _PROPS_TYPE),
+            pc.multiply(pa.array(cols["bornTimestamp"], ms), 1000).cast(_TS),
+            pc.multiply(pa.array(cols["storeTimestamp"], ms), 1000).cast(_TS),
+            pa.array(cols["bornHost"], pa.string()),
+            pa.array(cols["storeHost"], pa.string()),
         ],
         schema=ARROW_SCHEMA,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import OptionError
-from ..options import canonical_options, namesrv_list, parse_bool, positive_int
+from ..options import canonical_options, endpoint_list, namesrv_list, parse_bool, positive_int
 
 __all__ = ["ReaderOptions"]
 
@@ -91,8 +91,11 @@ class ReaderOptions:
             raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) "
                               "unless endpoints is given")
         namesrv = namesrv_list(ns) if ns else ()
-        if endpoints and not ns:
-            raise OptionError("endpoints", endpoints, "reading over gRPC is not available yet; give namesrvAddr")
+        if endpoints:
+            if ns:
+                raise OptionError("endpoints", endpoints, "give either namesrvAddr (remoting) or endpoints (gRPC), "
+                                  "not both")
+            endpoints = ";".join(endpoint_list(endpoints))
         topic_raw = opts.get("topic", "")
         topics = tuple(t.strip() for t in topic_raw.split(",") if t.strip())
         if not topics:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -22,11 +22,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
-from ..client.remoting import RemotingClient
+from ..client import BrokerClient, RemotingClient, connect
 from ..errors import DataLossError
-from ..model import MessageQueue
-from .arrow import decode_to_batch
+from ..model import MessageQueue, PullResult
+from .arrow import columns_to_batch, decode_to_batch
 from .options import ReaderOptions
+
+if TYPE_CHECKING:
+    from ..client.grpc_client import GrpcClient
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class QueueRange(InputPartition):
     start: int
     end: int
     namesrv: tuple[str, ...]
+    endpoints: str | None
     group: str
     sub_expression: str
     pull_batch_size: int
@@ -67,7 +71,7 @@ class QueueRange(InputPartition):
 class Planner:
     """Offsets and partitions for one query (driver side)."""
 
-    def __init__(self, options: ReaderOptions, client: RemotingClient | None = None) -> None:
+    def __init__(self, options: ReaderOptions, client: BrokerClient | None = None) -> None:
         self.options = options
         self._client = client
         self.tracker = InFlightTracker()
@@ -82,9 +86,9 @@ class Planner:
         return state
 
     @property
-    def client(self) -> RemotingClient:
+    def client(self) -> BrokerClient:
         if self._client is None:
-            self._client = RemotingClient(self.options.namesrv_addr)
+            self._client = connect(self.options.namesrv_addr, self.options.endpoints)
         return self._client
 
     @property
@@ -199,7 +203,7 @@ class Planner:
                 for a in range(s, e, step):
                     split.append((mq, a, min(e, a + step)))
             ranges = split
-        return [QueueRange(mq, s, e, o.namesrv_addr, o.consumer_group or "", o.sub_expression,
+        return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss) for mq, s, e in ranges]
 
     def commit(self, end: Offsets) -> None:
@@ -214,50 +218,86 @@ class Planner:
         self.store.commit(committable)
 
 
-def read_range(part: QueueRange, client: RemotingClient | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
     """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding."""
     own = client is None
-    c = client or RemotingClient(part.namesrv)
-    mq = part.mq
+    c = client or connect(part.namesrv, part.endpoints)
     try:
-        offset = part.start
-        bodies: list[bytes] = []
-        buffered = 0
-        pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
-        while offset < part.end:
-            resp = pending.result(c.config.request_timeout_s + 30)
-            res = c.pull_result(mq, resp)
-            if res.status == "OFFSET_ILLEGAL":
-                if res.next_offset > offset and not part.fail_on_data_loss:
-                    log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
-                                mq, offset, res.next_offset)
-                else:
-                    raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
-                                        f"range [{res.min_offset}, {res.max_offset}) (deleted by retention?)")
-            elif res.status == "NO_NEW_MSG":
-                raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
-                                    f"(its max offset is {res.max_offset})")
-            nxt = max(res.next_offset, offset)
-            if nxt < part.end:
-                pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
-                                       subscription=part.sub_expression)
-            if res.body:
-                # Decode several pulls at once: the decoder's fixed cost per call is large.
-                bodies.append(res.body)
-                buffered += len(res.body)
-                if buffered >= _DECODE_BYTES or nxt >= part.end:
-                    batch = decode_to_batch(bodies, mq.broker, part.end)
-                    bodies, buffered = [], 0
-                    if batch.num_rows:
-                        yield batch
-            offset = nxt
-        if bodies:
-            batch = decode_to_batch(bodies, mq.broker, part.end)
-            if batch.num_rows:
-                yield batch
+        if isinstance(c, RemotingClient):
+            yield from _read_remoting(part, c)
+        else:
+            yield from _read_grpc(part, c)
     finally:
         if own:
             c.close()
+
+
+def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
+    """A pull inside the planned range found no message: retention deleted them (fail, or
+    with failOnDataLoss=false log the skip), or they were never there (always fail)."""
+    mq = part.mq
+    if res.status == "OFFSET_ILLEGAL":
+        if res.next_offset > offset and not part.fail_on_data_loss:
+            log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
+                        mq, offset, res.next_offset)
+        else:
+            lo = "?" if res.min_offset < 0 else res.min_offset
+            hi = "?" if res.max_offset < 0 else res.max_offset
+            raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
+                                f"range [{lo}, {hi}) (deleted by retention?)")
+    elif res.status == "NO_NEW_MSG":
+        raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
+                            f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
+
+
+def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBatch]:
+    mq = part.mq
+    offset = part.start
+    bodies: list[bytes] = []
+    buffered = 0
+    pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
+    while offset < part.end:
+        resp = pending.result(c.config.request_timeout_s + 30)
+        res = c.pull_result(mq, resp)
+        _check_pull(part, offset, res)
+        nxt = max(res.next_offset, offset)
+        if nxt < part.end:
+            pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
+                                   subscription=part.sub_expression)
+        if res.body:
+            # Decode several pulls at once: the decoder's fixed cost per call is large.
+            bodies.append(res.body)
+            buffered += len(res.body)
+            if buffered >= _DECODE_BYTES or nxt >= part.end:
+                batch = decode_to_batch(bodies, mq.broker, part.end)
+                bodies, buffered = [], 0
+                if batch.num_rows:
+                    yield batch
+        offset = nxt
+    if bodies:
+        batch = decode_to_batch(bodies, mq.broker, part.end)
+        if batch.num_rows:
+            yield batch
+
+
+def _read_grpc(part: QueueRange, c: GrpcClient) -> Iterator[pa.RecordBatch]:
+    from ..client.grpc_client import message_columns
+
+    mq = part.mq
+    offset = part.start
+    pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
+    while offset < part.end:
+        res = c.pull_result(mq, pending)
+        _check_pull(part, offset, res)
+        nxt = max(res.next_offset, offset)
+        if nxt < part.end:
+            pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
+                                   subscription=part.sub_expression)
+        if res.messages:
+            batch = columns_to_batch(message_columns(res.messages), mq.broker, part.end)
+            if batch.num_rows:
+                yield batch
+        offset = nxt
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -1,6 +1,37 @@
-"""Protocol clients (remoting TCP; gRPC later). Never imports pyspark."""
+"""Protocol clients: remoting (TCP, :class:`RemotingClient`) and gRPC (:class:`GrpcClient`,
+imported on first use). Never imports pyspark."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 from .connection import RemotingConnection
 from .remoting import ClientConfig, RemotingClient, parse_namesrv_addr
 
-__all__ = ["ClientConfig", "RemotingClient", "RemotingConnection", "parse_namesrv_addr"]
+if TYPE_CHECKING:
+    from .grpc_client import GrpcClient
+
+__all__ = ["BrokerClient", "ClientConfig", "GrpcClient", "RemotingClient", "RemotingConnection", "connect",
+           "parse_namesrv_addr"]
+
+#: Either transport: both offer the operations the reader, writer and offset side use.
+BrokerClient = Union[RemotingClient, "GrpcClient"]
+
+
+def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
+            config: ClientConfig | None = None) -> BrokerClient:
+    """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers."""
+    if endpoints:
+        from .grpc_client import GrpcClient
+
+        return GrpcClient(endpoints, config)
+    return RemotingClient(namesrv_addr, config)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GrpcClient":
+        from .grpc_client import GrpcClient
+
+        return GrpcClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,13 +16,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
-
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
     OffsetNotFoundError,
-    RocketMQSparkError,
     TopicNotFoundError,
     broker_error,
 )
@@ -32,6 +29,7 @@ from ..remoting.frame import RemotingCommand
 from ..remoting.message import BatchEntry, encode_batch
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
+from .retry import ClientConfig, retrying
 
 log = logging.getLogger(__name__)
 
@@ -56,39 +54,6 @@ def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
         if not sep or not host or not port.isdigit():
             raise ValueError(f"name server address {a!r} is not host:port")
     return out
-
-
-def _retriable(exc: BaseException) -> bool:
-    return isinstance(exc, RocketMQSparkError) and exc.retriable
-
-
-class ClientConfig:
-    """Timeouts (seconds) and retry bounds of a :class:`RemotingClient`."""
-
-    __slots__ = (
-        "backoff_max_s",
-        "connect_timeout_s",
-        "request_timeout_s",
-        "retries",
-        "retry_budget_s",
-        "route_refresh_s",
-    )
-
-    def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
-                 retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0) -> None:
-        self.request_timeout_s = request_timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self.retries = retries
-        self.retry_budget_s = retry_budget_s
-        self.route_refresh_s = route_refresh_s
-        self.backoff_max_s = backoff_max_s
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
 
 
 class RemotingClient:
@@ -149,25 +114,7 @@ class RemotingClient:
             c.close()
 
     def _retrying(self, fn: Callable[[], T]) -> T:
-        """``fn()`` with bounded retries (attempts and time budget, exponential backoff) on
-        retriable faults; the first attempt runs without building the retry machinery."""
-        try:
-            return fn()
-        except RocketMQSparkError as exc:
-            if not exc.retriable or self.config.retries <= 1:
-                raise
-            log.debug("retrying after a transient fault: %s", exc)
-        cfg = self.config
-        for attempt in Retrying(
-            stop=stop_after_attempt(cfg.retries - 1) | stop_after_delay(cfg.retry_budget_s),
-            wait=wait_exponential(multiplier=0.05, max=cfg.backoff_max_s),
-            retry=retry_if_exception(_retriable),
-            reraise=True,
-            before=lambda _state: time.sleep(0.05),
-        ):
-            with attempt:
-                return fn()
-        raise AssertionError("unreachable")
+        return retrying(fn, self.config)
 
     def invoke(self, address: str, cmd: RemotingCommand, operation: str,
                timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:

@@ -1,0 +1,550 @@
+"""gRPC client: RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` (option ``endpoints``).
+
+It offers the operations the reader, the offset side and the writer need, with the
+same names and results as :class:`~rocketmq_spark.client.remoting.RemotingClient`:
+routes (QueryRoute), min/max/timestamp offsets (QueryOffset), consumer offsets
+(GetOffset/UpdateOffset), pulls (PullMessage), sends (SendMessage; transactional
+half messages and EndTransaction) and, for producers, the Telemetry session that
+receives transaction check-backs.
+
+Released Java proxies answer UNIMPLEMENTED to PullMessage, QueryOffset, GetOffset and
+UpdateOffset: that surfaces as :class:`RequestNotSupportedError` naming ``namesrvAddr``
+as the way to read such a cluster (over remoting). Sending works against them.
+
+Channels open lazily and are dropped when pickled (Spark ships clients to executors).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from ..errors import (
+    BrokerError,
+    ConnectionFailedError,
+    MessageIllegalError,
+    NoPermissionError,
+    OffsetNotFoundError,
+    RequestNotSupportedError,
+    RequestTimeoutError,
+    RocketMQSparkError,
+    SystemBusyError,
+    TopicNotFoundError,
+)
+from ..model import MessageQueue, PullResult, SendResult, Txn
+from ..proto import pb, pb_grpc
+from ..proto.messages import millis, properties_to_message, set_millis
+from ..remoting.codes import SysFlag, TransactionType
+from ..remoting.message import BatchEntry, decode_properties
+from .remoting import parse_namesrv_addr
+from .retry import ClientConfig, retrying
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GrpcClient", "STATUS_ERRORS", "parse_endpoints"]
+
+T = TypeVar("T")
+
+#: gRPC status code (``apache.rocketmq.v2.Code``) -> exception class; others: BrokerError.
+STATUS_ERRORS: dict[int, type[BrokerError]] = {
+    pb.TOPIC_NOT_FOUND: TopicNotFoundError,
+    pb.OFFSET_NOT_FOUND: OffsetNotFoundError,
+    pb.TOO_MANY_REQUESTS: SystemBusyError,
+    pb.FORBIDDEN: NoPermissionError,
+    pb.UNAUTHORIZED: NoPermissionError,
+    pb.NOT_IMPLEMENTED: RequestNotSupportedError,
+    pb.UNSUPPORTED: RequestNotSupportedError,
+    pb.BAD_REQUEST: MessageIllegalError,
+    pb.MESSAGE_BODY_TOO_LARGE: MessageIllegalError,
+    pb.PAYLOAD_TOO_LARGE: MessageIllegalError,
+}
+#: Calls a proxy may leave unimplemented, and what to do instead.
+_READ_RPCS = ("PullMessage", "QueryOffset", "GetOffset", "UpdateOffset")
+_MAX_MESSAGE = 64 * 1024 * 1024
+_PERM_READ = (pb.READ, pb.READ_WRITE)
+_PERM_WRITE = (pb.WRITE, pb.READ_WRITE)
+
+
+def parse_endpoints(value: str | Sequence[str]) -> list[str]:
+    """``"h1:8081;h2:8081"`` -> ["h1:8081", "h2:8081"] (same rules as name server lists)."""
+    return parse_namesrv_addr(value)
+
+
+def _status_error(status: pb.Status, *, address: str, operation: str) -> BrokerError:
+    cls = STATUS_ERRORS.get(status.code, BrokerError)
+    return cls(int(status.code), f"{pb.Code.Name(status.code) if status.code in pb.Code.values() else status.code}: "
+                                 f"{status.message}", address=address, operation=operation)
+
+
+def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) -> RocketMQSparkError:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        hint = (" (released RocketMQ 5 proxies do not serve pulls or consumer offsets over gRPC): read this "
+                "cluster over remoting with the option namesrvAddr, its name server list host:port;host:port"
+                if rpc in _READ_RPCS else "")
+        return RequestNotSupportedError(12, f"the gRPC endpoint does not implement {rpc}{hint}",
+                                        address=address, operation=operation)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RequestTimeoutError(address, operation, f"no answer in time ({detail})")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
+        return ConnectionFailedError(address, operation, detail)
+    return BrokerError(code.value[0], f"{code.name}: {detail}", address=address, operation=operation)
+
+
+class GrpcClient:
+    """Talks to RocketMQ 5 gRPC endpoints (a proxy, or the embedded broker's)."""
+
+    def __init__(self, endpoints: str | Sequence[str], config: ClientConfig | None = None) -> None:
+        self.endpoints = parse_endpoints(endpoints)
+        if not self.endpoints:
+            raise ValueError("no gRPC endpoint given")
+        self.config = config or ClientConfig()
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, pb_grpc.MessagingServiceStub]] = {}
+        self._routes: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
+        self._broker_endpoints: dict[str, str] = {}
+        self._index = 0
+        self.client_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:12]}"
+        self._telemetry: _Telemetry | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"endpoints": self.endpoints, "config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.endpoints = state["endpoints"]
+        self.config = state["config"]
+        self._init_runtime()
+
+    # -- channels -------------------------------------------------------------------
+
+    def stub(self, address: str) -> pb_grpc.MessagingServiceStub:
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                channel = grpc.insecure_channel(address, options=[
+                    ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                    ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ])
+                entry = self._channels[address] = (channel, pb_grpc.MessagingServiceStub(channel))
+            return entry[1]
+
+    def metadata(self) -> list[tuple[str, str]]:
+        return [
+            ("x-mq-client-id", self.client_id),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "GRPC_V2"),
+            ("x-mq-client-version", "rocketmq-spark"),
+            ("x-mq-date-time", datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")),
+            ("x-mq-request-id", uuid.uuid4().hex),
+        ]
+
+    def close(self) -> None:
+        tele, self._telemetry = self._telemetry, None
+        if tele is not None:
+            tele.close()
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel, _ in channels:
+            channel.close()
+
+    def _call(self, address: str, rpc: str, request: Any, operation: str, *,
+              ok: tuple[int, ...] = (pb.OK,), timeout_s: float | None = None) -> Any:
+        """One unary call with bounded retries on transient faults; a non-OK status raises."""
+        timeout = timeout_s or self.config.request_timeout_s
+
+        def once() -> Any:
+            method = getattr(self.stub(address), rpc)
+            try:
+                resp = method(request, timeout=timeout, metadata=self.metadata())
+            except grpc.RpcError as exc:
+                raise _rpc_error(exc, address=address, operation=operation, rpc=rpc) from None
+            if resp.status.code not in ok:
+                raise _status_error(resp.status, address=address, operation=operation)
+            return resp
+
+        return retrying(once, self.config)
+
+    def _access_point(self, rpc: str, request: Any, operation: str) -> Any:
+        """A call to the configured endpoints in turn (one down is tolerated)."""
+        last: RocketMQSparkError | None = None
+        n = len(self.endpoints)
+        for i in range(n):
+            addr = self.endpoints[(self._index + i) % n]
+            try:
+                resp = self._call(addr, rpc, request, operation)
+            except ConnectionFailedError as exc:
+                last = exc
+                continue
+            self._index = (self._index + i) % n
+            return resp
+        assert last is not None
+        raise last
+
+    # -- routes ---------------------------------------------------------------------
+
+    def _route(self, topic: str, *, refresh: bool = False) -> list[pb.MessageQueue]:
+        cached = self._routes.get(topic)
+        now = time.monotonic()
+        if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
+            return cached[1]
+        req = pb.QueryRouteRequest()
+        req.topic.name = topic
+        host, _, port = self.endpoints[self._index].rpartition(":")
+        req.endpoints.scheme = pb.IPv6 if ":" in host else pb.IPv4
+        req.endpoints.addresses.add(host=host.strip("[]"), port=int(port))
+        resp = self._access_point("QueryRoute", req, f"route lookup of topic {topic!r}")
+        queues = list(resp.message_queues)
+        for q in queues:
+            addrs = q.broker.endpoints.addresses
+            if addrs:
+                a = addrs[0]
+                self._broker_endpoints[q.broker.name] = f"[{a.host}]:{a.port}" if ":" in a.host else f"{a.host}:{a.port}"
+        self._routes[topic] = (now, queues)
+        return queues
+
+    def route(self, topic: str, *, refresh: bool = False) -> list[pb.MessageQueue]:
+        return self._route(topic, refresh=refresh)
+
+    def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
+        wanted = _PERM_WRITE if writable else _PERM_READ
+        return sorted(MessageQueue(topic, q.broker.name, q.id) for q in self._route(topic, refresh=refresh)
+                      if q.permission in wanted)
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        """The gRPC endpoint serving ``broker``'s queues (from routes; else the access point)."""
+        addr = self._broker_endpoints.get(broker)
+        if addr is None and topic is not None:
+            self._route(topic, refresh=True)
+            addr = self._broker_endpoints.get(broker)
+        return addr or self.endpoints[self._index]
+
+    def _pb_queue(self, mq: MessageQueue) -> pb.MessageQueue:
+        for q in self._route(mq.topic):
+            if q.id == mq.queue_id and q.broker.name == mq.broker:
+                return q
+        out = pb.MessageQueue(id=mq.queue_id)
+        out.topic.name = mq.topic
+        out.broker.name = mq.broker
+        return out
+
+    # -- offsets --------------------------------------------------------------------
+
+    def _query_offset(self, mq: MessageQueue, policy: int, ts: int | None, what: str) -> int:
+        req = pb.QueryOffsetRequest(query_offset_policy=policy)
+        req.message_queue.CopyFrom(self._pb_queue(mq))
+        if ts is not None:
+            set_millis(req.timestamp, ts)
+        resp = self._call(self.broker_addr(mq.broker, mq.topic), "QueryOffset", req, f"{what} of {mq}")
+        return int(resp.offset)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._query_offset(mq, pb.BEGINNING, None, "min offset")
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._query_offset(mq, pb.END, None, "max offset")
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """First offset whose store time >= ``timestamp_ms`` (max offset when none)."""
+        return self._query_offset(mq, pb.TIMESTAMP, timestamp_ms, "search offset by timestamp")
+
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed (next-to-consume) offset, or None when it has none."""
+        req = pb.GetOffsetRequest()
+        req.group.name = group
+        req.message_queue.CopyFrom(self._pb_queue(mq))
+        try:
+            resp = self._call(self.broker_addr(mq.broker, mq.topic), "GetOffset", req,
+                              f"query offset of group {group!r} for {mq}")
+        except OffsetNotFoundError:
+            return None
+        return int(resp.offset)
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        req = pb.UpdateOffsetRequest(offset=offset)
+        req.group.name = group
+        req.message_queue.CopyFrom(self._pb_queue(mq))
+        self._call(self.broker_addr(mq.broker, mq.topic), "UpdateOffset", req,
+                   f"update offset of group {group!r} for {mq}")
+
+    # -- pulls ----------------------------------------------------------------------
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
+                   subscription: str = "*", suspend_ms: int = 0) -> tuple[Any, int]:
+        """Start a pull (the stream runs while the caller does other work); resolve it with
+        :meth:`pull_result`."""
+        req = pb.PullMessageRequest(offset=offset, batch_size=max_nums)
+        req.group.name = group or "rocketmq-spark"
+        req.message_queue.CopyFrom(self._pb_queue(mq))
+        req.filter_expression.type = pb.TAG
+        req.filter_expression.expression = subscription or "*"
+        set_millis(req.long_polling_timeout, suspend_ms)
+        addr = self.broker_addr(mq.broker, mq.topic)
+        call = self.stub(addr).PullMessage(req, timeout=self.config.request_timeout_s + suspend_ms / 1000.0,
+                                           metadata=self.metadata())
+        return call, offset
+
+    def pull_result(self, mq: MessageQueue, pending: tuple[Any, int]) -> PullResult:
+        call, offset = pending
+        addr = self._broker_endpoints.get(mq.broker, self.endpoints[self._index])
+        status: pb.Status | None = None
+        messages: list[pb.Message] = []
+        next_offset = -1
+        try:
+            for item in call:
+                kind = item.WhichOneof("content")
+                if kind == "message":
+                    messages.append(item.message)
+                elif kind == "status":
+                    status = item.status
+                elif kind == "next_offset":
+                    next_offset = item.next_offset
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, address=addr, operation=f"pull of {mq}", rpc="PullMessage") from None
+        code = status.code if status is not None else pb.OK
+        if code == pb.OK:
+            state = "FOUND" if messages else ("NO_MATCHED_MSG" if next_offset > offset else "NO_NEW_MSG")
+        elif code == pb.MESSAGE_NOT_FOUND:
+            state = "NO_MATCHED_MSG" if next_offset > offset else "NO_NEW_MSG"
+        elif code == pb.ILLEGAL_OFFSET:
+            state = "OFFSET_ILLEGAL"
+        else:
+            assert status is not None
+            raise _status_error(status, address=addr, operation=f"pull of {mq}")
+        if next_offset < 0:
+            next_offset = messages[-1].system_properties.queue_offset + 1 if messages else offset
+        return PullResult(state, next_offset, -1, -1, b"", tuple(messages))
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
+        return retrying(lambda: self.pull_result(mq, self.pull_async(mq, offset, max_nums, **kw)), self.config)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
+                     sys_flag: int = 0, born_ts: int | None = None) -> pb.SendMessageRequest:
+        """A SendMessage request with one message per entry (properties as remoting writes
+        them). gRPC proxies pick the queue themselves (a message group's by hash)."""
+        prepared = (sys_flag & SysFlag.TRANSACTION_MASK) == TransactionType.PREPARED
+        born = born_ts if born_ts is not None else int(time.time() * 1000)
+        host = socket.gethostname()
+        req = pb.SendMessageRequest()
+        for e in entries:
+            body = zlib.decompress(e.body) if sys_flag & SysFlag.COMPRESSED else e.body
+            props = decode_properties(e.properties)
+            if not props.get("UNIQ_KEY"):
+                props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
+            req.messages.append(properties_to_message(mq.topic, body, props, prepared=prepared, born_ms=born,
+                                                      born_host=host))
+        return req
+
+    def send_async(self, mq: MessageQueue, request: pb.SendMessageRequest) -> Future[Any]:
+        """Send without waiting; resolve with :meth:`send_results` (or check ``.status``)."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self.stub(addr).SendMessage.future(request, timeout=self.config.request_timeout_s,
+                                                  metadata=self.metadata())
+
+    def send_results(self, mq: MessageQueue, count: int, resp: Any) -> list[SendResult]:
+        addr = self._broker_endpoints.get(mq.broker, "?")
+        if resp.status.code != pb.OK:
+            raise _status_error(resp.status, address=addr, operation=f"send to {mq}")
+        out = []
+        for e in resp.entries:
+            if e.status.code != pb.OK:
+                raise _status_error(e.status, address=addr, operation=f"send to {mq}")
+            out.append(SendResult(e.message_id, mq, int(e.offset), e.transaction_id))
+        if len(out) != count:
+            raise BrokerError(-1, f"{count} messages sent, {len(out)} results", address=addr,
+                              operation=f"send to {mq}")
+        return out
+
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
+                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
+        req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
+        resp = self._call(self.broker_addr(mq.broker, mq.topic), "SendMessage", req, f"send to {mq}",
+                          ok=tuple(pb.Code.values()))
+        return self.send_results(mq, len(entries), resp)
+
+    def send(self, mq: MessageQueue, body: bytes, properties: str = "", **kw: Any) -> SendResult:
+        return self.send_batch(mq, [BatchEntry(body, properties)], **kw)[0]
+
+    def _end_request(self, topic: str, msg_id: str, transaction_id: str, commit: bool,
+                     from_check: bool) -> pb.EndTransactionRequest:
+        req = pb.EndTransactionRequest(message_id=msg_id, transaction_id=transaction_id,
+                                       resolution=pb.COMMIT if commit else pb.ROLLBACK,
+                                       source=pb.SOURCE_SERVER_CHECK if from_check else pb.SOURCE_CLIENT)
+        req.topic.name = topic
+        return req
+
+    def end_transaction(self, broker: str, *, topic: str, msg_id: str, transaction_id: str, commit: bool,
+                        from_check: bool = False) -> bool:
+        """EndTransaction; False when the server no longer has it open (already ended)."""
+        req = self._end_request(topic, msg_id, transaction_id, commit, from_check)
+        try:
+            self._call(self.broker_addr(broker, topic), "EndTransaction", req,
+                       f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
+        except BrokerError as exc:
+            if exc.code == pb.INVALID_TRANSACTION_ID:
+                return False
+            raise
+        return True
+
+    def end_transactions(self, txns: Sequence[Txn], *, commit: bool, window: int = 256) -> None:
+        """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
+        are fine; a failed one is retried alone (with the client's bounded retries)."""
+        pending: list[tuple[Txn, Future[Any]]] = []
+
+        def settle(t: Txn, fut: Future[Any]) -> None:
+            try:
+                resp = fut.result(self.config.request_timeout_s)
+                if resp.status.code in (pb.OK, pb.INVALID_TRANSACTION_ID):
+                    return
+            except grpc.RpcError:
+                pass
+            self.end_transaction(t.broker, topic=t.topic, msg_id=t.msg_id, transaction_id=t.transaction_id,
+                                 commit=commit)
+
+        for t in txns:
+            stub = self.stub(self.broker_addr(t.broker, t.topic))
+            req = self._end_request(t.topic, t.msg_id, t.transaction_id, commit, False)
+            pending.append((t, stub.EndTransaction.future(req, timeout=self.config.request_timeout_s,
+                                                          metadata=self.metadata())))
+            if len(pending) > window:
+                settle(*pending.pop(0))
+        for t, fut in pending:
+            settle(t, fut)
+
+    def start_producer(self, topics: Sequence[str],
+                       on_check: Callable[[dict[str, str], str], bool | None] | None = None) -> None:
+        """Announce a producer of ``topics`` (Telemetry settings, then a heartbeat). With
+        ``on_check``, transaction check-backs are answered: it gets the message's properties
+        and id and returns True (commit), False (rollback) or None (not known yet)."""
+        if self._telemetry is None:
+            addr = self.endpoints[self._index]
+            self._telemetry = _Telemetry(self, addr, list(topics), on_check)
+            self._telemetry.start()
+            req = pb.HeartbeatRequest(client_type=pb.PRODUCER)
+            self._call(addr, "Heartbeat", req, "heartbeat")
+
+
+class _Telemetry:
+    """A producer's Telemetry stream: settings out, server settings and check-backs in."""
+
+    def __init__(self, client: GrpcClient, address: str, topics: list[str],
+                 on_check: Callable[[dict[str, str], str], bool | None] | None) -> None:
+        self.client = client
+        self.address = address
+        self.topics = topics
+        self.on_check = on_check
+        self._out: queue.Queue[pb.TelemetryCommand | None] = queue.Queue()
+        self._settled = threading.Event()
+        self._call: Any = None
+        self._thread: threading.Thread | None = None
+
+    def _requests(self) -> Iterator[pb.TelemetryCommand]:
+        while True:
+            cmd = self._out.get()
+            if cmd is None:
+                return
+            yield cmd
+
+    def start(self) -> None:
+        settings = pb.Settings(client_type=pb.PRODUCER)
+        settings.publishing.topics.extend(pb.Resource(name=t) for t in self.topics)
+        settings.user_agent.language = pb.PYTHON
+        settings.user_agent.version = "rocketmq-spark"
+        set_millis(settings.request_timeout, int(self.client.config.request_timeout_s * 1000))
+        self._out.put(pb.TelemetryCommand(settings=settings))
+        stub = self.client.stub(self.address)
+        self._call = stub.Telemetry(self._requests(), metadata=self.client.metadata())
+        self._thread = threading.Thread(target=self._run, name="rocketmq-grpc-telemetry", daemon=True)
+        self._thread.start()
+        if not self._settled.wait(self.client.config.request_timeout_s):
+            log.warning("no settings from %s within %.0fs; sending anyway", self.address,
+                        self.client.config.request_timeout_s)
+
+    def _run(self) -> None:
+        try:
+            for cmd in self._call:
+                kind = cmd.WhichOneof("command")
+                if kind == "settings":
+                    self._settled.set()
+                elif kind == "recover_orphaned_transaction_command":
+                    self._answer(cmd.recover_orphaned_transaction_command)
+        except grpc.RpcError as exc:
+            if not (isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.CANCELLED):
+                log.info("telemetry stream to %s ended: %s", self.address, exc)
+        finally:
+            self._settled.set()
+
+    def _answer(self, cmd: pb.RecoverOrphanedTransactionCommand) -> None:
+        if self.on_check is None:
+            return
+        msg = cmd.message
+        props = dict(msg.user_properties)
+        msg_id = msg.system_properties.message_id
+        try:
+            decision = self.on_check(props, msg_id)
+        except Exception:  # a bad check-back must not end the stream
+            log.exception("answering the check-back of transaction %s failed", msg_id)
+            return
+        if decision is None:
+            return  # still undecided: the server asks again
+        try:
+            self.client.end_transaction("", topic=msg.topic.name, msg_id=msg_id, transaction_id=cmd.transaction_id,
+                                        commit=decision, from_check=True)
+        except RocketMQSparkError as exc:
+            log.warning("answering the check-back of transaction %s failed: %s", msg_id, exc)
+
+    def close(self) -> None:
+        self._out.put(None)
+        if self._call is not None:
+            self._call.cancel()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
+    """Pulled gRPC messages as column lists (see :data:`rocketmq_spark.source.arrow.ARROW_SCHEMA`);
+    times in epoch millis."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "topic", "queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties",
+        "bornTimestamp", "storeTimestamp", "bornHost", "storeHost")}
+    topic, qid, qoff, mid = cols["topic"], cols["queueId"], cols["queueOffset"], cols["messageId"]
+    tag, keys, body, props = cols["tag"], cols["keys"], cols["body"], cols["properties"]
+    born, store, bhost, shost = cols["bornTimestamp"], cols["storeTimestamp"], cols["bornHost"], cols["storeHost"]
+    for m in messages:
+        sp = m.system_properties
+        topic.append(m.topic.name)
+        qid.append(sp.queue_id)
+        qoff.append(sp.queue_offset)
+        mid.append(sp.message_id)
+        tag.append(sp.tag if sp.HasField("tag") else None)
+        keys.append(list(sp.keys))
+        data = m.body
+        if sp.body_encoding == pb.GZIP:
+            import gzip
+
+            data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else zlib.decompress(data)
+        body.append(data)
+        props.append(list(m.user_properties.items()))
+        born.append(millis(sp.born_timestamp))
+        store.append(millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None)
+        bhost.append(sp.born_host or None)
+        shost.append(sp.store_host or None)
+    return cols
