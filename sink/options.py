@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import OptionError
-from ..options import canonical_options, namesrv_list, positive_int
+from ..options import canonical_options, endpoint_list, namesrv_list, positive_int
 
 __all__ = ["WriterOptions", "check_columns"]
 
@@ -30,6 +30,7 @@ _HIDDEN = ("checkpointLocation", "path")
 @dataclass(frozen=True)
 class WriterOptions:
     namesrv_addr: tuple[str, ...]
+    endpoints: str | None
     topic: str | None
     producer_group: str
     exactly_once: bool
@@ -43,17 +44,19 @@ class WriterOptions:
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
         opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
         ns = opts.get("namesrvAddr")
-        if not ns:
-            if opts.get("endpoints"):
-                raise OptionError("endpoints", opts["endpoints"],
-                                  "writing over gRPC is not available yet; give namesrvAddr")
-            raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port)")
-        namesrv = namesrv_list(ns)
+        endpoints = opts.get("endpoints")
+        if ns and endpoints:
+            raise OptionError("endpoints", endpoints, "give either namesrvAddr (remoting) or endpoints (gRPC), not both")
+        if not ns and not endpoints:
+            raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) unless "
+                              "endpoints (gRPC host:port) is given")
+        namesrv = namesrv_list(ns) if ns else ()
         delivery = opts.get("delivery", "at-least-once").strip().lower()
         if delivery not in ("at-least-once", "exactly-once"):
             raise OptionError("delivery", opts["delivery"], "accepted: at-least-once or exactly-once")
         return cls(
             namesrv_addr=namesrv,
+            endpoints=";".join(endpoint_list(endpoints)) if endpoints else None,
             topic=opts.get("topic") or None,
             producer_group=opts.get("producerGroup", "rocketmq-spark-producer"),
             exactly_once=delivery == "exactly-once",

@@ -30,8 +30,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from ..client import BrokerClient, RemotingClient, connect
 from ..client.connection import RemotingConnection
-from ..client.remoting import RemotingClient
 from ..errors import BrokerError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
@@ -88,7 +88,10 @@ class _Sender:
         self.batch_id = batch_id
         self.partition, self.attempt = _task_identity()
         self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
-        self.client = RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request)
+        #: gRPC: the proxy picks queues (a message group's by hash) and compresses nothing.
+        self.grpc = bool(opts.endpoints)
+        self.client: BrokerClient = (connect(endpoints=opts.endpoints) if self.grpc else
+                                     RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request))
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = self.partition
         self._uniq_prefix = uuid.uuid4().hex[:22].upper()
@@ -109,9 +112,12 @@ class _Sender:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
             if self.opts.exactly_once:
-                for addr in {self.client.broker_addr(q.broker, topic) for q in qs} - self._registered:
-                    self.client.heartbeat_producer(self.opts.producer_group, f"rmqspark@{os.getpid()}", addr)
-                    self._registered.add(addr)
+                if isinstance(self.client, RemotingClient):
+                    for addr in {self.client.broker_addr(q.broker, topic) for q in qs} - self._registered:
+                        self.client.heartbeat_producer(self.opts.producer_group, f"rmqspark@{os.getpid()}", addr)
+                        self._registered.add(addr)
+                else:
+                    self.client.start_producer([topic], on_check=self._on_grpc_check)
         return qs
 
     def _next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
@@ -183,7 +189,7 @@ class _Sender:
                     if pk and pv is not None:
                         parts.append(f"{pk}\x01{pv}\x02")
             sys_flag = 0
-            if len(b) > self.opts.compress_threshold:
+            if len(b) > self.opts.compress_threshold and not self.grpc:
                 b = zlib.compress(b)
                 sys_flag |= SysFlag.COMPRESSED
             entry = BatchEntry(b, "".join(parts))
@@ -234,7 +240,7 @@ class _Sender:
             prepared = bool(sys_flag & TransactionType.PREPARED)
             try:
                 resp = fut.result(self.client.config.request_timeout_s)
-                if prepared:
+                if prepared or self.grpc:
                     results = self.client.send_results(mq, len(entries), resp)
                 elif resp.code != 0:  # at-least-once needs only the code, not a result per message
                     self.client.send_results(mq, len(entries), resp)  # raises the broker error
@@ -243,9 +249,13 @@ class _Sender:
                 results = self._retry(mq, entries, sys_flag, exc)
             if prepared:
                 for r, e in zip(results, entries):
-                    _, pos = parse_offset_msg_id(r.msg_id)
                     uniq = e.property_map().get("UNIQ_KEY", "")
-                    self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
+                    if self.grpc:  # named by the proxy's transaction id
+                        self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, 0, uniq,
+                                             r.transaction_id))
+                    else:
+                        _, pos = parse_offset_msg_id(r.msg_id)
+                        self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
 
     def _retry(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, first: BaseException) -> list[Any]:
         last: BaseException = first
@@ -295,6 +305,16 @@ class _Sender:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self.txlog is not None:
             answer_check(conn, cmd, self.txlog, self.opts.producer_group)
 
+    def _on_grpc_check(self, properties: dict[str, str], msg_id: str) -> bool | None:
+        """A gRPC check-back (RecoverOrphanedTransactionCommand): decided by the batch record."""
+        if self.txlog is None:
+            return None
+        try:
+            batch_id = int(properties.get(TX_TAG, "").split(":", 1)[0])
+        except ValueError:
+            return None  # not one of ours
+        return self.txlog.decide(batch_id, msg_id)
+
 
 def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, producer_group: str) -> None:
     """Answer a broker's CHECK_TRANSACTION_STATE from the durable batch record."""
@@ -316,12 +336,15 @@ def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, p
         "msgId": uniq, "transactionId": uniq}, flag=2))
 
 
-def end_transactions(client: RemotingClient, producer_group: str, txns: list[Txn], *, commit: bool,
+def end_transactions(client: BrokerClient, producer_group: str, txns: list[Txn], *, commit: bool,
                      window: int = 256) -> None:
     """END_TRANSACTION for every ``txns``, up to ``window`` in flight; already-ended ones are fine.
 
     A request that fails is retried one by one (with the client's bounded retries).
     """
+    if not isinstance(client, RemotingClient):
+        client.end_transactions(txns, commit=commit, window=window)
+        return
     pending: deque[tuple[Txn, Future[RemotingCommand]]] = deque()
 
     def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
@@ -404,7 +427,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     """Record the batch (once), then end its transactions; a replay commits nothing twice."""
     assert opts.checkpoint_location, "exactly-once streaming needs a checkpointLocation"
     txlog = TxLog(opts.checkpoint_location)
-    client = RemotingClient(opts.namesrv_addr)
+    client = connect(opts.namesrv_addr, opts.endpoints)
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
@@ -424,7 +447,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
     recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
                                                                    batch_id is not None) else None
-    client = RemotingClient(opts.namesrv_addr)
+    client = connect(opts.namesrv_addr, opts.endpoints)
     try:
         end_transactions(client, opts.producer_group, [t for t in txns if not recorded or t.msg_id not in recorded],
                          commit=False)
@@ -441,7 +464,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[Any]) -> None:
         if self.opts.exactly_once:
-            client = RemotingClient(self.opts.namesrv_addr)
+            client = connect(self.opts.namesrv_addr, self.opts.endpoints)
             try:
                 end_transactions(client, self.opts.producer_group, _txns(messages), commit=True)
             finally:

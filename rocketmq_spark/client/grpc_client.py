@@ -434,12 +434,13 @@ class GrpcClient:
         """Announce a producer of ``topics`` (Telemetry settings, then a heartbeat). With
         ``on_check``, transaction check-backs are answered: it gets the message's properties
         and id and returns True (commit), False (rollback) or None (not known yet)."""
-        if self._telemetry is None:
-            addr = self.endpoints[self._index]
-            self._telemetry = _Telemetry(self, addr, list(topics), on_check)
-            self._telemetry.start()
-            req = pb.HeartbeatRequest(client_type=pb.PRODUCER)
-            self._call(addr, "Heartbeat", req, "heartbeat")
+        if self._telemetry is not None:
+            self._telemetry.add_topics(topics)
+            return
+        addr = self.endpoints[self._index]
+        self._telemetry = _Telemetry(self, addr, list(topics), on_check)
+        self._telemetry.start()
+        self._call(addr, "Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER), "heartbeat")
 
 
 class _Telemetry:
@@ -463,13 +464,22 @@ class _Telemetry:
                 return
             yield cmd
 
-    def start(self) -> None:
+    def _settings(self) -> pb.TelemetryCommand:
         settings = pb.Settings(client_type=pb.PRODUCER)
         settings.publishing.topics.extend(pb.Resource(name=t) for t in self.topics)
         settings.user_agent.language = pb.PYTHON
         settings.user_agent.version = "rocketmq-spark"
         set_millis(settings.request_timeout, int(self.client.config.request_timeout_s * 1000))
-        self._out.put(pb.TelemetryCommand(settings=settings))
+        return pb.TelemetryCommand(settings=settings)
+
+    def add_topics(self, topics: Sequence[str]) -> None:
+        new = [t for t in topics if t not in self.topics]
+        if new:
+            self.topics.extend(new)
+            self._out.put(self._settings())
+
+    def start(self) -> None:
+        self._out.put(self._settings())
         stub = self.client.stub(self.address)
         self._call = stub.Telemetry(self._requests(), metadata=self.client.metadata())
         self._thread = threading.Thread(target=self._run, name="rocketmq-grpc-telemetry", daemon=True)

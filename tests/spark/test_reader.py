@@ -26,8 +26,9 @@ def _produce(client: RemotingClient, topic: str, n: int, start: int = 0) -> None
         client.send_batch(qs[i % len(qs)], [BatchEntry(b"msg-%d" % i, props)])
 
 
-def _stream(spark, mq: EmbeddedBroker, topic: str, group: str, ckpt: str, **opts: str):
-    reader = (spark.readStream.format("rocketmq").option("namesrvAddr", mq.namesrv_addr)
+def _stream(spark, mq: EmbeddedBroker, topic: str, group: str, ckpt: str, transport=None, **opts: str):
+    where = transport.options if transport is not None else {"namesrvAddr": mq.namesrv_addr}
+    reader = (spark.readStream.format("rocketmq").options(**where)
               .option("topic", topic).option("consumerGroup", group))
     for k, v in opts.items():
         reader = reader.option(k, v)
@@ -38,10 +39,10 @@ def _stream(spark, mq: EmbeddedBroker, topic: str, group: str, ckpt: str, **opts
     return q
 
 
-def test_available_now_reads_everything_with_every_field(spark, broker, client, tmp_path) -> None:
-    topic, group = "SPARK_READ_ALL", "g_all"
+def test_available_now_reads_everything_with_every_field(spark, broker, client, tmp_path, transport) -> None:
+    topic, group = transport("SPARK_READ_ALL"), transport("g_all")
     _produce(client, topic, 40)
-    q = _stream(spark, broker, topic, group, str(tmp_path / "ck"), startingOffsets="earliest")
+    q = _stream(spark, broker, topic, group, str(tmp_path / "ck"), transport, startingOffsets="earliest")
     rows = spark.sql(f"select * from q_{group}").collect()
     assert len(rows) == 40
     by_body = {bytes(r.body): r for r in rows}
@@ -59,12 +60,13 @@ def test_available_now_reads_everything_with_every_field(spark, broker, client, 
     q.stop()
 
 
-def test_restart_on_same_checkpoint_continues_without_loss_or_duplicates(spark, broker, client, tmp_path) -> None:
-    topic, group = "SPARK_RESTART", "g_restart"
+def test_restart_on_same_checkpoint_continues_without_loss_or_duplicates(spark, broker, client, tmp_path,
+                                                                         transport) -> None:
+    topic, group = transport("SPARK_RESTART"), transport("g_restart")
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
 
     def run() -> None:
-        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr)
+        q = (spark.readStream.format("rocketmq").options(**transport.options)
              .option("topic", topic).option("consumerGroup", group).option("startingOffsets", "earliest").load()
              .select("body", "queueId", "queueOffset").writeStream.format("parquet")
              .option("checkpointLocation", ck).option("path", out).trigger(availableNow=True).start())
@@ -92,21 +94,21 @@ def test_max_messages_per_trigger_bounds_each_batch(spark, broker, client, tmp_p
     assert committed >= 24
 
 
-def test_group_offsets_start_and_tag_filter(spark, broker, client, tmp_path) -> None:
-    topic, group = "SPARK_GROUP", "g_grp"
+def test_group_offsets_start_and_tag_filter(spark, broker, client, tmp_path, transport) -> None:
+    topic, group = transport("SPARK_GROUP"), transport("g_grp")
     _produce(client, topic, 16)
     for m in client.message_queues(topic):
         client.update_consumer_offset(group, m, 2)  # each queue has 4 messages; skip the first 2
-    _stream(spark, broker, topic, group, str(tmp_path / "ck"), subExpression="even").stop()
+    _stream(spark, broker, topic, group, str(tmp_path / "ck"), transport, subExpression="even").stop()
     rows = spark.sql(f"select body, tag, queueOffset from q_{group}").collect()
     assert all(r.tag == "even" and r.queueOffset >= 2 for r in rows)
     assert sorted(r.body for r in rows) == sorted(bytearray(b"msg-%d" % i) for i in range(8, 16) if i % 2 == 0)
 
 
-def test_batch_read_with_ending_offsets(spark, broker, client) -> None:
-    topic = "SPARK_BATCH"
+def test_batch_read_with_ending_offsets(spark, broker, client, transport) -> None:
+    topic = transport("SPARK_BATCH")
     _produce(client, topic, 12)
-    df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+    df = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic)
           .option("startingOffsets", "earliest")
           .option("endingOffsets", '{"%s":{"broker-a:0":2,"broker-a:1":-1}}' % topic).load())
     rows = df.collect()
@@ -122,10 +124,10 @@ def test_unknown_option_names_option_value_and_accepted(spark, broker) -> None:
          .option("startingOffset", "earliest").load().collect())
 
 
-def test_committed_broker_offsets_equal_processed_batch_ends(spark, broker, client, tmp_path) -> None:
-    topic, group = "SPARK_COMMITS", "g_commits"
+def test_committed_broker_offsets_equal_processed_batch_ends(spark, broker, client, tmp_path, transport) -> None:
+    topic, group = transport("SPARK_COMMITS"), transport("g_commits")
     _produce(client, topic, 40)
-    q = _stream(spark, broker, topic, group, str(tmp_path / "ck"), startingOffsets="earliest",
+    q = _stream(spark, broker, topic, group, str(tmp_path / "ck"), transport, startingOffsets="earliest",
                 maxMessagesPerTrigger="10")
     batches = [p for p in q.recentProgress if p["numInputRows"]]
     assert len(batches) == 4
@@ -135,24 +137,24 @@ def test_committed_broker_offsets_equal_processed_batch_ends(spark, broker, clie
     assert committed == third_end
 
 
-def test_starting_timestamp_and_consume_from_where(spark, broker, client, tmp_path) -> None:
-    topic = "SPARK_TS"
+def test_starting_timestamp_and_consume_from_where(spark, broker, client, tmp_path, transport) -> None:
+    topic, t = transport("SPARK_TS"), transport
     _produce(client, topic, 8)
     time.sleep(0.05)
     cut = int(time.time() * 1000)
     time.sleep(0.05)
     _produce(client, topic, 8, start=8)
-    _stream(spark, broker, topic, "g_ts", str(tmp_path / "ck1"), startingTimestamp=str(cut)).stop()
-    got = sorted(bytes(r.body) for r in spark.sql("select body from q_g_ts").collect())
+    _stream(spark, broker, topic, t("g_ts"), str(tmp_path / "ck1"), t, startingTimestamp=str(cut)).stop()
+    got = sorted(bytes(r.body) for r in spark.sql(f"select body from q_{t('g_ts')}").collect())
     assert got == sorted(b"msg-%d" % i for i in range(8, 16))
     iso = dt.datetime.fromtimestamp(cut / 1000, dt.timezone.utc).isoformat()
-    _stream(spark, broker, topic, "g_iso", str(tmp_path / "ck2"), startingTimestamp=iso).stop()
-    assert spark.sql("select count(*) c from q_g_iso").collect()[0].c == 8
+    _stream(spark, broker, topic, t("g_iso"), str(tmp_path / "ck2"), t, startingTimestamp=iso).stop()
+    assert spark.sql(f"select count(*) c from q_{t('g_iso')}").collect()[0].c == 8
     # a group with no committed offsets: latest (stream default) reads nothing already there
-    _stream(spark, broker, topic, "g_new_latest", str(tmp_path / "ck3")).stop()
-    assert spark.sql("select count(*) c from q_g_new_latest").collect()[0].c == 0
-    _stream(spark, broker, topic, "g_new_earliest", str(tmp_path / "ck4"), consumeFromWhere="earliest").stop()
-    assert spark.sql("select count(*) c from q_g_new_earliest").collect()[0].c == 16
+    _stream(spark, broker, topic, t("g_new_latest"), str(tmp_path / "ck3"), t).stop()
+    assert spark.sql(f"select count(*) c from q_{t('g_new_latest')}").collect()[0].c == 0
+    _stream(spark, broker, topic, t("g_new_earliest"), str(tmp_path / "ck4"), t, consumeFromWhere="earliest").stop()
+    assert spark.sql(f"select count(*) c from q_{t('g_new_earliest')}").collect()[0].c == 16
 
 
 def test_new_queues_are_picked_up_from_their_earliest_offset(spark, broker, client, tmp_path) -> None:
@@ -226,15 +228,15 @@ def test_messages_sent_by_ali_ons_read_by_spark(spark, broker) -> None:
     assert rows[big].tag == "Big" and rows[big].keys == ["big"]
 
 
-def test_every_field_round_trips_with_chispa(spark, broker, client) -> None:
+def test_every_field_round_trips_with_chispa(spark, broker, client, transport) -> None:
     from chispa import assert_df_equality
 
-    topic = "SPARK_CHISPA"
+    topic = transport("SPARK_CHISPA")
     q = client.message_queues(topic)[1]
     big = b"z" * 6000
     client.send(q, zlib.compress(big), encode_properties({"TAGS": "t", "KEYS": "a b", "p": "1"}), sys_flag=1)
     client.send(q, b"plain", encode_properties({"UNIQ_KEY": "ABC123"}))
-    df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load()
+    df = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic).load()
           .select("queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties", "storeHost"))
     expected = spark.createDataFrame(
         [(1, 0, None, "t", ["a", "b"], bytearray(big), {"p": "1"}, broker.broker_addr),

@@ -17,22 +17,23 @@ from rocketmq_spark.sink.writer import abort_batch, commit_batch, write_rows
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def _read(spark, broker, topic):
-    return (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load())
+def _read(spark, broker, topic, transport=None):
+    where = transport.options if transport is not None else {"namesrvAddr": broker.namesrv_addr}
+    return spark.read.format("rocketmq").options(**where).option("topic", topic).load()
 
 
-def test_batch_write_round_trips_every_column(spark, broker, client) -> None:
-    topic = "W_ROUND"
+def test_batch_write_round_trips_every_column(spark, broker, client, transport) -> None:
+    topic = transport("W_ROUND")
     client.create_topic(topic, queues=4)
     big = "x" * 9000  # compressed on the way, inflated by the reader
     rows = [(f"body-{i}", f"tag{i % 2}", [f"k{i}", "shared"], {"n": str(i)}) for i in range(20)] + [
         (big, "big", ["big"], {})]
     df = spark.createDataFrame(rows, "body STRING, tag STRING, keys ARRAY<STRING>, properties MAP<STRING,STRING>")
-    df.write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
-    back = _read(spark, broker, topic).select(
+    df.write.mode("append").format("rocketmq").options(**transport.options).option("topic", topic).save()
+    back = _read(spark, broker, topic, transport).select(
         F.col("body").cast("string").alias("body"), "tag", "keys", "properties")
     assert_df_equality(back.orderBy("body"), df.orderBy("body"), ignore_nullable=True)
-    ids = [r.messageId for r in _read(spark, broker, topic).collect()]
+    ids = [r.messageId for r in _read(spark, broker, topic, transport).collect()]
     assert len(set(ids)) == 21  # every message got its own UNIQ_KEY
 
 
@@ -50,14 +51,15 @@ def test_missing_or_mistyped_columns_fail_before_sending(spark, broker, client) 
     assert topic not in client.topic_list()
 
 
-def test_topic_column_and_fifo_message_groups(spark, broker, client) -> None:
-    client.create_topic("W_FIFO_A", queues=4)
-    client.create_topic("W_FIFO_B", queues=4)
-    rows = [(f"m{i}", "W_FIFO_A" if i % 3 else "W_FIFO_B", f"g{i % 2}") for i in range(60)]
+def test_topic_column_and_fifo_message_groups(spark, broker, client, transport) -> None:
+    ta, tb = transport("W_FIFO_A"), transport("W_FIFO_B")
+    client.create_topic(ta, queues=4)
+    client.create_topic(tb, queues=4)
+    rows = [(f"m{i}", ta if i % 3 else tb, f"g{i % 2}") for i in range(60)]
     df = spark.createDataFrame(rows, "body STRING, topic STRING, messageGroup STRING").coalesce(1)
-    df.write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr).save()
-    for topic in ("W_FIFO_A", "W_FIFO_B"):
-        got = _read(spark, broker, topic).select(F.col("body").cast("string").alias("b"), "queueId",
+    df.write.mode("append").format("rocketmq").options(**transport.options).save()
+    for topic in (ta, tb):
+        got = _read(spark, broker, topic, transport).select(F.col("body").cast("string").alias("b"), "queueId",
                                                   "queueOffset").collect()
         expected = [b for b, t, _ in rows if t == topic]
         assert sorted(r.b for r in got) == sorted(expected)
@@ -82,12 +84,12 @@ def test_delivery_timestamp_sets_the_timer_property(spark, broker, client) -> No
     assert int(rec.properties["TIMER_DELIVER_MS"]) == int(due.timestamp() * 1000)
 
 
-def test_exactly_once_failed_task_shows_nothing_then_retry_once(broker, client, tmp_path) -> None:
+def test_exactly_once_failed_task_shows_nothing_then_retry_once(broker, client, tmp_path, transport) -> None:
     import pyarrow as pa
 
-    topic = "W_EOS_TASKS"
+    topic = transport("W_EOS_TASKS")
     client.create_topic(topic, queues=2)
-    opts = WriterOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic, "delivery": "exactly-once",
+    opts = WriterOptions.parse({**transport.options, "topic": topic, "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
     part0 = pa.RecordBatch.from_pydict({"body": [b"a0", b"a1", b"a2"]})
     part1 = pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})
@@ -117,34 +119,34 @@ def test_exactly_once_failed_task_shows_nothing_then_retry_once(broker, client, 
     assert sum(client.max_offset(q) for q in qs) == 5
 
 
-def test_streaming_exactly_once_round_trip(spark, broker, client, tmp_path) -> None:
-    src, dst = "W_EOS_SRC", "W_EOS_DST"
+def test_streaming_exactly_once_round_trip(spark, broker, client, tmp_path, transport) -> None:
+    src, dst = transport("W_EOS_SRC"), transport("W_EOS_DST")
     client.create_topic(src, queues=2)
     client.create_topic(dst, queues=2)
     qs = client.message_queues(src)
     for i in range(30):
         client.send(qs[i % 2], b"e%d" % i)
-    q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", src)
-         .option("consumerGroup", "g_eos").option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "10")
-         .load().select("body")
-         .writeStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", dst)
+    q = (spark.readStream.format("rocketmq").options(**transport.options).option("topic", src)
+         .option("consumerGroup", transport("g_eos")).option("startingOffsets", "earliest")
+         .option("maxMessagesPerTrigger", "10").load().select("body")
+         .writeStream.format("rocketmq").options(**transport.options).option("topic", dst)
          .option("delivery", "exactly-once").option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
     q.awaitTermination(120)
     assert q.exception() is None, q.exception()
-    got = sorted(bytes(r.body) for r in _read(spark, broker, dst).collect())
+    got = sorted(bytes(r.body) for r in _read(spark, broker, dst, transport).collect())
     assert got == sorted(b"e%d" % i for i in range(30))
     c = RemotingClient(broker.namesrv_addr)
     assert not broker.broker.pending_tx  # every half message was ended
     c.close()
 
 
-def test_delayed_rows_are_not_readable_before_their_time(spark, broker, client) -> None:
-    topic = "W_DELAY_FUTURE"
+def test_delayed_rows_are_not_readable_before_their_time(spark, broker, client, transport) -> None:
+    topic = transport("W_DELAY_FUTURE")
     client.create_topic(topic, queues=1)
     due = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=3)
     spark.createDataFrame([("soon", due), ("now", None)], "body STRING, deliveryTimestamp TIMESTAMP") \
-        .write.mode("append").format("rocketmq").option("namesrvAddr", broker.namesrv_addr) \
+        .write.mode("append").format("rocketmq").options(**transport.options) \
         .option("topic", topic).save()
     q = client.message_queues(topic)[0]
     due_ms = int(due.timestamp() * 1000)
