@@ -24,10 +24,9 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..client.remoting import RemotingClient
+from ..client import BrokerClient, connect
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
-from ..remoting.message import decode_records
 from .offset_store import BrokerOffsetStore
 
 log = logging.getLogger(__name__)
@@ -44,17 +43,16 @@ class QueueLag:
     ms_behind: int  # 0 when caught up
 
 
-def queue_lag(client: RemotingClient, mq: MessageQueue, offset: int, now_ms: int | None = None) -> QueueLag:
+def queue_lag(client: BrokerClient, mq: MessageQueue, offset: int, now_ms: int | None = None) -> QueueLag:
     """Lag of one queue at ``offset`` (messages and store-time milliseconds behind)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     hi = client.max_offset(mq)
     behind = max(0, hi - offset)
     ms = 0
     if behind:
-        res = client.pull(mq, max(offset, client.min_offset(mq)), 1)
-        recs = decode_records(res.body) if res.body else []
-        if recs:
-            ms = max(0, now_ms - recs[0].store_timestamp)
+        stored = client.store_time_at(mq, max(offset, client.min_offset(mq)))
+        if stored is not None:
+            ms = max(0, now_ms - stored)
     return QueueLag(mq, offset, hi, behind, ms)
 
 
@@ -82,10 +80,12 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     offset and retried at the next progress event; they never fail the query.
     """
 
-    def __init__(self, namesrv_addr: str | Sequence[str], consumer_group: str, *,
-                 topics: Sequence[str] | None = None, query_name: str | None = None,
-                 measure_lag: bool = True) -> None:
-        self.client = RemotingClient(namesrv_addr)
+    def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
+                 endpoints: str | Sequence[str] | None = None, topics: Sequence[str] | None = None,
+                 query_name: str | None = None, measure_lag: bool = True) -> None:
+        if not namesrv_addr and not endpoints:
+            raise ValueError("RocketMQOffsetCommitter needs namesrv_addr (remoting) or endpoints (gRPC)")
+        self.client = connect(namesrv_addr or (), endpoints)
         self.store = BrokerOffsetStore(self.client, consumer_group)
         self.group = consumer_group
         self.topics = set(topics) if topics else None

@@ -334,6 +334,14 @@ class GrpcClient:
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
         return retrying(lambda: self.pull_result(mq, self.pull_async(mq, offset, max_nums, **kw)), self.config)
 
+    def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
+        """Store time (epoch ms) of the message at ``offset``, None when there is none."""
+        res = self.pull(mq, offset, 1)
+        if res.status != "FOUND" or not res.messages:
+            return None
+        sp = res.messages[0].system_properties
+        return millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None
+
     # -- sending ----------------------------------------------------------------------
 
     def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",

@@ -26,7 +26,7 @@ from ..errors import (
 from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import BatchEntry, encode_batch
+from ..remoting.message import BatchEntry, decode_records, encode_batch
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying
@@ -284,6 +284,12 @@ class RemotingClient:
             return self.pull_result(mq, resp)
 
         return self._retrying(once)
+
+    def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
+        """Store time (epoch ms) of the message at ``offset``, None when there is none."""
+        res = self.pull(mq, offset, 1)
+        recs = decode_records(res.body) if res.status == "FOUND" and res.body else []
+        return recs[0].store_timestamp if recs else None
 
     # -- admin and producing (tools, tests) ------------------------------------------
 

@@ -12,15 +12,17 @@ from rocketmq_spark.remoting import BatchEntry
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
-def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, broker, client, tmp_path) -> None:
-    topic, group = "LISTEN_END", "g_listen"
+def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, broker, client, tmp_path,
+                                                                      transport) -> None:
+    topic, group = transport("LISTEN_END"), transport("g_listen")
     qs = client.message_queues(topic)
     for i in range(40):
         client.send_batch(qs[i % 4], [BatchEntry(b"m%d" % i)])
-    committer = RocketMQOffsetCommitter(broker.namesrv_addr, group, topics=[topic])
+    committer = RocketMQOffsetCommitter(transport.options.get("namesrvAddr"), group,
+                                        endpoints=transport.options.get("endpoints"), topics=[topic])
     spark.streams.addListener(committer)
     try:
-        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+        q = (spark.readStream.format("rocketmq").options(**transport.options).option("topic", topic)
              .option("consumerGroup", group).option("startingOffsets", "earliest")
              .option("maxMessagesPerTrigger", "15").load()
              .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
