@@ -151,7 +151,7 @@ def _child_main(conn: Any, data_dir: str, config: dict[str, Any]) -> None:
     except BaseException as exc:  # noqa: BLE001 (reported to the parent)
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", mq.namesrv_addr))
+    conn.send(("ready", (mq.namesrv_addr, mq.grpc_endpoint or "")))
     prof: cProfile.Profile | None = None
     try:
         while True:
@@ -203,7 +203,7 @@ class MpBroker(BrokerHandle):
         if kind != "ready":
             self.close()
             raise RuntimeError(f"broker child failed to start: {value}")
-        self.namesrv_addr = value
+        self.namesrv_addr, self.grpc_endpoint = value
 
     def _ask(self, cmd: str, arg: Any = None) -> Any:
         self._conn.send((cmd, arg))

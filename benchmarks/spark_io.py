@@ -422,6 +422,30 @@ def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_s
         "decode_share": round(decode_s / m.elapsed, 3) if m.elapsed else None})
 
 
+def client_pull_decode_grpc(endpoint: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
+    """As :func:`client_pull_decode`, over the gRPC endpoint (PullMessage streams)."""
+    from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
+    from rocketmq_spark.source.arrow import columns_to_batch
+
+    g = GrpcClient(endpoint)
+    rows = pulls = 0
+    try:
+        with Meter() as m:
+            for mq in qs:
+                off, hi = 0, g.max_offset(mq)
+                while off < hi:
+                    res = g.pull(mq, off, PULL)
+                    pulls += 1
+                    if res.status != "FOUND":
+                        break
+                    rows += columns_to_batch(message_columns(res.messages), mq.broker).num_rows
+                    off = res.next_offset
+    finally:
+        g.close()
+    _check(rows == n, f"gRPC client loop read {rows} of {n}")
+    return _measured("client gRPC pull + decode (no Spark)", "source", n, body_size, m, params={"pulls": pulls})
+
+
 def client_send(c: RemotingClient, topic: str, n: int, body_size: int) -> Row:
     """The writer's send pattern without Spark: batches of 512 with 8 in flight, one thread."""
     c.create_topic(topic, QUEUES)
@@ -543,9 +567,11 @@ def run_stream(spark: Any, reader: Any, workdir: str, label: str) -> tuple[Meter
 
 
 def spark_rocketmq_source(spark: Any, ns: str, topic: str, n: int, body_size: int, workdir: str,
-                          name: str = "rocketmq -> noop (Spark)") -> Row:
+                          name: str = "rocketmq -> noop (Spark)", endpoints: str | None = None) -> Row:
+    """The reader over remoting (name server ``ns``), or over gRPC when ``endpoints`` is given."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
-    reader = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
+    where = {"endpoints": endpoints} if endpoints else {"namesrvAddr": ns}
+    reader = (spark.readStream.format("rocketmq").options(**where).option("topic", topic)
               .option("consumerGroup", group).option("startingOffsets", "earliest"))
     m, rows, batches = run_stream(spark, reader, workdir, "rmq")
     _check(rows == n, f"{name} read {rows} of {n} rows")
@@ -662,7 +688,8 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
     repeat = repeat or sizes.repeat
     t_start = time.perf_counter()
 
-    out: dict[str, Any] = {"source": [], "sink": [], "preload": [], "ratios": {}, "ratios_cpu": {}, "timeline": []}
+    out: dict[str, Any] = {"source": [], "sink": [], "preload": [], "ratios": {}, "ratios_cpu": {},
+                           "grpc_to_remoting": {}, "timeline": []}
 
     def say(msg: str) -> None:
         t = time.perf_counter() - t_start
@@ -731,13 +758,26 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
                 say(f"{ss.scenario:<34} {size:>5} B {ss.msgs_per_s:>11,.0f} msgs/s  runs {ss.runs_s}")
                 cl = _median_run(lambda qs=qs, n=n, size=size: client_pull_decode(c, qs, n, size), repeat)
                 say(f"{cl.scenario:<34} {size:>5} B {cl.msgs_per_s:>11,.0f} msgs/s  runs {cl.runs_s}")
+                extra: list[Row] = []
+                if h.grpc_endpoint:
+                    # the same data read over the gRPC endpoint (PullMessage), side by side
+                    rg = _median_run(lambda t=topic, n=n, size=size: spark_rocketmq_source(
+                        spark, h.namesrv_addr, t, n, size, workdir, name="rocketmq gRPC -> noop (Spark)",
+                        endpoints=h.grpc_endpoint), repeat)
+                    say(f"{rg.scenario:<34} {size:>5} B {rg.msgs_per_s:>11,.0f} msgs/s  runs {rg.runs_s}")
+                    cg = _median_run(lambda qs=qs, n=n, size=size: client_pull_decode_grpc(
+                        h.grpc_endpoint, qs, n, size), repeat)
+                    say(f"{cg.scenario:<34} {size:>5} B {cg.msgs_per_s:>11,.0f} msgs/s  runs {cg.runs_s}")
+                    out["grpc_to_remoting"][f"spark_{size}B"] = round(rg.msgs_per_s / rs.msgs_per_s, 3)
+                    out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
+                    extra = [rg, cg]
                 ratio = rs.msgs_per_s / ss.msgs_per_s if ss.msgs_per_s else 0.0
                 out["ratios"][f"{size}B"] = round(ratio, 3)
                 cpu_ratio = (ss.cpu_s / ss.messages) / (rs.cpu_s / rs.messages) if rs.cpu_s and ss.cpu_s else 0.0
                 out["ratios_cpu"][f"{size}B"] = round(cpu_ratio, 3)
-                for r in (rs, ss, cl):
+                for r in (rs, ss, cl, *extra):
                     r.params["ratio_to_synthetic"] = round(r.msgs_per_s / ss.msgs_per_s, 3)
-                out["source"] += [rs, ss, cl]
+                out["source"] += [rs, ss, cl, *extra]
 
             # sink: the client-only ceiling, then the Spark writer in both modes
             cs = client_send(c, f"bench-send-{uuid.uuid4().hex[:6]}", sizes.sink, 100)
@@ -975,6 +1015,8 @@ def run(args: argparse.Namespace) -> int:
             ("outside batches s", lambda r: f"{r.params['outside_batches_s']:.2f}" if "outside_batches_s" in r.params
              else "-")]))
         print("outside batches: query start, planning process, final empty check and stop (fixed per query)")
+        for k, v in res["grpc_to_remoting"].items():
+            print(f"reader over gRPC / over remoting, {k.replace('_', ' at ')}: {v:.2f} (same data, same run)")
         for k, v in res["ratios"].items():
             by_cpu = res["ratios_cpu"][k]
             print(f"ratio rocketmq/synthetic at {k}: {v:.2f} by wall time (target >= {SOURCE_TARGET_RATIO}); "

@@ -40,7 +40,7 @@ from .state import TopicConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MessagingServicer", "grpc_producer_group"]
+__all__ = ["MessagingServicer", "grpc_producer_group", "start_grpc_server"]
 
 #: Remoting response code of a refused send -> gRPC status code.
 _SEND_CODES: dict[int, int] = {
@@ -593,3 +593,20 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         await self.broker.durable()
         return pb.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.OK))
 
+
+
+async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int) -> tuple[grpc.aio.Server, int]:
+    """Serve :class:`MessagingService` for ``broker`` on ``host:port`` (0: ephemeral) on the
+    running loop; returns the started server and its port."""
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.so_reuseport", 0),
+    ])
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    bound = server.add_insecure_port(bind)
+    if bound == 0:
+        raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
+    pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, host, bound), server)
+    await server.start()
+    return server, bound

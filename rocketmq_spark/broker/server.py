@@ -83,25 +83,11 @@ class BrokerServer:
                  self.config.data_dir)
 
     async def _start_grpc(self) -> None:
-        import grpc
-
-        from ..proto import pb_grpc
-        from .grpc_service import MessagingServicer
+        from .grpc_service import start_grpc_server
 
         assert self.broker is not None and self.grpc_port is not None
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", self.max_frame),
-            ("grpc.max_send_message_length", self.max_frame),
-            ("grpc.so_reuseport", 0),
-        ])
-        bind = f"[{self.host}]:{self.grpc_port}" if ":" in self.host else f"{self.host}:{self.grpc_port}"
-        port = server.add_insecure_port(bind)
-        if port == 0:
-            raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
-        self.grpc_port = port
-        pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker, self.host, port), server)
-        await server.start()
-        self._grpc_server = server
+        self._grpc_server, self.grpc_port = await start_grpc_server(self.broker, self.host, self.grpc_port,
+                                                                    self.max_frame)
 
     def _register(self) -> None:
         assert self.broker is not None

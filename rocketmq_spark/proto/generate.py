@@ -1,4 +1,5 @@
-"""Regenerate ``_gen/`` from ``messaging.proto``: ``python -m rocketmq_spark.proto.generate``.
+"""Regenerate ``_gen/`` from ``messaging.proto``: ``python -m rocketmq_spark.proto.generate``;
+with ``--check``, only report (exit 1) whether the committed modules differ from a fresh run.
 
 Needs grpcio-tools (in the ``dev`` extra). The generated modules are committed; this
 script is the only way they change. Two edits follow protoc:
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,31 +43,57 @@ def _patch_grpc(text: str) -> str:
     return HEADER + fixed
 
 
-def main() -> int:
-    try:
-        from grpc_tools import protoc
-    except ImportError:
-        print("grpcio-tools is needed: pip install -e '.[dev]'", file=sys.stderr)
-        return 2
+_PATCHES = {"messaging_pb2.py": _patch_pb2, "messaging_pb2_grpc.py": _patch_grpc,
+            "messaging_pb2.pyi": lambda t: HEADER + t}
+
+
+def generated() -> dict[str, str]:
+    """File name -> text of a fresh generation (patched), without writing anything."""
+    from grpc_tools import protoc
+
     with tempfile.TemporaryDirectory() as tmp:
         include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
         rc = protoc.main(["protoc", f"-I{HERE}", f"-I{include}", f"--python_out={tmp}", f"--pyi_out={tmp}",
                           f"--grpc_python_out={tmp}", os.path.join(HERE, "messaging.proto")])
         if rc != 0:
-            return rc
-        os.makedirs(OUT, exist_ok=True)
-        patches = {"messaging_pb2.py": _patch_pb2, "messaging_pb2_grpc.py": _patch_grpc,
-                   "messaging_pb2.pyi": lambda t: HEADER + t}
-        for name, patch in patches.items():
+            raise SystemExit(f"protoc failed with exit code {rc}")
+        out = {}
+        for name, patch in _PATCHES.items():
             with open(os.path.join(tmp, name), encoding="utf-8") as f:
-                text = patch(f.read())
-            with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        init = os.path.join(OUT, "__init__.py")
-        if not os.path.exists(init):
-            with open(init, "w", encoding="utf-8") as f:
-                f.write(HEADER)
-    shutil.rmtree(os.path.join(OUT, "__pycache__"), ignore_errors=True)
+                out[name] = patch(f.read())
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    check = "--check" in (sys.argv[1:] if argv is None else argv)
+    try:
+        fresh = generated()
+    except ImportError:
+        print("grpcio-tools is needed: pip install -e '.[dev]'", file=sys.stderr)
+        return 2
+    if check:
+        stale = []
+        for name, text in fresh.items():
+            try:
+                with open(os.path.join(OUT, name), encoding="utf-8") as f:
+                    same = f.read() == text
+            except FileNotFoundError:
+                same = False
+            if not same:
+                stale.append(name)
+        if stale:
+            print(f"out of date with messaging.proto: {', '.join(stale)}; run python -m rocketmq_spark.proto.generate",
+                  file=sys.stderr)
+            return 1
+        return 0
+    os.makedirs(OUT, exist_ok=True)
+    for name, text in fresh.items():
+        with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    init = os.path.join(OUT, "__init__.py")
+    if not os.path.exists(init):
+        with open(init, "w", encoding="utf-8") as f:
+            f.write(HEADER)
     print(f"regenerated {OUT}")
     return 0
 

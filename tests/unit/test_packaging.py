@@ -65,3 +65,47 @@ def test_top_level_layout_is_the_agreed_one() -> None:
         text = fh.read()
     assert "[build-system]" in text and "[project]" not in text
     assert os.path.exists(os.path.join(ROOT, "rocketmq_spark", "py.typed"))
+
+
+def test_generated_grpc_modules_match_the_proto() -> None:
+    """rocketmq_spark/proto/_gen is what `python -m rocketmq_spark.proto.generate` writes."""
+    from rocketmq_spark.proto import generate
+
+    assert generate.main(["--check"]) == 0
+
+
+def test_grpc_messages_live_in_a_private_pool() -> None:
+    """The official SDK registers apache.rocketmq.v2 in protobuf's default pool: ours must not."""
+    from google.protobuf import descriptor_pool
+
+    from rocketmq_spark.proto import pb
+
+    assert pb.Message.DESCRIPTOR.full_name == "apache.rocketmq.v2.Message"
+    try:
+        descriptor_pool.Default().FindMessageTypeByName("apache.rocketmq.v2.Message")
+    except KeyError:
+        pass
+    else:  # the SDK may be imported by another test in this process; then it is its copy
+        assert "rocketmq.grpc_protocol" in sys.modules
+
+
+def test_only_the_grpc_transport_and_servicer_import_generated_code() -> None:
+    importers = []
+    for folder in ("rocketmq_spark", "source", "sink", "checkpoints"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+            if "_gen" in dirpath or "__pycache__" in dirpath:
+                continue
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    with open(path, encoding="utf-8") as fh:
+                        text = fh.read()
+                    if "import pb" in text or "_gen" in text and "proto" in text:
+                        importers.append(os.path.relpath(path, ROOT))
+    assert sorted(importers) == sorted([
+        os.path.join("rocketmq_spark", "proto", "__init__.py"),
+        os.path.join("rocketmq_spark", "proto", "generate.py"),
+        os.path.join("rocketmq_spark", "proto", "messages.py"),
+        os.path.join("rocketmq_spark", "client", "grpc_client.py"),
+        os.path.join("rocketmq_spark", "broker", "grpc_service.py"),
+    ])
