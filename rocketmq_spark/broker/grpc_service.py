@@ -34,7 +34,7 @@ from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.message import decode_record, encode_properties, iter_records, java_string_hash
+from ..remoting.message import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
 from .broker import Broker, SendRejected
 from .state import TopicConfig
 
@@ -284,7 +284,6 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 runs[-1][1].append((i, body, props))
             else:
                 runs.append((key, [(i, body, props)]))
-        failed = False
         for (topic, queue, sys_flag, born_ms), items in runs:
             if sys_flag:
                 for _, _, props in items:
@@ -294,10 +293,9 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 acc = self.broker.put_messages(topic, queue, raw, sys_flag=sys_flag, born_ts=born_ms,
                                                born_host=born_host)
             except SendRejected as exc:
-                failed = True
+                refused = _status(_SEND_CODES.get(exc.code, pb.INTERNAL_SERVER_ERROR), exc.remark)
                 for i, _, _ in items:
-                    entries[i] = pb.SendResultEntry(status=_status(_SEND_CODES.get(exc.code, pb.INTERNAL_SERVER_ERROR),
-                                                                   exc.remark))
+                    entries[i] = pb.SendResultEntry(status=refused)
                 continue
             for (i, _, props), stored in zip(items, acc.stored):
                 txid = _transaction_id(stored.physical_offset, stored.queue_offset) if acc.prepared else ""
@@ -307,11 +305,14 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
             await self.broker.durable()
         except Exception as exc:  # the flush failed: nothing is acknowledged as durable
             return pb.SendMessageResponse(status=_status(pb.MASTER_PERSISTENCE_TIMEOUT, f"flush failed: {exc}"))
-        done = [e for e in entries if e is not None]
-        first_bad = next((e.status for e in done if e.status.code != pb.OK), None)
-        status = _status(pb.OK) if not failed and first_bad is None else (first_bad or _status(pb.INTERNAL_ERROR))
-        if len(done) > 1 and first_bad is not None and any(e.status.code == pb.OK for e in done):
+        done = [e for e in entries if e is not None]  # every message has its entry by now
+        bad = [e.status for e in done if e.status.code != pb.OK]
+        if not bad:
+            status = _status(pb.OK)
+        elif len(bad) < len(done):
             status = _status(pb.MULTIPLE_RESULTS, "some messages were refused")
+        else:
+            status = bad[0]
         return pb.SendMessageResponse(status=status, entries=done)
 
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Any) -> pb.EndTransactionResponse:
@@ -439,14 +440,13 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         now = time.monotonic()
         out: list[pb.Message] = []
 
-        def deliver(raw: bytes, entry: _Inflight) -> None:
-            for rec in iter_records(raw):
-                msg = record_to_message(rec)
-                sp = msg.system_properties
-                sp.receipt_handle = self._take(state, entry, invisible_s)
-                sp.delivery_attempt = entry.attempts
-                set_millis(sp.invisible_duration, int(invisible_s * 1000))
-                out.append(msg)
+        def deliver(rec: MessageRecord, entry: _Inflight) -> None:
+            msg = record_to_message(rec)
+            sp = msg.system_properties
+            sp.receipt_handle = self._take(state, entry, invisible_s)
+            sp.delivery_attempt = entry.attempts
+            set_millis(sp.invisible_duration, int(invisible_s * 1000))
+            out.append(msg)
 
         # Messages whose invisibility lapsed come back first.
         for queue, pending in state.unacked.items():
@@ -460,7 +460,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                         state.handles.pop(entry.handle, None)
                         continue
                     entry.attempts += 1
-                    deliver(res.records[0], entry)
+                    deliver(decode_record(res.records[0]), entry)
         tag_filter = self.broker._tag_filter(sub)
         cfg = self.broker.config
         state.rotation += 1
@@ -476,12 +476,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 for rec in iter_records(block):
                     entry = _Inflight(queue, rec.queue_offset, 0.0, 1)
                     state.unacked.setdefault(queue, {})[rec.queue_offset] = entry
-                    msg = record_to_message(rec)
-                    sp = msg.system_properties
-                    sp.receipt_handle = self._take(state, entry, invisible_s)
-                    sp.delivery_attempt = 1
-                    set_millis(sp.invisible_duration, int(invisible_s * 1000))
-                    out.append(msg)
+                    deliver(rec, entry)
             if res.next_offset != state.next[queue]:
                 state.next[queue] = res.next_offset
                 self._commit_pop(group, topic, state, queue)

@@ -16,6 +16,7 @@ Channels open lazily and are dropped when pickled (Spark ships clients to execut
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import queue
@@ -27,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -55,7 +56,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["GrpcClient", "STATUS_ERRORS", "parse_endpoints"]
 
-T = TypeVar("T")
 
 #: gRPC status code (``apache.rocketmq.v2.Code``) -> exception class; others: BrokerError.
 STATUS_ERRORS: dict[int, type[BrokerError]] = {
@@ -556,8 +556,6 @@ def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
         keys.append(list(sp.keys))
         data = m.body
         if sp.body_encoding == pb.GZIP:
-            import gzip
-
             data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else zlib.decompress(data)
         body.append(data)
         props.append(list(m.user_properties.items()))
