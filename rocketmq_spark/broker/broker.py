@@ -149,6 +149,8 @@ class BrokerConfig:
     max_suspend_ms: int = 30_000
     segment_size: int = 64 * 1024 * 1024
     retention_hours: float = 72.0
+    #: How often the broker registers with its name servers again (its heartbeat there).
+    register_interval_ms: int = 30_000
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
@@ -242,8 +244,15 @@ class Flusher:
                 for fn in self._extra:
                     fn()
 
+            done = loop.run_in_executor(None, job)
             try:
-                await loop.run_in_executor(None, job)
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:
+                    # The job goes on in its thread: keep the lock until it is finished, or
+                    # the next round (the final one at stop) would share its temp file.
+                    await done
+                    raise
             except BaseException:
                 self.store.mark_dirty()
                 if offsets_json is not None:

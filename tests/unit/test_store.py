@@ -169,3 +169,39 @@ def test_oversized_queue_offset_gap_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="expected offset"):
         s.queue("t", 0).append(5, 0, 10, 0, 0)
     s.close()
+
+
+def test_a_cancelled_flush_round_finishes_before_the_next_one_starts(tmp_path) -> None:
+    """Stopping the flusher cancels its periodic round mid-fsync; the final round must wait
+    for that job (they share the checkpoint's temp file)."""
+    import asyncio
+    import threading
+
+    from rocketmq_spark.broker.broker import Flusher
+    from rocketmq_spark.broker.state import ConsumerOffsets
+
+    running = 0
+    overlaps = 0
+    lock = threading.Lock()
+
+    def slow_job() -> None:
+        nonlocal running, overlaps
+        with lock:
+            running += 1
+            overlaps += running > 1
+        time.sleep(0.3)
+        with lock:
+            running -= 1
+
+    async def scenario() -> None:
+        store = MessageStore(str(tmp_path / "store"), b"\x7f\x00\x00\x01\x00\x00\x27\x0f")
+        store.put([NewMessage("T", 0, b"x", "")])
+        flusher = Flusher(store, ConsumerOffsets(str(tmp_path / "config")), sync=False, interval_s=0.01,
+                          extra=[slow_job])
+        flusher.start()
+        await asyncio.sleep(0.1)  # the periodic round is inside slow_job now
+        await flusher.stop()  # cancels it, then runs the final round
+        store.close()
+
+    asyncio.run(scenario())
+    assert overlaps == 0
