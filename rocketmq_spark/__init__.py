@@ -10,8 +10,10 @@ from typing import Any
 
 from .errors import (
     BrokerError,
+    BrokerUnavailableError,
     ConnectionFailedError,
     DataLossError,
+    GroupInUseError,
     OptionError,
     ProtocolError,
     RocketMQSparkError,
@@ -22,9 +24,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BrokerError",
+    "BrokerUnavailableError",
     "ConnectionFailedError",
     "DataLossError",
     "EmbeddedBroker",
+    "EmbeddedCluster",
+    "GroupInUseError",
     "MessageQueue",
     "OptionError",
     "ProtocolError",
@@ -38,6 +43,7 @@ __all__ = [
 
 _LAZY = {
     "EmbeddedBroker": ("rocketmq_spark.broker.server", "EmbeddedBroker"),
+    "EmbeddedCluster": ("rocketmq_spark.broker.server", "EmbeddedCluster"),
     "RemotingClient": ("rocketmq_spark.client.remoting", "RemotingClient"),
     "RocketMQDataSource": ("rocketmq_spark.datasource", "RocketMQDataSource"),
     "register": ("rocketmq_spark.datasource", "register"),

@@ -15,6 +15,8 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     │   ├── NoPermissionError           NO_PERMISSION (16)
     │   ├── RequestNotSupportedError    REQUEST_CODE_NOT_SUPPORTED (3)
     │   └── MessageIllegalError         MESSAGE_ILLEGAL (13)
+    ├── BrokerUnavailableError      a broker's queues stayed unreachable past the bound
+    ├── GroupInUseError             other clients consume in the consumer group
     └── DataLossError               planned offsets were deleted by retention
 
 Broker errors carry the response ``code``, the peer ``address``, the ``operation``
@@ -27,9 +29,11 @@ from __future__ import annotations
 __all__ = [
     "BROKER_ERRORS",
     "BrokerError",
+    "BrokerUnavailableError",
     "ConnectionFailedError",
     "DataLossError",
     "FrameTooLargeError",
+    "GroupInUseError",
     "MessageIllegalError",
     "NoPermissionError",
     "OffsetNotFoundError",
@@ -132,6 +136,16 @@ class RequestNotSupportedError(BrokerError):
 
 class MessageIllegalError(BrokerError):
     """MESSAGE_ILLEGAL: the message was rejected (too large, bad topic, ...)."""
+
+
+class BrokerUnavailableError(RocketMQSparkError):
+    """A broker's queues were unreachable (or gone from the routes) for longer than the
+    reader waits; names the broker, its address and the queues not read."""
+
+
+class GroupInUseError(RocketMQSparkError):
+    """Other clients consume in the consumer group; their commits would interleave with
+    Spark's (option allowSharedGroup=true accepts that)."""
 
 
 class DataLossError(RocketMQSparkError):

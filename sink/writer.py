@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 
 from ..client import BrokerClient, RemotingClient, connect
 from ..client.connection import RemotingConnection
-from ..errors import BrokerError, OptionError, RocketMQSparkError
+from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
@@ -48,6 +48,8 @@ __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_r
 TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
 _TX_WINDOW = 64  # half messages in flight per task
+#: A broker whose send failed for want of a connection is skipped this long (seconds).
+_BROKER_PAUSE_S = 5.0
 
 
 @dataclass
@@ -101,6 +103,7 @@ class _Sender:
         self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry], int]] = deque()
         self._buffers: dict[tuple[str, int | None], tuple[list[BatchEntry], int]] = {}
         self._registered: set[str] = set()
+        self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
 
     # -- queues ---------------------------------------------------------------------
 
@@ -121,13 +124,27 @@ class _Sender:
         return qs
 
     def _next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
+        """Round-robin over the writable queues, skipping ``avoid`` and paused brokers while
+        another broker has queues."""
         qs = self.queues(topic)
-        for _ in range(len(qs)):
-            self._rr += 1
-            q = qs[self._rr % len(qs)]
-            if q.broker != avoid or all(x.broker == avoid for x in qs):
-                return q
+        self._rr += 1
+        if self._paused or avoid is not None:
+            now = time.monotonic()
+            live = [q for q in qs if q.broker != avoid and self._paused.get(q.broker, 0.0) <= now]
+            qs = live or [q for q in qs if q.broker != avoid] or qs
         return qs[self._rr % len(qs)]
+
+    def _pause(self, broker: str, exc: BaseException) -> bool:
+        """Skip ``broker`` for a while when ``exc`` says it cannot be reached; True if so."""
+        code = getattr(exc, "code", None)
+        unreachable = isinstance(exc, ConnectionFailedError) or (
+            callable(code) and getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+        if unreachable:
+            if broker not in self._paused or self._paused[broker] <= time.monotonic():
+                log.warning("broker %s unreachable (%s): sending to the other brokers for %.0fs", broker, exc,
+                            _BROKER_PAUSE_S)
+            self._paused[broker] = time.monotonic() + _BROKER_PAUSE_S
+        return unreachable
 
     def _group_queue(self, topic: str, group: str) -> MessageQueue:
         qs = self.queues(topic)
@@ -228,9 +245,9 @@ class _Sender:
         req = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag)
         try:
             fut = self.client.send_async(mq, req)
-        except RocketMQSparkError:
+        except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
             fut = Future()
-            fut.set_exception(RuntimeError("send could not start"))
+            fut.set_exception(exc)
         self._inflight.append((fut, mq, entries, sys_flag))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
@@ -258,13 +275,17 @@ class _Sender:
                         self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
 
     def _retry(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, first: BaseException) -> list[Any]:
+        """Send again (bounded, with backoff). An unordered batch whose broker cannot be
+        reached moves to another broker at once; a message group's stays on its queue."""
         last: BaseException = first
         ordered = any("__SHARDINGKEY\x01" in e.properties for e in entries)
         target = mq
+        move_now = self._pause(mq.broker, first) and not ordered
         for attempt in range(3):
-            time.sleep(min(2.0, 0.1 * (2 ** attempt)))
+            if attempt or not move_now:
+                time.sleep(min(2.0, 0.1 * (2 ** attempt)))
             try:
-                if not ordered and attempt:
+                if not ordered and (attempt or move_now):
                     self.client.route(mq.topic, refresh=True)
                     self._queues.pop(mq.topic, None)
                     target = self._next_queue(mq.topic, avoid=target.broker)
@@ -272,6 +293,7 @@ class _Sender:
                                               sys_flag=sys_flag)
             except RocketMQSparkError as exc:
                 last = exc
+                self._pause(target.broker, exc)
         raise RocketMQSparkError(f"partition {self.partition}: sending {len(entries)} messages to {target} "
                                  f"failed after retries: {last}") from last
 

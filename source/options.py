@@ -19,7 +19,7 @@ __all__ = ["ReaderOptions"]
 _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
-    "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup",
+    "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
 )
 #: Spark passes these for file-like sources; harmless here.
 _HIDDEN = ("path",)
@@ -81,6 +81,9 @@ class ReaderOptions:
     min_partitions: int | None
     pull_batch_size: int
     allow_shared_group: bool
+    #: How long (ms) a broker's queues may stay unreachable or out of the routes while the
+    #: other queues are read on; then the query fails naming the broker.
+    broker_down_timeout_ms: int
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
@@ -149,4 +152,5 @@ class ReaderOptions:
             min_partitions=positive_int("minPartitions", min_parts) if min_parts else None,
             pull_batch_size=positive_int("pullBatchSize", opts.get("pullBatchSize", "1024")),
             allow_shared_group=parse_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
+            broker_down_timeout_ms=positive_int("brokerDownTimeoutMs", opts.get("brokerDownTimeoutMs", "30000")),
         )

@@ -9,7 +9,8 @@ nothing here opens a socket in ``__init__``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, RemotingClient, connect
-from ..errors import DataLossError
+from ..errors import BrokerUnavailableError, ConnectionFailedError, DataLossError, GroupInUseError
 from ..model import MessageQueue, PullResult
 from .arrow import columns_to_batch, decode_to_batch
 from .options import ReaderOptions
@@ -77,6 +78,9 @@ class Planner:
         self.tracker = InFlightTracker()
         self._store: BrokerOffsetStore | None = None
         self.target: Offsets | None = None  # AvailableNow cap
+        #: broker -> (monotonic time it was first found unavailable, why)
+        self._down: dict[str, tuple[float, str]] = {}
+        self._group_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -105,7 +109,50 @@ class Planner:
         return sorted(out)
 
     def latest(self) -> Offsets:
-        return {mq: self.client.max_offset(mq) for mq in self.queues()}
+        """Max offsets of the queues the routes list now, without the brokers that do not
+        answer (see :meth:`_ask_brokers`)."""
+        return self._ask_brokers(self.queues(), self.client.max_offset)
+
+    def _ask_brokers(self, queues: list[MessageQueue], ask: Callable[[MessageQueue], int]) -> Offsets:
+        """``ask(mq)`` for every queue; a broker that fails (after the client's bounded
+        retries) is noted as down and its other queues are not asked: the caller reads on
+        with the rest (see :meth:`_unavailable`)."""
+        out: Offsets = {}
+        failed: dict[str, str] = {}
+        for mq in queues:
+            if mq.broker in failed:
+                continue
+            try:
+                out[mq] = ask(mq)
+            except ConnectionFailedError as exc:
+                failed[mq.broker] = str(exc)
+        now = time.monotonic()
+        for broker in {mq.broker for mq in out}:
+            if self._down.pop(broker, None) is not None:
+                log.warning("broker %s answers again; reading its queues", broker)
+        for broker, why in failed.items():
+            self._down.setdefault(broker, (now, why))
+        return out
+
+    def _unavailable(self, queues: list[MessageQueue]) -> None:
+        """Queues with planned offsets that cannot be read now (their broker is down or gone
+        from the routes): they keep their offsets (never skipped) for up to
+        brokerDownTimeoutMs, then the query fails naming the broker."""
+        now = time.monotonic()
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in queues:
+            by_broker.setdefault(mq.broker, []).append(mq)
+        for broker, mqs in sorted(by_broker.items()):
+            since, why = self._down.setdefault(broker, (now, "its queues are no longer in the topic's route"))
+            waited = now - since
+            names = ", ".join(str(m) for m in sorted(mqs))
+            if waited * 1000 >= self.options.broker_down_timeout_ms:
+                raise BrokerUnavailableError(
+                    f"broker {broker} has been unavailable for {waited:.0f}s ({why}); its queues {names} are not "
+                    f"read and keep their offsets in the checkpoint: restart the query when the broker is back "
+                    f"(brokerDownTimeoutMs={self.options.broker_down_timeout_ms} bounds the wait)")
+            log.warning("broker %s unavailable for %.0fs (%s): queues %s wait at their offsets, the others are read",
+                        broker, waited, why, names)
 
     def _start_for(self, mq: MessageQueue, how: str) -> int:
         if how == "earliest":
@@ -138,8 +185,11 @@ class Planner:
     def check_data_loss(self, start: Offsets) -> Offsets:
         """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""
         fixed = dict(start)
+        lows = self._ask_brokers(sorted(start), self.client.min_offset)
         for mq, off in start.items():
-            low = self.client.min_offset(mq)
+            low = lows.get(mq)
+            if low is None:
+                continue  # its broker is down: next_end keeps the offset
             if off < low:
                 if self.options.fail_on_data_loss:
                     raise DataLossError(
@@ -152,6 +202,9 @@ class Planner:
 
     def next_end(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self.latest()
+        missing = [mq for mq in start if mq not in latest]
+        if missing:
+            self._unavailable(missing)
         if self.target is not None:
             latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
         begin: Offsets = {}
@@ -165,7 +218,35 @@ class Planner:
             end = self._admit(begin, end, limit.max_rows)
         for mq in end:
             self.tracker.register(mq, begin[mq], end[mq])
+        for mq in missing:  # carried as they are: a restarted broker's queues resume there
+            end[mq] = start[mq]
         return end
+
+    def check_group(self) -> None:
+        """Fail when other clients consume in the group (their commits would interleave with
+        Spark's), unless allowSharedGroup. Asked once per query, of every broker serving
+        the topics; gRPC has no such call, so it is skipped there."""
+        if self._group_checked or self.options.allow_shared_group or not self.options.consumer_group:
+            return
+        self._group_checked = True
+        client = self.client
+        if not isinstance(client, RemotingClient):
+            log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked",
+                     self.options.consumer_group)
+            return
+        group = self.options.consumer_group
+        others: dict[str, list[str]] = {}
+        for topic in self.options.topics:
+            for b in client.route(topic).broker_datas:
+                if b.master_addr and b.broker_name not in others:
+                    ids = client.consumer_ids(group, b.master_addr)
+                    if ids:
+                        others[b.broker_name] = ids
+        if others:
+            listed = "; ".join(f"{b}: {', '.join(ids)}" for b, ids in sorted(others.items()))
+            raise GroupInUseError(
+                f"consumer group {group!r} has online consumers ({listed}); their offset commits would interleave "
+                f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that")
 
     @staticmethod
     def _admit(begin: Offsets, end: Offsets, budget: int) -> Offsets:
@@ -305,6 +386,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = Planner(options)
 
     def initialOffset(self) -> dict:
+        self.planner.check_group()
         return offsets_to_json(self.planner.initial())
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -312,6 +394,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self.planner.check_group()
         begin = self.planner.check_data_loss(offsets_from_json(start))
         return offsets_to_json(self.planner.next_end(begin, limit))
 

@@ -1,4 +1,10 @@
-"""Name server: topic routes, topic list, broker registration."""
+"""Name server: topic routes, topic list, broker registration.
+
+Brokers register (REGISTER_BROKER from another process, or a direct call in-process) and
+repeat it as a heartbeat; one silent for ``broker_timeout_s`` drops out of every route,
+and UNREGISTER_BROKER takes it out at once. A route miss auto-creates the topic (when
+allowed) on the live brokers: through the in-process callback, or over the network.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import BrokerData, QueueData, TopicRouteData
 from .connection import Connection, HandlerResult
+from .outbound import request
+from .state import valid_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +42,42 @@ class BrokerRegistration:
 class NameServer:
     """Handles GET_ROUTEINFO_BY_TOPIC, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, REGISTER_BROKER."""
 
-    def __init__(self, *, auto_create_topics: bool = True, broker_timeout_s: float = 120.0) -> None:
+    def __init__(self, *, auto_create_topics: bool = True, broker_timeout_s: float = 120.0,
+                 default_queue_nums: int = 4) -> None:
         self.brokers: dict[str, BrokerRegistration] = {}
         self.auto_create_topics = auto_create_topics
         self.broker_timeout_s = broker_timeout_s
+        self.default_queue_nums = default_queue_nums
         self.handlers = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
             RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
         }
 
     def register(self, reg: BrokerRegistration) -> None:
         reg.last_seen = time.monotonic()
+        prev = self.brokers.get(reg.broker_name)
+        if prev is None or prev.broker_addr != reg.broker_addr:
+            log.info("broker %s registered at %s (cluster %s)", reg.broker_name, reg.broker_addr, reg.cluster)
         self.brokers[reg.broker_name] = reg
+
+    def unregister(self, broker_name: str) -> None:
+        if self.brokers.pop(broker_name, None) is not None:
+            log.info("broker %s unregistered", broker_name)
 
     def _live(self) -> list[BrokerRegistration]:
         now = time.monotonic()
-        return [b for b in self.brokers.values()
-                if b.create_topic is not None or now - b.last_seen < self.broker_timeout_s]
+        live = []
+        for b in list(self.brokers.values()):
+            if now - b.last_seen < self.broker_timeout_s:
+                live.append(b)
+            else:
+                log.warning("broker %s at %s sent no heartbeat for %.0fs: removed from routes",
+                            b.broker_name, b.broker_addr, now - b.last_seen)
+                del self.brokers[b.broker_name]
+        return live
 
     def route(self, topic: str) -> TopicRouteData | None:
         queues, brokers = [], []
@@ -76,20 +101,50 @@ class NameServer:
             )
         return handler(conn, req)
 
-    def get_route(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_route(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         topic = req.ext_fields.get("topic", "")
         route = self.route(topic)
-        if route is None and self.auto_create_topics and topic:
-            for b in self._live():
-                if b.create_topic is not None and b.create_topic(topic):
-                    break
-            route = self.route(topic)
+        if route is None and self.auto_create_topics and topic and not valid_topic_name(topic):
+            live = self._live()
+            created = False
+            for b in live:  # in-process brokers: every one of them, like a cluster-wide create
+                if b.create_topic is not None:
+                    created = b.create_topic(topic) or created
+            remote = [b for b in live if b.create_topic is None]
+            if remote:
+                return self._create_remotely(req, topic, remote)
+            if created:
+                route = self.route(topic)
+        return self._route_response(req, topic, route)
+
+    def _route_response(self, req: RemotingCommand, topic: str, route: TopicRouteData | None) -> RemotingCommand:
         if route is None:
             return req.response_to(
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {topic}",
             )
         return req.response_to(ResponseCode.SUCCESS, body=route.to_json())
+
+    async def _create_remotely(self, req: RemotingCommand, topic: str,
+                               brokers: list[BrokerRegistration]) -> RemotingCommand:
+        """Create ``topic`` on brokers of other processes (UPDATE_AND_CREATE_TOPIC), then answer
+        the route; their next registration confirms the queues."""
+        n = self.default_queue_nums
+        for b in brokers:
+            cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, opaque=1, ext_fields={
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(n), "writeQueueNums": str(n),
+                "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+            try:
+                resp = await request(b.broker_addr, cmd)
+            except (OSError, TimeoutError) as exc:
+                log.warning("auto-create of topic %s on broker %s at %s failed: %s", topic, b.broker_name,
+                            b.broker_addr, exc)
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                b.topics.setdefault(topic, (n, n, 6))
+            else:
+                log.warning("broker %s refused to create topic %s: %s", b.broker_name, topic, resp.remark)
+        return self._route_response(req, topic, self.route(topic))
 
     def get_topic_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         topics = sorted({t for b in self._live() for t in b.topics})
@@ -133,3 +188,11 @@ class NameServer:
         self.register(BrokerRegistration(name, addr, ext.get("clusterName", "DefaultCluster"), topics,
                                          create_topic=prev.create_topic if prev else None))
         return req.response_to(ext_fields={"haServerAddr": "", "masterAddr": addr})
+
+    def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """UNREGISTER_BROKER: a broker stopping cleanly leaves the routes at once."""
+        name = req.ext_fields.get("brokerName", "")
+        reg = self.brokers.get(name)
+        if reg is not None and reg.broker_addr == req.ext_fields.get("brokerAddr", reg.broker_addr):
+            self.unregister(name)
+        return req.response_to()
