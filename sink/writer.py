@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 import uuid
 import zlib
@@ -95,7 +96,7 @@ class _Sender:
         self.client: BrokerClient = (connect(endpoints=opts.endpoints) if self.grpc else
                                      RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request))
         self._queues: dict[str, list[MessageQueue]] = {}
-        self._rr = self.partition
+        self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
         self._uniq_prefix = uuid.uuid4().hex[:22].upper()
         self._seq = 0
         self.rows = 0

@@ -239,7 +239,11 @@ class Planner:
         for topic in self.options.topics:
             for b in client.route(topic).broker_datas:
                 if b.master_addr and b.broker_name not in others:
-                    ids = client.consumer_ids(group, b.master_addr)
+                    try:
+                        ids = client.consumer_ids(group, b.master_addr)
+                    except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
+                        log.warning("consumers of group %s on broker %s not checked: %s", group, b.broker_name, exc)
+                        continue
                     if ids:
                         others[b.broker_name] = ids
         if others:

@@ -302,7 +302,8 @@ async function consume(namesrv, topic, group, expectedCount, timeoutMs) {
   consumer.subscribe(topic, '*', async msg => {
     if (finishing) return;
     const rec = toRecord(msg);
-    const id = `${rec.topic}/${rec.queueId}/${rec.queueOffset}`;
+    // queue ids repeat per broker: the store host names the broker
+    const id = `${rec.topic}/${msg.storeHost}/${rec.queueId}/${rec.queueOffset}`;
     if (seen.has(id)) {
       duplicates++;
       stderr(`[roundtrip] duplicate delivery of ${id} (msgId ${rec.msgId})`);

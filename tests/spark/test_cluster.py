@@ -1,0 +1,219 @@
+"""Reader and writer on a real cluster shape: one name server, two brokers (queue ids repeat
+per broker), failover, name server lists and consumer-group hygiene."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import functions as F
+
+from rocketmq_spark import EmbeddedCluster, RocketMQOffsetCommitter
+from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.remoting import BatchEntry, encode_properties
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmbeddedCluster]:
+    with EmbeddedCluster(brokers=2) as c:
+        yield c
+
+
+@pytest.fixture()
+def cclient(cluster: EmbeddedCluster) -> Iterator[RemotingClient]:
+    c = RemotingClient(cluster.namesrv_addr)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _produce(client: RemotingClient, topic: str, n: int, start: int = 0) -> None:
+    qs = client.message_queues(topic)
+    for i in range(start, start + n):
+        client.send_batch(qs[i % len(qs)], [BatchEntry(b"c-%d" % i, encode_properties({"TAGS": "t", "i": str(i)}))])
+
+
+def _bodies(df) -> list[bytes]:
+    return sorted(bytes(r.body) for r in df.select("body").collect())
+
+
+def _stream(spark, ns: str, topic: str, group: str, ckpt: str, **opts: str):
+    reader = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
+              .option("consumerGroup", group))
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    return (reader.load().writeStream.format("memory").queryName(f"q_{group.replace('-', '_')}")
+            .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+
+
+def test_topics_span_both_brokers_and_spark_reads_and_writes_all(spark, cluster, cclient) -> None:
+    topic = "CL_RW"
+    rows = [(f"w{i}", f"k{i}") for i in range(64)]
+    (spark.createDataFrame(rows, "body STRING, tag STRING").write.mode("append").format("rocketmq")
+     .option("namesrvAddr", cluster.namesrv_addr).option("topic", topic).option("maxBatchMessages", "4").save())
+    qs = cclient.message_queues(topic)
+    assert {q.broker for q in qs} == {"broker-a", "broker-b"} and len(qs) == 8  # queue ids 0..3 on each
+    per_broker = {b: sum(cclient.max_offset(q) for q in qs if q.broker == b) for b in ("broker-a", "broker-b")}
+    assert sum(per_broker.values()) == 64 and min(per_broker.values()) > 0  # the writer used both
+    df = spark.read.format("rocketmq").option("namesrvAddr", cluster.namesrv_addr).option("topic", topic).load()
+    got = df.select(F.col("body").cast("string").alias("b"), "tag", "broker", "queueId", "queueOffset").collect()
+    assert sorted(r.b for r in got) == sorted(b for b, _ in rows)
+    assert {r.broker for r in got} == {"broker-a", "broker-b"}
+    # (broker, queueId, queueOffset) names each message once: queue ids repeat per broker
+    assert len({(r.broker, r.queueId, r.queueOffset) for r in got}) == 64
+
+
+def test_offsets_commit_to_the_owning_broker_and_a_group_resumes(spark, cluster, cclient, tmp_path) -> None:
+    topic, group = "CL_GROUP", "cl-group"
+    _produce(cclient, topic, 40)  # 5 per queue on both brokers
+    for i, q in enumerate(m for m in cclient.message_queues(topic) if m.broker == "broker-a"):
+        cclient.send_batch(q, [BatchEntry(b"a-%d" % i), BatchEntry(b"a2-%d" % i)])  # broker-a: 7 per queue
+    committer = RocketMQOffsetCommitter(cluster.namesrv_addr, group, topics=[topic], measure_lag=False)
+    spark.streams.addListener(committer)
+    try:
+        q = _stream(spark, cluster.namesrv_addr, topic, group, str(tmp_path / "ck1"), startingOffsets="earliest",
+                    maxMessagesPerTrigger="15")
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+        ends = [json.loads(p["sources"][0]["endOffset"])[topic] for p in q.recentProgress if p["numInputRows"]]
+        assert set(ends[-1]) == {f"broker-{b}:{i}" for b in "ab" for i in range(4)}  # offsets keep brokers apart
+        qs = cclient.message_queues(topic)
+        deadline = time.monotonic() + 30
+        while (any(cclient.query_consumer_offset(group, m) != cclient.max_offset(m) for m in qs)
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        # each broker holds the group's offsets of its own queues (queue ids repeat per broker)
+        for m in qs:
+            assert cclient.query_consumer_offset(group, m) == cclient.max_offset(m)
+        for qid in range(4):
+            assert cluster.broker("broker-a").offsets.query(topic, group, qid) == 7
+            assert cluster.broker("broker-b").offsets.query(topic, group, qid) == 5
+    finally:
+        spark.streams.removeListener(committer)
+    # a new query (new checkpoint) of the same group starts where the group is: only new messages
+    _produce(cclient, topic, 8, start=40)
+    q = _stream(spark, cluster.namesrv_addr, topic, group, str(tmp_path / "ck2"))
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert _bodies(spark.sql("select body from q_cl_group")) == sorted(b"c-%d" % i for i in range(40, 48))
+
+
+def test_starting_timestamp_on_two_brokers(spark, cluster, cclient, tmp_path) -> None:
+    topic = "CL_TS"
+    _produce(cclient, topic, 16)
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    _produce(cclient, topic, 16, start=16)
+    q = _stream(spark, cluster.namesrv_addr, topic, "cl-ts", str(tmp_path / "ck"), startingTimestamp=str(cut))
+    q.awaitTermination(120)
+    assert q.exception() is None
+    rows = spark.sql("select body, broker from q_cl_ts").collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(b"c-%d" % i for i in range(16, 32))
+    assert {r.broker for r in rows} == {"broker-a", "broker-b"}
+
+
+def test_name_server_list_with_one_down(spark, cluster, cclient) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    topic = "CL_NS_LIST"
+    _produce(cclient, topic, 12)
+    for order in (f"{dead};{cluster.namesrv_addr}", f"{cluster.namesrv_addr};{dead}"):
+        df = spark.read.format("rocketmq").option("namesrvAddr", order).option("topic", topic).load()
+        assert df.count() == 12
+
+
+def test_a_group_with_other_online_consumers_is_refused_unless_shared(spark, cluster, cclient, tmp_path) -> None:
+    topic, group = "CL_SHARED", "cl-shared"
+    _produce(cclient, topic, 4)
+    other = RemotingClient(cluster.namesrv_addr)
+    try:  # another client joins the group on broker-b (as a push consumer's heartbeat does)
+        other.invoke(cluster.broker_addrs["broker-b"], __import__("rocketmq_spark.remoting.frame", fromlist=["x"])
+                     .RemotingCommand(34, body=json.dumps({"clientID": "10.0.0.9@other", "producerDataSet": [],
+                                                           "consumerDataSet": [{"groupName": group}]}).encode()),
+                     "heartbeat")
+        q = _stream(spark, cluster.namesrv_addr, topic, group, str(tmp_path / "ck1"), startingOffsets="earliest")
+        with pytest.raises(Exception, match=r"consumer group 'cl-shared' has online consumers \(broker-b: "
+                                            r"10\.0\.0\.9@other\).*allowSharedGroup=true"):
+            q.awaitTermination(120)
+        q = _stream(spark, cluster.namesrv_addr, topic, group, str(tmp_path / "ck2"), startingOffsets="earliest",
+                    allowSharedGroup="true")
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert spark.sql("select count(*) c from q_cl_shared").collect()[0].c == 4
+    finally:
+        other.close()
+
+
+def test_failover_writer_moves_on_reader_waits_then_fails_naming_the_broker(spark, tmp_path) -> None:
+    with EmbeddedCluster(str(tmp_path / "mq"), brokers=2) as cl:
+        ns = cl.namesrv_addr
+        c = RemotingClient(ns)
+        try:
+            topic = "CL_FAIL"
+            _produce(c, topic, 40)
+            ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+
+            def run(timeout_ms: str):
+                q = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
+                     .option("consumerGroup", "cl-fail").option("startingOffsets", "earliest")
+                     .option("brokerDownTimeoutMs", timeout_ms).load().select("body").writeStream.format("parquet")
+                     .option("checkpointLocation", ck).option("path", out).trigger(availableNow=True).start())
+                try:
+                    q.awaitTermination(180)
+                except Exception:  # noqa: BLE001 (the failure is read from q.exception())
+                    pass
+                return q
+
+            assert run("30000").exception() is None  # everything so far: 40 rows
+            cl.stop_broker("broker-b", unregister=False)  # a crash: still in the routes
+            # the writer keeps sending: every row lands on the surviving broker
+            (spark.createDataFrame([(f"after-{i}",) for i in range(30)], "body STRING").write.mode("append")
+             .format("rocketmq").option("namesrvAddr", ns).option("topic", topic).save())
+            alive = [q for q in c.message_queues(topic) if q.broker == "broker-a"]
+            assert sum(c.max_offset(q) for q in alive) == 20 + 30
+            # the reader reads broker-a on, waits for broker-b, then fails naming it
+            q = run("3000")
+            err = str(q.exception())
+            assert "broker-b" in err and "unavailable" in err and cl.broker_addrs["broker-b"] in err
+            # broker-b comes back while a query waits for it: that query completes
+            threading.Timer(2.0, cl.start_broker, args=("broker-b",)).start()
+            assert run("60000").exception() is None
+            rows = spark.read.parquet(out).collect()
+            # across the three runs (one checkpoint): every message exactly once
+            c2 = RemotingClient(ns)
+            try:
+                total = sum(c2.max_offset(q) for q in c2.message_queues(topic, refresh=True))
+            finally:
+                c2.close()
+            assert total == 70
+            bodies = sorted(bytes(r.body) for r in rows)
+            assert len(bodies) == len(set(bodies)) == 70
+        finally:
+            c.close()
+
+
+def test_ali_ons_produces_and_consumes_across_both_brokers(cluster, cclient) -> None:
+    from alions_support import alions_consume, alions_produce, ensure_alions
+
+    ensure_alions()
+    topic, group = "CL_ALIONS", "cl-alions"
+    cclient.create_topic(topic, queues=2)
+    sent = [{"body": f"ons-{i}", "tags": "T", "keys": [f"k{i}"]} for i in range(12)]
+    alions_produce(cluster.namesrv_addr, topic, sent)
+    qs = cclient.message_queues(topic)
+    per_broker = {b: sum(cclient.max_offset(q) for q in qs if q.broker == b) for b in ("broker-a", "broker-b")}
+    assert sum(per_broker.values()) == 12 and min(per_broker.values()) > 0
+    got = alions_consume(cluster.namesrv_addr, topic, group, 12)
+    assert sorted(base64.b64decode(m["bodyB64"]).decode() for m in got) == sorted(m["body"] for m in sent)
+    for q in qs:  # ali-ons committed the group's offsets on both brokers
+        assert cclient.query_consumer_offset(group, q) == cclient.max_offset(q)
