@@ -40,6 +40,8 @@ __all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader
 Offsets = dict[MessageQueue, int]
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
 _DECODE_BYTES = 2 * 1024 * 1024
+#: How often an AvailableNow run with only a down broker's queues left looks for it again.
+_POLL_S = 1.0
 
 
 def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -201,19 +203,29 @@ class Planner:
         return fixed
 
     def next_end(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        latest = self.latest()
-        missing = [mq for mq in start if mq not in latest]
-        if missing:
-            self._unavailable(missing)
-        if self.target is not None:
-            latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
-        begin: Offsets = {}
-        for mq, hi in latest.items():
-            s = start.get(mq)
-            if s is None:  # a new queue: from its earliest offset
-                s = self.client.min_offset(mq)
-            begin[mq] = min(s, hi) if s <= hi else s
-        end = {mq: max(begin[mq], latest[mq]) for mq in latest}
+        """The end offsets of the next batch (registered as in flight).
+
+        Queues of a broker that is down or gone from the routes keep their start offsets
+        (:meth:`_unavailable` bounds that). Under Trigger.AvailableNow, a run with nothing
+        else left to read waits for such a broker (polling every ``_POLL_S``) rather than
+        end with its queues unread."""
+        while True:
+            latest = self.latest()
+            missing = [mq for mq in start if mq not in latest]
+            if missing:
+                self._unavailable(missing)  # raises once the broker has been away too long
+            if self.target is not None:
+                latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
+            begin: Offsets = {}
+            for mq, hi in latest.items():
+                s = start.get(mq)
+                if s is None:  # a new queue: from its earliest offset
+                    s = self.client.min_offset(mq)
+                begin[mq] = min(s, hi) if s <= hi else s
+            end = {mq: max(begin[mq], latest[mq]) for mq in latest}
+            if not (missing and self.target is not None and all(end[mq] == begin[mq] for mq in end)):
+                break
+            self._sleep(_POLL_S)
         if isinstance(limit, ReadMaxRows):
             end = self._admit(begin, end, limit.max_rows)
         for mq in end:
@@ -221,6 +233,10 @@ class Planner:
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        time.sleep(seconds)
 
     def check_group(self) -> None:
         """Fail when other clients consume in the group (their commits would interleave with

@@ -152,3 +152,93 @@ def test_commit_writes_min_unconsumed_offsets_and_never_goes_back() -> None:
     assert c.committed == {Q(0): 20}
     p.commit(e1)  # a stale commit never moves the broker offset back
     assert c.committed == {Q(0): 20}
+
+
+class FlakyBrokerClient(FakeClient):
+    """broker-b refuses connections while ``down``; it may also leave the routes."""
+
+    def __init__(self, queues: dict[MessageQueue, tuple[int, int]]) -> None:
+        super().__init__(queues)
+        self.down = False
+        self.routed = True
+        self.asked_down = 0
+
+    def message_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
+        return [q for q in super().message_queues(topic) if self.routed or q.broker != "broker-b"]
+
+    def _check(self, mq: MessageQueue) -> None:
+        from rocketmq_spark.errors import ConnectionFailedError
+
+        if self.down and mq.broker == "broker-b":
+            self.asked_down += 1
+            raise ConnectionFailedError("127.0.0.1:10921", f"max offset of {mq}", "connection refused")
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        self._check(mq)
+        return super().max_offset(mq)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        self._check(mq)
+        return super().min_offset(mq)
+
+
+def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it(monkeypatch) -> None:
+    import rocketmq_spark.source.reader as reader_mod
+    from rocketmq_spark.errors import BrokerUnavailableError
+
+    clock = [1000.0]
+    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    a0, b0, b1 = Q(0), Q(0, "broker-b"), Q(1, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10), b1: (0, 10)})
+    p = _planner(client, brokerDownTimeoutMs="5000")
+    start = {a0: 2, b0: 3, b1: 4}
+    client.down = True
+    end = p.next_end(p.check_data_loss(start), ReadAllAvailable())
+    # broker-a is read on; broker-b's queues are carried as they are (never skipped, never re-read)
+    assert end == {a0: 10, b0: 3, b1: 4}
+    assert client.asked_down == 2  # one failed call per broker and pass, not one per queue
+    assert [(r.mq, r.start, r.end) for r in p.partitions(start, end)] == [(a0, 2, 10)]
+    # gone from the routes too: still carried
+    client.routed = False
+    clock[0] += 3
+    assert p.next_end(end, ReadAllAvailable()) == {a0: 10, b0: 3, b1: 4}
+    # past brokerDownTimeoutMs: a clear failure naming the broker and its queues
+    clock[0] += 3
+    with pytest.raises(BrokerUnavailableError, match=r"broker broker-b has been unavailable for 6s.*t/broker-b:0"):
+        p.next_end(end, ReadAllAvailable())
+    # it returns in time on another run: its queues resume where they were
+    client.down, client.routed = False, True
+    p2 = _planner(client, brokerDownTimeoutMs="5000")
+    assert p2.next_end(p2.check_data_loss(end), ReadAllAvailable()) == {a0: 10, b0: 10, b1: 10}
+
+
+def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_queues(monkeypatch) -> None:
+    import rocketmq_spark.source.reader as reader_mod
+    from rocketmq_spark.errors import BrokerUnavailableError
+
+    clock = [1000.0]
+    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    a0, b0 = Q(0), Q(0, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
+    p = _planner(client, brokerDownTimeoutMs="5000")
+    p.target = {a0: 10, b0: 10}  # prepareForTriggerAvailableNow
+    client.down = True
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:  # the broker returns during the third wait
+        waits.append(s)
+        clock[0] += s
+        if len(waits) == 3:
+            client.down = False
+
+    monkeypatch.setattr(p, "_sleep", sleep)
+    # broker-a is done (start == target); broker-b is down: the run waits for it, then reads it
+    assert p.next_end({a0: 10, b0: 4}, ReadAllAvailable()) == {a0: 10, b0: 10}
+    assert len(waits) == 3
+    # it does not return: the wait is bounded by brokerDownTimeoutMs
+    client.down = True
+    waits.clear()
+    monkeypatch.setattr(p, "_sleep", lambda s: (waits.append(s), clock.__setitem__(0, clock[0] + s)))
+    with pytest.raises(BrokerUnavailableError, match="broker-b"):
+        p.next_end({a0: 10, b0: 10}, ReadAllAvailable())
+    assert 4 <= len(waits) <= 6
