@@ -13,12 +13,13 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from . import broker, client_decode, spark_io
+from . import broker, client_decode, cluster, spark_io
 
 #: name -> (add_arguments, run); each run prints its table and writes results/<name>.json.
 SUITES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "broker": (broker.add_arguments, broker.run),
     "client_decode": (client_decode.add_arguments, client_decode.run),
+    "cluster": (cluster.add_arguments, cluster.run),
     "spark_io": (spark_io.add_arguments, spark_io.run),
 }
 

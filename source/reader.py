@@ -42,6 +42,8 @@ Offsets = dict[MessageQueue, int]
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
 _POLL_S = 1.0
+#: A broker known to be down is asked again at most this often (seconds).
+_REPROBE_S = 2.0
 
 
 def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -82,6 +84,7 @@ class Planner:
         self.target: Offsets | None = None  # AvailableNow cap
         #: broker -> (monotonic time it was first found unavailable, why)
         self._down: dict[str, tuple[float, str]] = {}
+        self._probed: dict[str, float] = {}  # broker -> when a down broker was last asked
         self._group_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,17 +121,23 @@ class Planner:
     def _ask_brokers(self, queues: list[MessageQueue], ask: Callable[[MessageQueue], int]) -> Offsets:
         """``ask(mq)`` for every queue; a broker that fails (after the client's bounded
         retries) is noted as down and its other queues are not asked: the caller reads on
-        with the rest (see :meth:`_unavailable`)."""
+        with the rest (see :meth:`_unavailable`). A broker known to be down is asked again
+        only every ``_REPROBE_S``, so its retries do not slow every trigger down."""
         out: Offsets = {}
         failed: dict[str, str] = {}
+        now = time.monotonic()
         for mq in queues:
-            if mq.broker in failed:
+            b = mq.broker
+            if b in failed:
+                continue
+            if b in self._down and now - self._probed.get(b, 0.0) < _REPROBE_S:
+                failed[b] = self._down[b][1]
                 continue
             try:
                 out[mq] = ask(mq)
             except ConnectionFailedError as exc:
-                failed[mq.broker] = str(exc)
-        now = time.monotonic()
+                failed[b] = str(exc)
+                self._probed[b] = time.monotonic()
         for broker in {mq.broker for mq in out}:
             if self._down.pop(broker, None) is not None:
                 log.warning("broker %s answers again; reading its queues", broker)
@@ -164,25 +173,33 @@ class Planner:
         raise AssertionError(how)
 
     def initial(self) -> Offsets:
+        """Start offsets of every queue (startingTimestamp, startingOffsets, or the group's
+        offsets with consumeFromWhere). A queue's start cannot be guessed, so a broker that
+        is down is waited for (polling, up to brokerDownTimeoutMs), then the query fails."""
+        queues = self.queues()
+        while True:
+            out = self._ask_brokers(queues, self._start_of)
+            missing = [mq for mq in queues if mq not in out]
+            if not missing:
+                return out
+            self._unavailable(missing)
+            self._sleep(_POLL_S)
+
+    def _start_of(self, mq: MessageQueue) -> int:
         o = self.options
-        out: Offsets = {}
-        for mq in self.queues():
-            if o.starting_timestamp is not None:
-                out[mq] = self.client.search_offset(mq, o.starting_timestamp)
-            elif o.starting == "group":
-                committed = self.store.read(mq)
-                out[mq] = committed if committed is not None else self._start_for(mq, o.consume_from_where)
-            elif o.starting == "json":
-                given = (o.starting_json or {}).get(mq.topic, {}).get(mq.key)
-                if given is None or given == -2:
-                    out[mq] = self.client.min_offset(mq)
-                elif given == -1:
-                    out[mq] = self.client.max_offset(mq)
-                else:
-                    out[mq] = given
-            else:
-                out[mq] = self._start_for(mq, o.starting)
-        return out
+        if o.starting_timestamp is not None:
+            return self.client.search_offset(mq, o.starting_timestamp)
+        if o.starting == "group":
+            committed = self.store.read(mq)
+            return committed if committed is not None else self._start_for(mq, o.consume_from_where)
+        if o.starting == "json":
+            given = (o.starting_json or {}).get(mq.topic, {}).get(mq.key)
+            if given is None or given == -2:
+                return self.client.min_offset(mq)
+            if given == -1:
+                return self.client.max_offset(mq)
+            return given
+        return self._start_for(mq, o.starting)
 
     def check_data_loss(self, start: Offsets) -> Offsets:
         """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""

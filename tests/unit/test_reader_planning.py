@@ -181,6 +181,10 @@ class FlakyBrokerClient(FakeClient):
         self._check(mq)
         return super().min_offset(mq)
 
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        self._check(mq)
+        return super().query_consumer_offset(group, mq)
+
 
 def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it(monkeypatch) -> None:
     import rocketmq_spark.source.reader as reader_mod
@@ -196,7 +200,8 @@ def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it
     end = p.next_end(p.check_data_loss(start), ReadAllAvailable())
     # broker-a is read on; broker-b's queues are carried as they are (never skipped, never re-read)
     assert end == {a0: 10, b0: 3, b1: 4}
-    assert client.asked_down == 2  # one failed call per broker and pass, not one per queue
+    # asked once: not once per queue, and a broker known down is re-probed only every few seconds
+    assert client.asked_down == 1
     assert [(r.mq, r.start, r.end) for r in p.partitions(start, end)] == [(a0, 2, 10)]
     # gone from the routes too: still carried
     client.routed = False
@@ -234,7 +239,7 @@ def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_que
     monkeypatch.setattr(p, "_sleep", sleep)
     # broker-a is done (start == target); broker-b is down: the run waits for it, then reads it
     assert p.next_end({a0: 10, b0: 4}, ReadAllAvailable()) == {a0: 10, b0: 10}
-    assert len(waits) == 3
+    assert 3 <= len(waits) <= 5  # noticed at the next re-probe
     # it does not return: the wait is bounded by brokerDownTimeoutMs
     client.down = True
     waits.clear()
@@ -242,3 +247,32 @@ def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_que
     with pytest.raises(BrokerUnavailableError, match="broker-b"):
         p.next_end({a0: 10, b0: 10}, ReadAllAvailable())
     assert 4 <= len(waits) <= 6
+
+
+def test_a_query_starting_while_a_broker_is_down_waits_for_it_then_fails(monkeypatch) -> None:
+    import rocketmq_spark.source.reader as reader_mod
+    from rocketmq_spark.errors import BrokerUnavailableError
+
+    clock = [1000.0]
+    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    a0, b0 = Q(0), Q(0, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
+    client.committed = {a0: 3, b0: 7}
+    client.down = True
+    p = _planner(client, brokerDownTimeoutMs="5000")
+    calls = []
+
+    def sleep(s: float) -> None:
+        calls.append(s)
+        clock[0] += s
+        if len(calls) == 2:
+            client.down = False  # back: its committed offset is read, not guessed
+
+    monkeypatch.setattr(p, "_sleep", sleep)
+    assert p.initial() == {a0: 3, b0: 7}
+    assert len(calls) == 2
+    client.down = True
+    p2 = _planner(client, brokerDownTimeoutMs="5000")
+    monkeypatch.setattr(p2, "_sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    with pytest.raises(BrokerUnavailableError, match="broker broker-b"):
+        p2.initial()
