@@ -368,20 +368,31 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
                             f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
 
 
-def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBatch]:
-    mq = part.mq
+def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult]
+           ) -> Iterator[tuple[PullResult, int]]:
+    """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
+    flight (``start(offset)``) while the caller handles this one (``finish(pending)``)."""
     offset = part.start
-    bodies: list[bytes] = []
-    buffered = 0
-    pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
+    pending = start(offset)
     while offset < part.end:
-        resp = pending.result(c.config.request_timeout_s + 30)
-        res = c.pull_result(mq, resp)
+        res = finish(pending)
         _check_pull(part, offset, res)
         nxt = max(res.next_offset, offset)
         if nxt < part.end:
-            pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
-                                   subscription=part.sub_expression)
+            pending = start(nxt)
+        yield res, nxt
+        offset = nxt
+
+
+def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBatch]:
+    mq = part.mq
+    wait_s = c.config.request_timeout_s + 30
+    bodies: list[bytes] = []
+    buffered = 0
+    for res, nxt in _pulls(part,
+                           lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
+                                                    subscription=part.sub_expression),
+                           lambda fut: c.pull_result(mq, fut.result(wait_s))):
         if res.body:
             # Decode several pulls at once: the decoder's fixed cost per call is large.
             bodies.append(res.body)
@@ -391,7 +402,6 @@ def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBat
                 bodies, buffered = [], 0
                 if batch.num_rows:
                     yield batch
-        offset = nxt
     if bodies:
         batch = decode_to_batch(bodies, mq.broker, part.end)
         if batch.num_rows:
@@ -402,20 +412,14 @@ def _read_grpc(part: QueueRange, c: GrpcClient) -> Iterator[pa.RecordBatch]:
     from ..client.grpc_client import message_columns
 
     mq = part.mq
-    offset = part.start
-    pending = c.pull_async(mq, offset, part.pull_batch_size, group=part.group, subscription=part.sub_expression)
-    while offset < part.end:
-        res = c.pull_result(mq, pending)
-        _check_pull(part, offset, res)
-        nxt = max(res.next_offset, offset)
-        if nxt < part.end:
-            pending = c.pull_async(mq, nxt, part.pull_batch_size, group=part.group,
-                                   subscription=part.sub_expression)
+    for res, _ in _pulls(part,
+                         lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
+                                                  subscription=part.sub_expression),
+                         lambda pending: c.pull_result(mq, pending)):
         if res.messages:
             batch = columns_to_batch(message_columns(res.messages), mq.broker, part.end)
             if batch.num_rows:
                 yield batch
-        offset = nxt
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
