@@ -90,12 +90,13 @@ class Sizes:
     sink: int  # rows written at-least-once
     sink_eos: int  # rows written exactly-once (one transaction each: far slower)
     repeat: int  # runs of each source scenario (median kept)
+    grpc: int = 0  # 100-byte messages read over gRPC and over remoting, side by side (once each)
     warm_synthetic: bool = True  # a warm-up query of the synthetic source too (the rocketmq one warms up
     # what both share: the JVM paths and the pyspark.worker daemon)
 
 
-FULL = Sizes(small=2_000_000, large=200_000, sink=2_000_000, sink_eos=20_000, repeat=3)
-QUICK = Sizes(small=100_000, large=0, sink=100_000, sink_eos=2_000, repeat=1, warm_synthetic=False)
+FULL = Sizes(small=2_000_000, large=200_000, sink=2_000_000, sink_eos=20_000, repeat=3, grpc=200_000)
+QUICK = Sizes(small=100_000, large=0, sink=100_000, sink_eos=2_000, repeat=1, grpc=50_000, warm_synthetic=False)
 
 
 # -- the synthetic baseline: a Python streaming source that costs ~nothing --------------------
@@ -704,6 +705,7 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
         try:
             # Preloads (not part of any figure) run in a thread while the SparkSession starts.
             topics: list[tuple[str, int, int, list[MessageQueue]]] = []
+            grpc_topic: list[tuple[str, int, int, list[MessageQueue]]] = []
             failed: list[BaseException] = []
             warm_ready = threading.Event()
 
@@ -723,6 +725,10 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
                         say(f"preloaded {n:,} x {size} B into {topic} in {el:.1f}s ({n / el:,.0f} msgs/s, "
                             "send_batch one at a time)")
                         topics.append((topic, n, size, qs))
+                    if sizes.grpc and h.grpc_endpoint:
+                        qs, el = preload(pc, "bench-src-grpc", sizes.grpc, 100)
+                        grpc_topic.append(("bench-src-grpc", sizes.grpc, 100, qs))
+                        say(f"preloaded {sizes.grpc:,} x 100 B into bench-src-grpc in {el:.1f}s")
                 except BaseException as exc:  # noqa: BLE001 (re-raised in the main thread)
                     failed.append(exc)
                 finally:
@@ -758,26 +764,28 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
                 say(f"{ss.scenario:<34} {size:>5} B {ss.msgs_per_s:>11,.0f} msgs/s  runs {ss.runs_s}")
                 cl = _median_run(lambda qs=qs, n=n, size=size: client_pull_decode(c, qs, n, size), repeat)
                 say(f"{cl.scenario:<34} {size:>5} B {cl.msgs_per_s:>11,.0f} msgs/s  runs {cl.runs_s}")
-                extra: list[Row] = []
-                if h.grpc_endpoint:
-                    # the same data read over the gRPC endpoint (PullMessage), side by side
-                    rg = _median_run(lambda t=topic, n=n, size=size: spark_rocketmq_source(
-                        spark, h.namesrv_addr, t, n, size, workdir, name="rocketmq gRPC -> noop (Spark)",
-                        endpoints=h.grpc_endpoint), repeat)
-                    say(f"{rg.scenario:<34} {size:>5} B {rg.msgs_per_s:>11,.0f} msgs/s  runs {rg.runs_s}")
-                    cg = _median_run(lambda qs=qs, n=n, size=size: client_pull_decode_grpc(
-                        h.grpc_endpoint, qs, n, size), repeat)
-                    say(f"{cg.scenario:<34} {size:>5} B {cg.msgs_per_s:>11,.0f} msgs/s  runs {cg.runs_s}")
-                    out["grpc_to_remoting"][f"spark_{size}B"] = round(rg.msgs_per_s / rs.msgs_per_s, 3)
-                    out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
-                    extra = [rg, cg]
                 ratio = rs.msgs_per_s / ss.msgs_per_s if ss.msgs_per_s else 0.0
                 out["ratios"][f"{size}B"] = round(ratio, 3)
                 cpu_ratio = (ss.cpu_s / ss.messages) / (rs.cpu_s / rs.messages) if rs.cpu_s and ss.cpu_s else 0.0
                 out["ratios_cpu"][f"{size}B"] = round(cpu_ratio, 3)
-                for r in (rs, ss, cl, *extra):
+                for r in (rs, ss, cl):
                     r.params["ratio_to_synthetic"] = round(r.msgs_per_s / ss.msgs_per_s, 3)
-                out["source"] += [rs, ss, cl, *extra]
+                out["source"] += [rs, ss, cl]
+
+            for topic, n, size, qs in grpc_topic:
+                # the same data over gRPC (PullMessage streams) and over remoting, once each
+                rr = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
+                                           name="rocketmq -> noop (Spark), gRPC set")
+                rg = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
+                                           name="rocketmq gRPC -> noop (Spark)", endpoints=h.grpc_endpoint)
+                cl = client_pull_decode(c, qs, n, size)
+                cl.scenario = "client pull + decode, gRPC set"
+                cg = client_pull_decode_grpc(h.grpc_endpoint, qs, n, size)
+                for r in (rr, rg, cl, cg):
+                    say(f"{r.scenario:<34} {size:>5} B {r.msgs_per_s:>11,.0f} msgs/s")
+                out["grpc_to_remoting"][f"spark_{size}B"] = round(rg.msgs_per_s / rr.msgs_per_s, 3)
+                out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
+                out["grpc"] = [rr, rg, cl, cg]
 
             # sink: the client-only ceiling, then the Spark writer in both modes
             cs = client_send(c, f"bench-send-{uuid.uuid4().hex[:6]}", sizes.sink, 100)
@@ -1015,6 +1023,10 @@ def run(args: argparse.Namespace) -> int:
             ("outside batches s", lambda r: f"{r.params['outside_batches_s']:.2f}" if "outside_batches_s" in r.params
              else "-")]))
         print("outside batches: query start, planning process, final empty check and stop (fixed per query)")
+        if res.get("grpc"):
+            print()
+            print("the reader over gRPC (PullMessage: one stream item per message) and over remoting, same data:")
+            print(format_table(res["grpc"]))
         for k, v in res["grpc_to_remoting"].items():
             print(f"reader over gRPC / over remoting, {k.replace('_', ' at ')}: {v:.2f} (same data, same run)")
         for k, v in res["ratios"].items():
@@ -1063,6 +1075,8 @@ def run(args: argparse.Namespace) -> int:
             "timeline": res["timeline"],
             "source": [r.to_json() for r in res["source"]],
             "sink": [r.to_json() for r in res["sink"]],
+            "grpc_vs_remoting": [r.to_json() for r in res.get("grpc", [])],
+            "ratios_grpc_to_remoting": res["grpc_to_remoting"],
         }
         with open(out_path, "w") as f:
             json.dump(doc, f, indent=2)
