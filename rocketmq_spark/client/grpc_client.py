@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -415,7 +416,7 @@ class GrpcClient:
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, window: int = 256) -> None:
         """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
         are fine; a failed one is retried alone (with the client's bounded retries)."""
-        pending: list[tuple[Txn, Future[Any]]] = []
+        pending: deque[tuple[Txn, Future[Any]]] = deque()
 
         def settle(t: Txn, fut: Future[Any]) -> None:
             try:
@@ -433,7 +434,7 @@ class GrpcClient:
             pending.append((t, stub.EndTransaction.future(req, timeout=self.config.request_timeout_s,
                                                           metadata=self.metadata())))
             if len(pending) > window:
-                settle(*pending.pop(0))
+                settle(*pending.popleft())
         for t, fut in pending:
             settle(t, fut)
 
