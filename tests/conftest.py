@@ -18,6 +18,17 @@ from rocketmq_spark.client import RemotingClient
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", default=False,
+                     help="reliability tests in their long version (more kills, more frames, longer outages)")
+
+
+@pytest.fixture(scope="session")
+def soak(request: pytest.FixtureRequest) -> bool:
+    """True under ``pytest --soak``: reliability tests scale their rounds up."""
+    return bool(request.config.getoption("--soak"))
+
+
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
     """One embedded broker per test module (temp data dir, ephemeral ports)."""
