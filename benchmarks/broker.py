@@ -21,15 +21,15 @@ in a thread of this process (client and broker share one GIL). A full run measur
 
 ``python -m benchmarks.broker [--quick] [--broker process|thread|both] [--profile]``
 (``python -m benchmarks`` runs it with the other benchmarks); results go to
-``benchmarks/results/broker.json``. ``--quick`` runs 10x fewer messages against the
-process broker only (add ``--broker both`` for the thread placement too).
+``benchmarks/results/broker.json`` and ``broker.png`` (``broker-quick.*`` with ``--quick``).
+``--quick`` (a smoke run) sends 200 single and 10,000 batched messages per scenario, against
+the process broker only (add ``--broker both`` for the thread placement too).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import shutil
@@ -47,6 +47,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
 
+from . import _report
 from ._brokers import BrokerHandle, cli_available, start_broker
 
 BODY_SIZE = 100
@@ -58,7 +59,7 @@ REAL_BROKER_CAP = 32
 SENDER_THREADS = 8
 PIPELINE_DEPTH = 4  # pulls in flight per queue (x4 queues)
 PIPELINE_DEPTH_CAPPED = 16  # at 32 messages per pull more are needed to hide the round trip
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS_DIR = _report.RESULTS_DIR
 MB = 1_000_000
 
 
@@ -69,7 +70,7 @@ class Sizes:
 
 
 FULL = Sizes(single=20_000, batch=200_000)
-QUICK = Sizes(single=2_000, batch=20_000)
+QUICK = Sizes(single=200, batch=10_000)
 
 
 @dataclass
@@ -586,10 +587,9 @@ def _git_commit() -> str | None:
 
 def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elapsed_s: float, path: str,
                baseline: dict[str, Any] | None = None, machine: dict[str, Any] | None = None) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     doc = {
         "benchmark": "broker",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "git_commit": _git_commit(),
         "machine": machine or machine_info(),
@@ -612,9 +612,18 @@ def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elap
         "total_elapsed_s": round(elapsed_s, 2),
         "results": [r.to_json() for r in rows],
     }
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+
+    def label(r: Row) -> str:
+        return f"{r.scenario} ({r.flush}, {r.broker})" if r.flush not in ("", "-") else f"{r.scenario} ({r.broker})"
+
+    appends = [r for r in rows if r.scenario.startswith("append")]
+    pulls = [r for r in rows if r.scenario.startswith("pull")]
+    _report.write_results(path, doc, [
+        _report.Panel("append: single vs batched sends, async vs sync flush", "msgs/s",
+                      [_report.Bar(label(r), r.msgs_per_s, r.scenario == "append single") for r in appends], log=True),
+        _report.Panel("pull: max 1024 vs a real broker's 32 per pull, sequential vs pipelined", "msgs/s",
+                      [_report.Bar(label(r), r.msgs_per_s) for r in pulls]),
+    ])
 
 
 # -- profiling ------------------------------------------------------------------------------
@@ -692,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="10x fewer messages (whole run well under 30 s)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 200 single sends and 10,000 batched per scenario, one pull run")
     p.add_argument("--broker", choices=("process", "thread", "both"), default=None,
                    help="where the broker runs: a child process (as users run it), a thread of the "
                         "benchmark process (shared GIL), or both (default: both; process with --quick)")
@@ -702,13 +711,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="instead of the figures: cProfile the broker loop thread during batched append, "
                         "sequential pull and single sends (writes results/broker-profile-*.prof)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="runs of each pull scenario; the median is reported (default 3)")
-    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "broker.json"), help="JSON results path")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="runs of each pull scenario; the median is reported (default 3; 1 with --quick)")
+    _report.add_results_dir(p)
 
 
 def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
+    args.repeat = args.repeat or (1 if args.quick else 3)
     workdir = tempfile.mkdtemp(prefix="rocketmq-bench-")
     try:
         if args.profile:
@@ -745,9 +755,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
                   f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): figures are skewed when that is high")
         print(f"total {total:.1f}s")
-        write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total, path=args.out,
-                   baseline={"loopback_tcp_rtt_us": rtt}, machine=mi)
-        print(f"results written to {os.path.relpath(args.out)}")
+        write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total,
+                   path=_report.results_path(args, "broker"), baseline={"loopback_tcp_rtt_us": rtt}, machine=mi)
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

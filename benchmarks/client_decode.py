@@ -11,10 +11,20 @@ records per call (the reader calls it once per pull body today; see PLAN)::
     read        the floor: the same bytes copied once per call (bytes join of the call's chunks,
                 bytearray(chunk) for one chunk per call), no decoding at all
 
+and end to end, against an embedded broker in a child process holding the same number of
+messages (one queue, the same properties and body size)::
+
+    pull + decode   the reader's partition path without Spark (``source.reader._read_remoting``:
+                    pipelined pulls of 1024, several pull bodies per decode call) over the queue
+    socket          the limit: the same bytes the pulls carried, sent by a forked child over a
+                    loopback TCP socket and received with recv_into into one buffer
+
 Before timing, the fast decoder's batches are checked equal to the reference's.
 
-``python -m benchmarks.client_decode [--quick] [--messages N] [--repeat R] [--out PATH]``;
-results go to ``benchmarks/results/client_decode.json``. Times are wall clock, the best of R
+``python -m benchmarks.client_decode [--quick] [--messages N] [--repeat R] [--results-dir DIR]``;
+results go to ``benchmarks/results/client_decode.json`` and ``client_decode.png``
+(``client_decode-quick.*`` with ``--quick``: 50,000 messages in memory, three decode plans,
+10,000 end to end). Times are wall clock, the best of R
 runs (the median is kept too), with the process CPU time beside them: on a shared machine
 cpu/wall < 1 means the core was taken by others part of the time.
 """
@@ -25,7 +35,6 @@ import argparse
 import datetime as _dt
 import gc
 import itertools
-import json
 import os
 import random
 import statistics
@@ -44,12 +53,14 @@ from rocketmq_spark.source.arrow import (
     decode_to_batch_reference,
 )
 
-from rocketmq_spark.remoting import encode_properties, encode_record
+from rocketmq_spark.remoting import BatchEntry, encode_properties, encode_record
+
+from . import _report
+from ._brokers import start_broker
 
 BODY_SIZE = 100
 UNIQUE = 4096  # distinct records encoded; the rest are copies with their own queue/physical offsets
 BROKER = "broker-a"
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MB = 1_000_000
 TARGET = 1_000_000  # messages/s on one core
 
@@ -161,6 +172,96 @@ def _read(group: Sequence[bytes], _broker: str) -> Any:
     return bytearray(group[0]) if len(group) == 1 else b"".join(group)
 
 
+def _serve_bytes(port: int, data: bytes, times: int) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(times):
+            s.sendall(data)
+
+
+def socket_floor(data: bytes, messages: int, repeat: int) -> Row:
+    """The same bytes over loopback TCP from a forked child: what any client could at most read."""
+    import multiprocessing
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    child = multiprocessing.get_context("fork").Process(target=_serve_bytes, args=(port, data, repeat + 1),
+                                                        daemon=True)
+    child.start()
+    conn, _ = srv.accept()
+    srv.close()
+    buf = bytearray(len(data))
+    view = memoryview(buf)
+
+    def once() -> None:
+        got = 0
+        while got < len(buf):
+            k = conn.recv_into(view[got:], len(buf) - got)
+            if not k:
+                raise AssertionError("the sending child closed early")
+            got += k
+
+    try:
+        once()  # warm-up
+        best, median, cpu = _time(once, repeat)
+    finally:
+        conn.close()
+        child.join(10)
+    return Row("socket", MAX_PULL, MAX_PULL, messages, len(data), best, median, cpu, {"transport": "loopback TCP"})
+
+
+MAX_PULL = 1024
+
+
+def pull_decode_end_to_end(n: int, repeat: int, workdir: str) -> tuple[Row, Row]:
+    """Preload ``n`` messages into one queue of a broker in a child process, then time the
+    reader's partition path over them and the socket floor for the bytes its pulls carried."""
+    from rocketmq_spark.source.reader import QueueRange, _read_remoting
+
+    from rocketmq_spark.client import RemotingClient
+
+    topic = "BenchDecode"
+    rnd = random.Random(11)
+    with start_broker("cli", os.path.join(workdir, "e2e")) as h:
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            c.create_topic(topic, 1)
+            mq = c.message_queues(topic, refresh=True)[0]
+            for first in range(0, n, 512):
+                entries = []
+                for i in range(first, min(n, first + 512)):
+                    props = {"TAGS": ("TagA", "TagB", "TagC")[i % 3], "KEYS": f"order-{rnd.randrange(10**9)}",
+                             "UNIQ_KEY": f"0A000001{rnd.randrange(16**24):024X}", "region": "eu-west-1"}
+                    if i % 2:
+                        props["traceId"] = f"{rnd.randrange(16**16):016x}"
+                    entries.append(BatchEntry(rnd.randbytes(BODY_SIZE), encode_properties(props)))
+                c.send_batch(mq, entries)
+            part = QueueRange(mq, 0, n, (h.namesrv_addr,), None, "", "*", MAX_PULL, True)
+            bodies: list[bytes] = []
+            for off in range(0, n, MAX_PULL):  # the bytes the pulls carry, for the socket floor
+                res = c.pull(mq, off, MAX_PULL)
+                bodies.append(res.body or b"")
+            wire = b"".join(bodies)
+            got = 0
+
+            def once() -> None:
+                nonlocal got
+                got = sum(b.num_rows for b in _read_remoting(part, c))
+
+            once()
+            if got != n:
+                raise AssertionError(f"pull + decode read {got} rows, expected {n}")
+            best, median, cpu = _time(once, repeat)
+            pulled = Row("pull+decode", MAX_PULL, MAX_PULL, n, len(wire), best, median, cpu,
+                         {"broker": f"{h.launcher} child process", "path": "source.reader._read_remoting"})
+        finally:
+            c.close()
+    return pulled, socket_floor(wire, n, repeat)
+
+
 def check_equal(chunks: list[bytes], per_call: int, chunk: int) -> None:
     """The fast decoder must give the reference's batch (on the first few calls)."""
     for g in _groups(chunks, max(1, per_call // chunk))[:3]:
@@ -170,17 +271,17 @@ def check_equal(chunks: list[bytes], per_call: int, chunk: int) -> None:
 
 
 def format_table(rows: list[Row], ref_rate: dict[int, float], read_rate: dict[tuple[int, int], float]) -> str:
-    head = (f"{'scenario':10} {'chunk':>6} {'per call':>9} {'messages':>10} {'msgs/s':>12} {'ns/msg':>8} "
+    head = (f"{'scenario':11} {'chunk':>6} {'per call':>9} {'messages':>10} {'msgs/s':>12} {'ns/msg':>8} "
             f"{'MB/s':>8} {'x ref':>7} {'% read':>7} {'cpu/wall':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         ref = ref_rate.get(r.chunk)
         rd = read_rate.get((r.chunk, r.per_call))
         lines.append(
-            f"{r.scenario:10} {r.chunk:>6} {r.per_call:>9} {r.messages:>10,} {r.msgs_per_s:>12,.0f} "
+            f"{r.scenario:11} {r.chunk:>6} {r.per_call:>9} {r.messages:>10,} {r.msgs_per_s:>12,.0f} "
             f"{r.elapsed_s / r.messages * 1e9:>8.0f} {r.mb_s:>8.1f} "
-            f"{(r.msgs_per_s / ref if ref and r.scenario != 'read' else float('nan')):>7.1f} "
-            f"{(100 * r.msgs_per_s / rd if rd and r.scenario != 'read' else float('nan')):>7.1f} "
+            f"{(r.msgs_per_s / ref if ref and r.scenario in ('fast', 'reference') else float('nan')):>7.1f} "
+            f"{(100 * r.msgs_per_s / rd if rd and r.scenario in ('fast', 'reference') else float('nan')):>7.1f} "
             f"{r.cpu_s / r.elapsed_s:>8.2f}"
         )
     return "\n".join(lines)
@@ -225,48 +326,61 @@ def _git_commit() -> str | None:
         return None
 
 
-DEFAULT_OUT = os.path.join(RESULTS_DIR, "client_decode.json")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """This benchmark's options. ``run`` also accepts the namespace of ``python -m benchmarks``
     (which has --quick and --repeat), using the defaults below for what it lacks."""
-    p.add_argument("--quick", action="store_true", help="100,000 messages instead of 1,000,000")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 50,000 messages, three decode plans, one run each, 10,000 end to end")
     p.add_argument("--messages", type=int, default=None, help="messages per scenario (default 1,000,000)")
     p.add_argument("--reference-messages", type=int, default=None,
                    help="messages the reference decoder runs on (default: all; a prefix when smaller)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per scenario; the best is reported (default 3)")
-    p.add_argument("--out", dest="decode_out", default=DEFAULT_OUT, help="JSON results path")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="runs per scenario; the best is reported (default 3; 1 with --quick)")
+    p.add_argument("--e2e-messages", type=int, default=None,
+                   help="messages of the end-to-end pull + decode and socket scenarios (default 200,000; "
+                        "20,000 with --quick)")
+    _report.add_results_dir(p)
 
 
 # (chunk, per_call) pairs of the fast decoder; the reference runs one chunk per call
 PLAN = [(1024, 1024), (1024, 4096), (1024, 16384), (32, 32), (32, 1024), (32, 4096), (32, 16384)]
+QUICK_PLAN = [(1024, 1024), (1024, 16384), (32, 32)]
 
 
 def run(args: argparse.Namespace) -> int:
     quick = bool(getattr(args, "quick", False))
-    repeat = int(getattr(args, "repeat", 3) or 3)
-    out = getattr(args, "decode_out", None) or DEFAULT_OUT
-    n = getattr(args, "messages", None) or (100_000 if quick else 1_000_000)
+    repeat = int(getattr(args, "repeat", None) or (1 if quick else 3))
+    plan = QUICK_PLAN if quick else PLAN
+    out = _report.results_path(args, "client_decode")
+    n = getattr(args, "messages", None) or (50_000 if quick else 1_000_000)
+    n_e2e = getattr(args, "e2e_messages", None) or (10_000 if quick else 200_000)
     n_ref = min(getattr(args, "reference_messages", None) or n, n)
     t0 = time.perf_counter()
     steal0, calib0 = _steal_ticks(), calibration_us()
     print(f"building {n:,} records ...", flush=True)
     buf, starts = build_records(n)
-    chunks = {c: split_chunks(buf, starts, c) for c in sorted({c for c, _ in PLAN})}
+    chunks = {c: split_chunks(buf, starts, c) for c in sorted({c for c, _ in plan})}
     ref_chunks = chunks if n_ref == n else {
         c: split_chunks(buf[: starts[n_ref]], starts[: n_ref + 1], c) for c in chunks}
-    for c, pc in PLAN:
+    for c, pc in plan:
         check_equal(chunks[c], pc, c)
     rows: list[Row] = []
-    for c, pc in PLAN:
+    for c, pc in plan:
         rows.append(run_scenario("read", chunks[c], n, c, pc, repeat))
         rows.append(run_scenario("fast", chunks[c], n, c, pc, repeat))
     for c in chunks:
         rows.append(run_scenario("reference", ref_chunks[c], n_ref, c, c, max(1, repeat - 1)))
-    rows.sort(key=lambda r: (r.chunk, r.per_call, {"read": 0, "fast": 1, "reference": 2}[r.scenario]))
+    print(f"end to end: {n_e2e:,} messages in a broker child process ...", flush=True)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-decode-") as workdir:
+        rows.extend(pull_decode_end_to_end(n_e2e, repeat, workdir))
+    order = {"read": 0, "fast": 1, "reference": 2, "socket": 3, "pull+decode": 4}
+    rows.sort(key=lambda r: (r.chunk, r.per_call, order[r.scenario]))
     ref_rate = {r.chunk: r.msgs_per_s for r in rows if r.scenario == "reference"}
     read_rate = {(r.chunk, r.per_call): r.msgs_per_s for r in rows if r.scenario == "read"}
+    sock = next(r for r in rows if r.scenario == "socket")
+    e2e = next(r for r in rows if r.scenario == "pull+decode")
     total = time.perf_counter() - t0
     mi = machine_info()
     calib1, steal1 = calibration_us(), _steal_ticks()
@@ -284,10 +398,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"calls of fewer than {SMALL_INPUT_BYTES:,} bytes (the 32-record pull bodies one by one) go to the "
           "reference decoder inside decode_to_batch: it is faster on so few records")
     best = max((r.msgs_per_s for r in rows if r.scenario == "fast"), default=0.0)
+    print(f"end to end: pull + decode {e2e.msgs_per_s:,.0f} msgs/s ({e2e.mb_s:.1f} MB/s) vs the same bytes from a "
+          f"socket {sock.msgs_per_s:,.0f} msgs/s ({sock.mb_s:.1f} MB/s): {100 * e2e.mb_s / sock.mb_s:.1f}% of the limit")
     print(f"target {TARGET:,} msgs/s: best fast scenario {best:,.0f} msgs/s; total {total:.1f}s")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     doc = {
         "benchmark": "client_decode",
+        "quick": quick,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
         "machine": mi,
@@ -300,15 +416,28 @@ def run(args: argparse.Namespace) -> int:
             "properties": "TAGS, KEYS (one key), UNIQ_KEY, region, traceId on every other message",
             "repeats": repeat,
             "target_msgs_per_s": TARGET,
+            "end_to_end_messages": n_e2e,
             "units": "MB = 1e6 bytes of stored records; elapsed is the best wall time of the runs",
         },
         "total_elapsed_s": round(total, 2),
+        "target_met": best >= TARGET,
+        "end_to_end": {"pull_decode_msgs_per_s": round(e2e.msgs_per_s), "pull_decode_mb_s": round(e2e.mb_s, 1),
+                       "socket_msgs_per_s": round(sock.msgs_per_s), "socket_mb_s": round(sock.mb_s, 1),
+                       "share_of_socket": round(e2e.mb_s / sock.mb_s, 3) if sock.mb_s else None},
         "results": [r.to_json() for r in rows],
     }
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    print(f"results written to {os.path.relpath(out)}")
+    fast = [r for r in rows if r.scenario == "fast"]
+    _report.write_results(out, doc, [
+        _report.Panel("decode from memory: fast decoder (chunk / records per call) vs copying the bytes", "msgs/s",
+                      [_report.Bar(f"{r.scenario} {r.chunk}/{r.per_call}", r.msgs_per_s, r.scenario == "read")
+                       for r in rows if r.scenario in ("fast", "read") and r.chunk == 1024]
+                      + [_report.Bar(f"reference {r.chunk}", r.msgs_per_s, True) for r in rows
+                         if r.scenario == "reference"], target=TARGET, log=True),
+        _report.Panel("end to end: pull + decode from a broker vs the same bytes from a socket", "MB/s of records",
+                      [_report.Bar("socket (limit)", sock.mb_s, True), _report.Bar("pull + decode", e2e.mb_s),
+                       _report.Bar(f"fast decode, best ({max(fast, key=lambda r: r.msgs_per_s).per_call}/call)",
+                                   max(r.mb_s for r in fast))]),
+    ])
     return 0
 
 

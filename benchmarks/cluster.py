@@ -11,8 +11,9 @@ server has dropped it::
                the client's bounded retries once per broker and trigger
     read       pulling every live queue to its end over remoting (client only): msgs/s
 
-``python -m benchmarks.cluster [--quick] [--rows N] [--out PATH]``; results go to
-``benchmarks/results/cluster.json``.
+``python -m benchmarks.cluster [--quick] [--rows N] [--results-dir DIR]``; results go to
+``benchmarks/results/cluster.json`` and ``cluster.png`` (``cluster-quick.*`` with ``--quick``:
+10,000 rows per phase, a 2 s name-server timeout).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import tempfile
 import time
 from typing import Any
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-DEFAULT_OUT = os.path.join(RESULTS_DIR, "cluster.json")
+from . import _report
+
 CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
 BROKER_TIMEOUT_S = 6.0
 
@@ -45,7 +46,6 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
 
 def _write(ns: str, topic: str, rows: int) -> dict[str, Any]:
     import pyarrow as pa
-
     from rocketmq_spark.sink import WriterOptions
     from rocketmq_spark.sink.writer import write_rows
 
@@ -74,7 +74,6 @@ def _write(ns: str, topic: str, rows: int) -> dict[str, Any]:
 
 def _plan(ns: str, topic: str, triggers: int) -> dict[str, Any]:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
-
     from rocketmq_spark.source import Planner, ReaderOptions
 
     planner = Planner(ReaderOptions.parse({"namesrvAddr": ns, "topic": topic, "consumerGroup": "bench-cluster",
@@ -125,11 +124,11 @@ def _read(ns: str, topic: str) -> dict[str, Any]:
             "elapsed_s": round(elapsed, 3)}
 
 
-def run_suite(rows: int, triggers: int, log: Any = print) -> dict[str, Any]:
+def run_suite(rows: int, triggers: int, log: Any = print, broker_timeout_s: float = BROKER_TIMEOUT_S) -> dict[str, Any]:
     from rocketmq_spark.client import RemotingClient
 
     work = tempfile.mkdtemp(prefix="bench-cluster-")
-    ns_proc, info = _start(["namesrv", "--port", "0", "--broker-timeout", str(BROKER_TIMEOUT_S)])
+    ns_proc, info = _start(["namesrv", "--port", "0", "--broker-timeout", str(broker_timeout_s)])
     ns = info["namesrv"]
     brokers = {}
     try:
@@ -157,11 +156,11 @@ def run_suite(rows: int, triggers: int, log: Any = print) -> dict[str, Any]:
         brokers["broker-b"].wait()
         t_kill = time.monotonic()
         phase("broker-b crashed, still routed", "bench-cl-crashed")
-        left = BROKER_TIMEOUT_S + 2 - (time.monotonic() - t_kill)
+        left = broker_timeout_s + 2 - (time.monotonic() - t_kill)
         if left > 0:
             time.sleep(left)
         phase("broker-b dropped from routes", "bench-cl-dropped")
-        return {"rows": rows, "body_size": 100, "name_server_broker_timeout_s": BROKER_TIMEOUT_S, "phases": phases}
+        return {"rows": rows, "body_size": 100, "name_server_broker_timeout_s": broker_timeout_s, "phases": phases}
     finally:
         for proc in brokers.values():
             if proc.poll() is None:
@@ -175,17 +174,23 @@ def run_suite(rows: int, triggers: int, log: Any = print) -> dict[str, Any]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="20,000 rows per phase")
     p.add_argument("--rows", type=int, default=None, help="rows written per phase (default 200,000)")
-    p.add_argument("--out", default=None, help=f"JSON results (default {DEFAULT_OUT}, cluster-quick.json with --quick)")
+    _report.add_results_dir(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = args.rows or (20_000 if args.quick else 200_000)
-    res = run_suite(rows, 5 if args.quick else 20)
-    out = args.out or os.path.join(RESULTS_DIR, "cluster-quick.json" if args.quick else "cluster.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as fh:
-        json.dump(res, fh, indent=1)
-    print(f"results in {out}")
+    rows = args.rows or (10_000 if args.quick else 200_000)
+    res = run_suite(rows, 5 if args.quick else 20, broker_timeout_s=2.0 if args.quick else BROKER_TIMEOUT_S)
+    doc = {"benchmark": "cluster", "quick": bool(args.quick), **res}
+    phases = res["phases"]
+    _report.write_results(_report.results_path(args, "cluster"), doc, [
+        _report.Panel("write (writer task path, no Spark)", "msgs/s",
+                      [_report.Bar(k, v["write"]["msgs_per_s"], i == 0) for i, (k, v) in enumerate(phases.items())]),
+        _report.Panel("planning per trigger (median)", "ms",
+                      [_report.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
+                       for i, (k, v) in enumerate(phases.items())]),
+        _report.Panel("read of the live queues (client)", "msgs/s",
+                      [_report.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0) for i, (k, v) in enumerate(phases.items())]),
+    ])
     return 0
 
 

@@ -33,9 +33,9 @@ it, CPU per message much less.
 
 ``python -m benchmarks.spark_io [--quick] [--repeat R] [--messages N] [--profile]``
 (``python -m benchmarks`` runs it with the other suites); results go to
-``benchmarks/results/spark_io.json`` (``spark_io-quick.json`` with ``--quick``: 100,000
-messages, one run each, no 4 KiB scenario, 2,000 exactly-once rows; about a minute on an idle
-machine). ``--profile`` samples
+``benchmarks/results/spark_io.json`` and ``spark_io.png`` (``spark_io-quick.*`` with ``--quick``:
+20,000 messages, one run each, no warm-ups, no 4 KiB scenario, 300 exactly-once rows, 2,000
+over gRPC by the clients only: a smoke run, its figures say little). ``--profile`` samples
 the rocketmq reads and both writes with py-spy (``pip install py-spy``) instead of the figures
 and writes ``results/spark_io-profile.txt``.
 """
@@ -62,12 +62,13 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import BatchEntry, encode_properties
-from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
+from . import _report
 from ._brokers import BrokerHandle, cli_available, start_broker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,10 +94,13 @@ class Sizes:
     grpc: int = 0  # 100-byte messages read over gRPC and over remoting, side by side (once each)
     warm_synthetic: bool = True  # a warm-up query of the synthetic source too (the rocketmq one warms up
     # what both share: the JVM paths and the pyspark.worker daemon)
+    warm_up: bool = True  # warm-up queries and writes before anything is timed (off in the smoke run)
+    grpc_spark: bool = True  # the gRPC comparison through Spark too, not only the clients
 
 
 FULL = Sizes(small=2_000_000, large=200_000, sink=2_000_000, sink_eos=20_000, repeat=3, grpc=200_000)
-QUICK = Sizes(small=100_000, large=0, sink=100_000, sink_eos=2_000, repeat=1, grpc=50_000, warm_synthetic=False)
+QUICK = Sizes(small=20_000, large=0, sink=20_000, sink_eos=300, repeat=1, grpc=2_000, warm_synthetic=False,
+              warm_up=False, grpc_spark=False)
 
 
 # -- the synthetic baseline: a Python streaming source that costs ~nothing --------------------
@@ -425,8 +429,9 @@ def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_s
 
 def client_pull_decode_grpc(endpoint: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """As :func:`client_pull_decode`, over the gRPC endpoint (PullMessage streams)."""
-    from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
     from rocketmq_spark.source.arrow import columns_to_batch
+
+    from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
 
     g = GrpcClient(endpoint)
     rows = pulls = 0
@@ -740,7 +745,7 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
             spark = make_spark()
             say("SparkSession up")
             warm_ready.wait()
-            if not failed:
+            if not failed and sizes.warm_up:
                 # JVM code paths, Python workers of both sources and of the writer warmed up, all at
                 # once and while the preload goes on (none of it is timed)
                 warm_up_sources(spark, h.namesrv_addr, workdir,
@@ -751,7 +756,7 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
             loader.join()
             if failed:
                 raise failed[0]
-            if time.perf_counter() - t_wait > 20:
+            if sizes.warm_up and time.perf_counter() - t_wait > 20:
                 # Spark stops Python workers idle for a minute: warm the read path up again
                 warm_up_sources(spark, h.namesrv_addr, workdir, synthetic=sizes.warm_synthetic)
                 say("preload done; sources warmed up again")
@@ -774,18 +779,21 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
 
             for topic, n, size, qs in grpc_topic:
                 # the same data over gRPC (PullMessage streams) and over remoting, once each
-                rr = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
-                                           name="rocketmq -> noop (Spark), gRPC set")
-                rg = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
-                                           name="rocketmq gRPC -> noop (Spark)", endpoints=h.grpc_endpoint)
+                spark_rows = []
+                if sizes.grpc_spark:
+                    rr = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
+                                               name="rocketmq -> noop (Spark), gRPC set")
+                    rg = spark_rocketmq_source(spark, h.namesrv_addr, topic, n, size, workdir,
+                                               name="rocketmq gRPC -> noop (Spark)", endpoints=h.grpc_endpoint)
+                    out["grpc_to_remoting"][f"spark_{size}B"] = round(rg.msgs_per_s / rr.msgs_per_s, 3)
+                    spark_rows = [rr, rg]
                 cl = client_pull_decode(c, qs, n, size)
                 cl.scenario = "client pull + decode, gRPC set"
                 cg = client_pull_decode_grpc(h.grpc_endpoint, qs, n, size)
-                for r in (rr, rg, cl, cg):
+                for r in (*spark_rows, cl, cg):
                     say(f"{r.scenario:<34} {size:>5} B {r.msgs_per_s:>11,.0f} msgs/s")
-                out["grpc_to_remoting"][f"spark_{size}B"] = round(rg.msgs_per_s / rr.msgs_per_s, 3)
                 out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
-                out["grpc"] = [rr, rg, cl, cg]
+                out["grpc"] = [*spark_rows, cl, cg]
 
             # sink: the client-only ceiling, then the Spark writer in both modes
             cs = client_send(c, f"bench-send-{uuid.uuid4().hex[:6]}", sizes.sink, 100)
@@ -960,9 +968,28 @@ def _git_modified() -> list[str] | None:
     return [ln[3:] for ln in out.stdout.splitlines() if ln[:2].strip()] if out.returncode == 0 else None
 
 
+def plot_panels(res: dict[str, Any]) -> list[_report.Panel]:
+    def baseline(r: Row) -> bool:
+        return r.scenario.startswith(("synthetic", "client"))
+
+    panels = []
+    for size in sorted({r.body_size for r in res["source"]}):
+        panels.append(_report.Panel(
+            f"source, {size}-byte bodies: RocketMQ -> Spark vs the synthetic Arrow source and a plain client loop "
+            f"(ratio {res['ratios'].get(f'{size}B', float('nan')):.2f}, target {SOURCE_TARGET_RATIO})", "msgs/s",
+            [_report.Bar(r.scenario, r.msgs_per_s, baseline(r)) for r in res["source"] if r.body_size == size]))
+    panels.append(_report.Panel("sink: Spark -> RocketMQ, 100-byte bodies (grey: without Spark)", "msgs/s",
+                                [_report.Bar(r.scenario, r.msgs_per_s, baseline(r)) for r in res["sink"]],
+                                target=SINK_TARGET, log=True))
+    if res.get("grpc"):
+        panels.append(_report.Panel("the reader over gRPC and over remoting, same data", "msgs/s",
+                                    [_report.Bar(r.scenario, r.msgs_per_s) for r in res["grpc"]], log=True))
+    return panels
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
-                   help=f"{QUICK.small:,} messages per source scenario, {QUICK.sink:,} written (about a minute)")
+                   help=f"{QUICK.small:,} messages per source scenario, {QUICK.sink:,} written (a smoke run)")
     p.add_argument("--repeat", type=int, default=None,
                    help=f"runs of each source scenario, median kept (default {FULL.repeat}; {QUICK.repeat} "
                         "with --quick)")
@@ -974,8 +1001,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of the figures: py-spy the reads (rocketmq 100 B and 4 KiB, synthetic) and both "
                         "writes (writes results/spark_io-profile.txt and the raw samples as "
                         "results/spark_io-profile-*.collapsed.gz); --messages sets the size")
-    p.add_argument("--out", default=None, help="JSON results path (default: results/spark_io.json, "
-                   "results/spark_io-quick.json with --quick, so a quick run leaves the full figures alone)")
+    _report.add_results_dir(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -990,7 +1016,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     if args.messages:
         sizes = dataclasses.replace(sizes, small=args.messages, sink=args.messages)
-    out_path = args.out or os.path.join(RESULTS_DIR, "spark_io-quick.json" if args.quick else "spark_io.json")
+    out_path = _report.results_path(args, "spark_io")
     workdir = tempfile.mkdtemp(prefix="rocketmq-spark-bench-")
     try:
         if args.profile:
@@ -1051,10 +1077,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {r.scenario:<46} {r.body_size:>5} B  " + ", ".join(f"{k} {v:.1f}" for k, v in
                                                                       r.cpu_by_process.items()))
         print(f"total {total.elapsed:.1f}s; other processes used {100 * (total.noise or 0):.0f}% of the machine")
-        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
         doc = {
             "benchmark": "spark_io",
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "quick": args.quick,
             "git_commit": _git_commit(),
             "git_modified": _git_modified(),
@@ -1078,10 +1103,7 @@ def run(args: argparse.Namespace) -> int:
             "grpc_vs_remoting": [r.to_json() for r in res.get("grpc", [])],
             "ratios_grpc_to_remoting": res["grpc_to_remoting"],
         }
-        with open(out_path, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        print(f"results written to {os.path.relpath(out_path)}")
+        _report.write_results(out_path, doc, plot_panels(res))
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
