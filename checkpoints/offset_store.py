@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..errors import RocketMQSparkError
@@ -16,7 +17,10 @@ __all__ = ["BrokerOffsetStore", "OffsetClient", "OffsetStore"]
 class OffsetClient(Protocol):
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None: ...
 
-    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None: ...
+    def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]: ...
+
+    def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
+                                ) -> dict[MessageQueue, RocketMQSparkError]: ...
 
 
 class OffsetStore(Protocol):
@@ -42,21 +46,24 @@ class BrokerOffsetStore:
     def read(self, mq: MessageQueue) -> int | None:
         return self.client.query_consumer_offset(self.group, mq)
 
+    def read_many(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
+        """:meth:`read` of many queues at once (the client pipelines the requests)."""
+        return self.client.query_consumer_offsets(self.group, mqs)
+
     def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]:
         todo = dict(self._pending)
         todo.update(offsets)
-        failed: dict[MessageQueue, Exception] = {}
-        for mq, offset in sorted(todo.items()):
-            if self._written.get(mq) == offset:
-                self._pending.pop(mq, None)
-                continue
-            try:
-                self.client.update_consumer_offset(self.group, mq, offset)
-            except RocketMQSparkError as exc:
+        changed = {mq: off for mq, off in sorted(todo.items()) if self._written.get(mq) != off}
+        for mq in todo.keys() - changed.keys():
+            self._pending.pop(mq, None)
+        # one pipelined round of requests per commit, not one round trip per queue
+        failed: dict[MessageQueue, Exception] = dict(self.client.update_consumer_offsets(self.group, changed))
+        for mq, offset in changed.items():
+            exc = failed.get(mq)
+            if exc is not None:
                 log.warning("commit of offset %d for %s (group %s) failed, will retry at the next "
                             "commit: %s", offset, mq, self.group, exc)
                 self._pending[mq] = offset
-                failed[mq] = exc
                 continue
             self._written[mq] = offset
             self._pending.pop(mq, None)

@@ -20,11 +20,21 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, RemotingClient, connect
-from ..errors import BrokerUnavailableError, ConnectionFailedError, DataLossError, GroupInUseError
+from ..errors import (
+    BrokerUnavailableError,
+    ConnectionFailedError,
+    DataLossError,
+    GroupInUseError,
+)
 from ..model import MessageQueue, PullResult
 from .arrow import columns_to_batch, decode_to_batch
 from .options import ReaderOptions
@@ -85,6 +95,8 @@ class Planner:
         #: broker -> (monotonic time it was first found unavailable, why)
         self._down: dict[str, tuple[float, str]] = {}
         self._probed: dict[str, float] = {}  # broker -> when a down broker was last asked
+        #: max offsets fetched with the min offsets by check_data_loss, for the next latest() only
+        self._highs: dict[MessageQueue, int] = {}
         self._group_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -116,25 +128,44 @@ class Planner:
     def latest(self) -> Offsets:
         """Max offsets of the queues the routes list now, without the brokers that do not
         answer (see :meth:`_ask_brokers`)."""
-        return self._ask_brokers(self.queues(), self.client.max_offset)
+        return self._ask_brokers(self.queues(), self._highs_of)
 
-    def _ask_brokers(self, queues: list[MessageQueue], ask: Callable[[MessageQueue], int]) -> Offsets:
-        """``ask(mq)`` for every queue; a broker that fails (after the client's bounded
-        retries) is noted as down and its other queues are not asked: the caller reads on
-        with the rest (see :meth:`_unavailable`). A broker known to be down is asked again
-        only every ``_REPROBE_S``, so its retries do not slow every trigger down."""
+    def _lows_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Min offsets of one broker's queues, from one offset-range round (GET_TOPIC_STATS_INFO
+        per topic); the max offsets it also brought are kept for the :meth:`latest` call of the
+        same trigger (:meth:`_highs_of`), so a trigger asks each broker once."""
+        ranges = self.client.offset_ranges(mqs)
+        self._highs.update({mq: hi for mq, (_lo, hi) in ranges.items()})
+        return {mq: lo for mq, (lo, _hi) in ranges.items()}
+
+    def _highs_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Max offsets of one broker's queues: those the data-loss check of this trigger just
+        fetched (used once), else asked now."""
+        kept = {mq: self._highs.pop(mq) for mq in mqs if mq in self._highs}
+        missing = [mq for mq in mqs if mq not in kept]
+        if missing:
+            kept.update(self.client.max_offsets(missing))
+        return kept
+
+    def _ask_brokers(self, queues: list[MessageQueue],
+                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, int]]) -> Offsets:
+        """``ask(queues of one broker)`` for every broker (the client pipelines the per-queue
+        requests); a broker that fails (after the client's bounded retries) is noted as down
+        and the caller reads on with the rest (see :meth:`_unavailable`). A broker known to
+        be down is asked again only every ``_REPROBE_S``, so its retries do not slow every
+        trigger down."""
         out: Offsets = {}
         failed: dict[str, str] = {}
         now = time.monotonic()
+        by_broker: dict[str, list[MessageQueue]] = {}
         for mq in queues:
-            b = mq.broker
-            if b in failed:
-                continue
+            by_broker.setdefault(mq.broker, []).append(mq)
+        for b, mqs in by_broker.items():
             if b in self._down and now - self._probed.get(b, 0.0) < _REPROBE_S:
                 failed[b] = self._down[b][1]
                 continue
             try:
-                out[mq] = ask(mq)
+                out.update(ask(mqs))
             except ConnectionFailedError as exc:
                 failed[b] = str(exc)
                 self._probed[b] = time.monotonic()
@@ -178,12 +209,26 @@ class Planner:
         is down is waited for (polling, up to brokerDownTimeoutMs), then the query fails."""
         queues = self.queues()
         while True:
-            out = self._ask_brokers(queues, self._start_of)
+            out = self._ask_brokers(queues, self._starts_of)
             missing = [mq for mq in queues if mq not in out]
             if not missing:
                 return out
             self._unavailable(missing)
             self._sleep(_POLL_S)
+
+    def _starts_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        o = self.options
+        if o.starting == "group" and o.starting_timestamp is None:
+            committed = self.store.read_many(mqs)
+            out = {mq: off for mq, off in committed.items() if off is not None}
+            rest = [mq for mq in mqs if mq not in out]
+            if rest:
+                ask = self.client.min_offsets if o.consume_from_where == "earliest" else self.client.max_offsets
+                out.update(ask(rest))
+            return out
+        if o.starting_timestamp is None and o.starting in ("earliest", "latest"):
+            return (self.client.min_offsets if o.starting == "earliest" else self.client.max_offsets)(mqs)
+        return {mq: self._start_of(mq) for mq in mqs}
 
     def _start_of(self, mq: MessageQueue) -> int:
         o = self.options
@@ -204,7 +249,8 @@ class Planner:
     def check_data_loss(self, start: Offsets) -> Offsets:
         """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""
         fixed = dict(start)
-        lows = self._ask_brokers(sorted(start), self.client.min_offset)
+        self._highs.clear()
+        lows = self._ask_brokers(sorted(start), self._lows_of)
         for mq, off in start.items():
             low = lows.get(mq)
             if low is None:

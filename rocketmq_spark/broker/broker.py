@@ -362,6 +362,7 @@ class Broker:
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
             RequestCode.HEART_BEAT: self.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
@@ -764,6 +765,23 @@ class Broker:
         ext = req.ext_fields
         off = self.store.min_offset(ext.get("topic", ""), _int(ext, "queueId"))
         return req.response_to(ext_fields={"offset": str(off)})
+
+    def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Every queue's min/max offset and last store time in one answer (mqadmin topicStatus;
+        readers planning many queues use it instead of two requests per queue). The body is a
+        TopicStatsTable as fastjson writes it: MessageQueue objects as map keys."""
+        topic = req.ext_fields.get("topic", "")
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return req.response_to(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+        name, t = json.dumps(self.config.broker_name), json.dumps(topic)
+        items = []
+        for q in range(max(cfg.readQueueNums, cfg.writeQueueNums)):
+            lo, hi = self.store.min_offset(topic, q), self.store.max_offset(topic, q)
+            ts = self.store.store_time(topic, q, hi - 1) if hi > lo else 0
+            items.append('{"brokerName":%s,"queueId":%d,"topic":%s}:{"lastUpdateTimestamp":%d,"maxOffset":%d,'
+                         '"minOffset":%d}' % (name, q, t, ts, hi, lo))
+        return req.response_to(body=('{"offsetTable":{' + ",".join(items) + "}}").encode())
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields

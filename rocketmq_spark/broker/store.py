@@ -554,6 +554,13 @@ class MessageStore:
         cq = self.queues.get((topic, queue_id))
         return cq.offset_by_time(ts) if cq else 0
 
+    def store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the message at ``offset`` of the queue (0 when there is none)."""
+        cq = self.queues.get((topic, queue_id))
+        if not cq or not cq.min_offset <= offset < cq.max_offset:
+            return 0
+        return cq.entry(offset)[3]
+
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
         if not cq or cq.max_offset <= cq.min_offset:

@@ -50,12 +50,13 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.codes import SysFlag, TransactionType
 from ..remoting.message import BatchEntry, decode_properties
+from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GrpcClient", "STATUS_ERRORS", "parse_endpoints"]
+__all__ = ["STATUS_ERRORS", "GrpcClient", "parse_endpoints"]
 
 
 #: gRPC status code (``apache.rocketmq.v2.Code``) -> exception class; others: BrokerError.
@@ -105,7 +106,7 @@ def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) ->
     return BrokerError(code.value[0], f"{code.name}: {detail}", address=address, operation=operation)
 
 
-class GrpcClient:
+class GrpcClient(SequentialManyQueueCalls):
     """Talks to RocketMQ 5 gRPC endpoints (a proxy, or the embedded broker's)."""
 
     def __init__(self, endpoints: str | Sequence[str], config: ClientConfig | None = None) -> None:

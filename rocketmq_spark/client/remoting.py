@@ -20,6 +20,8 @@ from ..errors import (
     BrokerError,
     ConnectionFailedError,
     OffsetNotFoundError,
+    RequestTimeoutError,
+    RocketMQSparkError,
     TopicNotFoundError,
     broker_error,
 )
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 __all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
 
 T = TypeVar("T")
+
+#: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
+_WINDOW = 256
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -205,6 +210,154 @@ class RemotingClient:
                  ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         addr = self.broker_addr(mq.broker, mq.topic)
         return self.invoke(addr, RemotingCommand(code, ext_fields=ext), f"{operation} of {mq}", ok=ok)
+
+    def _mq_calls(self, calls: Sequence[tuple[MessageQueue, int, dict[str, str]]], operation: str,
+                  ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> list[RemotingCommand | RocketMQSparkError]:
+        """Many per-queue requests, pipelined: chunks of ``_WINDOW`` written at once to each broker's
+        connection instead of one round trip each (planning thousands of queues per trigger).
+
+        Returns one response or error per call, in order. A call that meets a transient fault
+        is retried alone through :meth:`_mq_call` (bounded retries); once a broker has failed
+        that way its remaining calls fail with the same error instead of each paying the retry
+        budget again."""
+        out: list[RemotingCommand | RocketMQSparkError | None] = [None] * len(calls)
+        inflight: list[tuple[int, str, Future[RemotingCommand]]] = []
+        dead: dict[str, RocketMQSparkError] = {}
+
+        def settle(i: int, addr: str, fut: Future[RemotingCommand]) -> None:
+            mq, code, ext = calls[i]
+            op = f"{operation} of {mq}"
+            try:
+                resp = fut.result(self.config.request_timeout_s)
+                if resp.code in ok:
+                    out[i] = resp
+                    return
+                err: RocketMQSparkError = broker_error(resp.code, resp.remark, address=addr, operation=op)
+            except TimeoutError:
+                err = RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s")
+            except RocketMQSparkError as exc:
+                err = exc
+            if not err.retriable:
+                out[i] = err
+                return
+            if addr in dead:
+                out[i] = dead[addr]
+                return
+            try:
+                out[i] = self._mq_call(mq, code, ext, operation, ok)
+            except RocketMQSparkError as exc:
+                out[i] = exc
+                if isinstance(exc, ConnectionFailedError):
+                    dead[addr] = exc
+
+        # requests go out per broker in chunks of _WINDOW frames, one write each; the previous
+        # chunk's answers are settled while the next one is on the wire
+        by_addr: dict[str, list[int]] = {}
+        for i, (mq, _code, _ext) in enumerate(calls):
+            try:
+                by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(i)
+            except RocketMQSparkError as exc:
+                out[i] = exc
+        for addr, idx in by_addr.items():
+            for k in range(0, len(idx), _WINDOW):
+                chunk = [i for i in idx[k:k + _WINDOW] if addr not in dead]
+                for i in idx[k:k + _WINDOW]:
+                    if addr in dead:
+                        out[i] = dead[addr]
+                if not chunk:
+                    continue
+                try:
+                    conn = self._conn(addr, f"{operation} of {calls[chunk[0]][0]}")
+                    futs = conn.send_many([RemotingCommand(calls[i][1], ext_fields=calls[i][2]) for i in chunk])
+                except ConnectionFailedError as exc:
+                    futs = []
+                    for _ in chunk:
+                        f: Future[RemotingCommand] = Future()
+                        f.set_exception(exc)
+                        futs.append(f)
+                for item in inflight:
+                    settle(*item)
+                inflight = [(i, addr, fut) for i, fut in zip(chunk, futs)]
+        for item in inflight:
+            settle(*item)
+        return [r for r in out if r is not None]
+
+    @staticmethod
+    def _raise_first(results: list[RemotingCommand | RocketMQSparkError]) -> list[RemotingCommand]:
+        for r in results:
+            if isinstance(r, RocketMQSparkError):
+                raise r
+        return results  # type: ignore[return-value]
+
+    def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`max_offset` of many queues, pipelined; raises the first failure."""
+        res = self._raise_first(self._mq_calls(
+            [(mq, RequestCode.GET_MAX_OFFSET, {"topic": mq.topic, "queueId": str(mq.queue_id)}) for mq in mqs],
+            "max offset"))
+        return {mq: int(r.ext_fields["offset"]) for mq, r in zip(mqs, res)}
+
+    def min_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`min_offset` of many queues, pipelined; raises the first failure."""
+        res = self._raise_first(self._mq_calls(
+            [(mq, RequestCode.GET_MIN_OFFSET, {"topic": mq.topic, "queueId": str(mq.queue_id)}) for mq in mqs],
+            "min offset"))
+        return {mq: int(r.ext_fields["offset"]) for mq, r in zip(mqs, res)}
+
+    def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
+        """:meth:`query_consumer_offset` of many queues, pipelined; raises the first failure."""
+        res = self._raise_first(self._mq_calls(
+            [(mq, RequestCode.QUERY_CONSUMER_OFFSET,
+              {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id)}) for mq in mqs],
+            f"query offset of group {group!r}", ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)))
+        return {mq: (int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else None)
+                for mq, r in zip(mqs, res)}
+
+    def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
+                                ) -> dict[MessageQueue, RocketMQSparkError]:
+        """:meth:`update_consumer_offset` of many queues, pipelined; returns the failures
+        (queue -> error) rather than raising, so one broker's fault does not stop the rest."""
+        mqs = list(offsets)
+        res = self._mq_calls(
+            [(mq, RequestCode.UPDATE_CONSUMER_OFFSET,
+              {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id),
+               "commitOffset": str(offsets[mq])}) for mq in mqs],
+            f"update offset of group {group!r}")
+        return {mq: r for mq, r in zip(mqs, res) if isinstance(r, RocketMQSparkError)}
+
+    def offset_ranges(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
+        """(min, max) offsets of many queues: one GET_TOPIC_STATS_INFO per topic and broker
+        (mqadmin's topicStatus request), pipelined; a broker that does not serve it (or
+        refuses it, e.g. under ACL) is asked per queue (pipelined GET_MIN/MAX_OFFSET).
+        Raises the first failure."""
+        groups: dict[tuple[str, str], list[MessageQueue]] = {}
+        for mq in mqs:
+            groups.setdefault((mq.broker, mq.topic), []).append(mq)
+        keys = list(groups)
+        sent: list[tuple[str, Future[RemotingCommand]]] = []
+        for broker, topic in keys:
+            addr = self.broker_addr(broker, topic)
+            sent.append((addr, self._conn(addr, f"topic stats of {topic!r}").send(
+                RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))))
+        out: dict[MessageQueue, tuple[int, int]] = {}
+        for (broker, topic), (addr, fut) in zip(keys, sent):
+            wanted = groups[(broker, topic)]
+            op = f"topic stats of {topic!r}"
+            try:
+                resp = fut.result(self.config.request_timeout_s)
+            except TimeoutError:
+                raise RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s") from None
+            except ConnectionFailedError as exc:
+                raise ConnectionFailedError(addr, op, exc.args[0]) from None
+            table = parse_topic_stats(resp.body, default_broker=broker) if resp.code == ResponseCode.SUCCESS else {}
+            if any(MessageQueue(mq.topic, mq.broker, mq.queue_id) not in table for mq in wanted):
+                if resp.code not in (ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                     ResponseCode.NO_PERMISSION):
+                    raise broker_error(resp.code, resp.remark, address=addr, operation=op)
+                lows, highs = self.min_offsets(wanted), self.max_offsets(wanted)
+                out.update({mq: (lows[mq], highs[mq]) for mq in wanted})
+                continue
+            out.update({mq: table[mq] for mq in wanted})
+        return out
 
     def max_offset(self, mq: MessageQueue) -> int:
         resp = self._mq_call(mq, RequestCode.GET_MAX_OFFSET,
@@ -449,4 +602,25 @@ def parse_offset_table(body: bytes | None, *, default_broker: str = "") -> dict[
         if isinstance(key, dict) and "topic" in key and "queueId" in key:
             mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
             out[mq] = int(m.group(2))
+    return out
+
+
+_STATS_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}")
+
+
+def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
+    """A TopicStatsTable as fastjson writes it,
+    ``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:{"maxOffset":..,"minOffset":..,..},..}}``
+    -> (min, max) offsets per queue; entries that do not parse are left out."""
+    out: dict[MessageQueue, tuple[int, int]] = {}
+    if not body:
+        return out
+    for m in _STATS_ENTRY.finditer(body.decode(errors="replace")):
+        try:
+            key = json.loads("{" + m.group(1) + "}")
+            val = json.loads("{" + m.group(2) + "}")
+            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
+            out[mq] = (int(val["minOffset"]), int(val["maxOffset"]))
+        except (ValueError, KeyError, TypeError):
+            continue
     return out

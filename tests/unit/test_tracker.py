@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from rocketmq_spark.checkpoints import BrokerOffsetStore, InFlightTracker
+
+from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import ConnectionFailedError
 from rocketmq_spark.model import MessageQueue
 
@@ -47,7 +48,7 @@ def test_never_commits_past_an_unprocessed_message_and_never_goes_back(sizes: li
     assert last == start
 
 
-class _Flaky:
+class _Flaky(SequentialManyQueueCalls):
     def __init__(self) -> None:
         self.fail = True
         self.stored: dict[MessageQueue, int] = {}
