@@ -81,6 +81,8 @@ class QueueRange(InputPartition):
     sub_expression: str
     pull_batch_size: int
     fail_on_data_loss: bool
+    #: how long a task keeps retrying pulls from an unreachable broker (brokerDownTimeoutMs)
+    broker_down_timeout_ms: int = 30_000
 
 
 class Planner:
@@ -368,7 +370,7 @@ class Planner:
                     split.append((mq, a, min(e, a + step)))
             ranges = split
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
-                           o.pull_batch_size, o.fail_on_data_loss) for mq, s, e in ranges]
+                           o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms) for mq, s, e in ranges]
 
     def commit(self, end: Offsets) -> None:
         if not self.options.commit_offsets or not self.options.consumer_group:
@@ -414,18 +416,69 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
                             f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
 
 
+class _Failed:
+    """A pull that could not even be sent (the connection failed): raised when finished."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: ConnectionFailedError) -> None:
+        self.exc = exc
+
+
+#: pause between pull attempts while a broker is unreachable (seconds, doubling up to the max)
+_OUTAGE_BACKOFF_S = (0.2, 2.0)
+
+
 def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult]
            ) -> Iterator[tuple[PullResult, int]]:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
-    flight (``start(offset)``) while the caller handles this one (``finish(pending)``)."""
+    flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
+
+    A broker that becomes unreachable mid-range (restart, network outage; the client's own
+    quick retries spent) is asked again from the same offset with backoff for up to
+    ``part.broker_down_timeout_ms``: nothing already yielded is read twice, nothing skipped.
+    Past that the task fails with :class:`BrokerUnavailableError` naming the broker's
+    address and the operation."""
+
+    def begin(off: int) -> Any:
+        try:
+            return start(off)
+        except ConnectionFailedError as exc:
+            return _Failed(exc)
+
     offset = part.start
-    pending = start(offset)
+    pending = begin(offset)
+    down_since: float | None = None
+    pause = _OUTAGE_BACKOFF_S[0]
     while offset < part.end:
-        res = finish(pending)
+        try:
+            if isinstance(pending, _Failed):
+                raise pending.exc
+            res = finish(pending)
+        except ConnectionFailedError as exc:
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                log.warning("%s: broker unreachable at offset %d (%s); retrying for up to %d ms",
+                            part.mq, offset, exc, part.broker_down_timeout_ms)
+            waited = now - down_since
+            if waited * 1000 >= part.broker_down_timeout_ms:
+                raise BrokerUnavailableError(
+                    f"{part.mq}: broker {part.mq.broker} unreachable for {waited:.0f}s while reading offset "
+                    f"{offset} of [{part.start}, {part.end}): {exc} (brokerDownTimeoutMs="
+                    f"{part.broker_down_timeout_ms} bounds the wait)") from exc
+            time.sleep(pause)
+            pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
+            pending = begin(offset)
+            continue
+        if down_since is not None:
+            log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
+                        time.monotonic() - down_since, offset)
+            down_since, pause = None, _OUTAGE_BACKOFF_S[0]
         _check_pull(part, offset, res)
         nxt = max(res.next_offset, offset)
         if nxt < part.end:
-            pending = start(nxt)
+            pending = begin(nxt)
         yield res, nxt
         offset = nxt
 
