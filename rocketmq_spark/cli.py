@@ -35,6 +35,7 @@ from typing import IO, Any
 from .errors import (
     BrokerError,
     ConnectionFailedError,
+    NoPermissionError,
     OptionError,
     RequestNotSupportedError,
     RocketMQSparkError,
@@ -126,6 +127,10 @@ def _client_parent() -> _Parser:
     p = _Parser(add_help=False)
     p.add_argument("-n", "--namesrv", type=_namesrv_arg, default=None, metavar="HOST:PORT[;HOST:PORT]",
                    help=f"name server list (default $NAMESRV_ADDR, else {DEFAULT_NAMESRV})")
+    p.add_argument("--access-key", default=None, metavar="AK",
+                   help="ACL access key: sign every request (default $ROCKETMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=None, metavar="SK",
+                   help="ACL secret key (default $ROCKETMQ_SECRET_KEY; the variable keeps it out of `ps`)")
     return p
 
 
@@ -140,12 +145,27 @@ def _namesrv(args: argparse.Namespace) -> str:
             or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV)
 
 
-def _client(namesrv: str) -> Any:
+def _credentials(args: argparse.Namespace | None) -> Any:
+    """ACL credentials from --access-key/--secret-key, else $ROCKETMQ_ACCESS_KEY/$ROCKETMQ_SECRET_KEY
+    (each flag falls back to its variable); None when neither key is set."""
+    from .remoting.acl import Credentials
+
+    ak = getattr(args, "access_key", None) or os.environ.get("ROCKETMQ_ACCESS_KEY") or ""
+    sk = getattr(args, "secret_key", None) or os.environ.get("ROCKETMQ_SECRET_KEY") or ""
+    if not ak and not sk:
+        return None
+    if not ak or not sk:
+        missing = "--access-key (or $ROCKETMQ_ACCESS_KEY)" if not ak else "--secret-key (or $ROCKETMQ_SECRET_KEY)"
+        raise CliError(f"ACL credentials need both an access key and a secret key: {missing} is missing")
+    return Credentials(ak, sk)
+
+
+def _client(namesrv: str, args: argparse.Namespace | None = None) -> Any:
     from .client.remoting import ClientConfig, RemotingClient
 
     # A tool should say quickly that an address is wrong: two attempts, a short budget.
     return RemotingClient(namesrv, ClientConfig(connect_timeout_s=3.0, request_timeout_s=10.0, retries=2,
-                                                retry_budget_s=5.0))
+                                                retry_budget_s=5.0, credentials=_credentials(args)))
 
 
 # -- output helpers ---------------------------------------------------------------------
@@ -276,6 +296,37 @@ def _add_broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto-create", action="store_true", help="refuse unknown topics instead of creating them")
     p.add_argument("--max-pull-messages", type=int, default=None,
                    help="cap on messages per pull (a real broker serves 32)")
+    p.add_argument("--acl", action="append", default=[], metavar="AK:SK",
+                   help="ACL on: accept requests signed with access key AK and secret key SK (repeatable; the name "
+                        "server does not check signatures)")
+    p.add_argument("--acl-file", metavar="PATH",
+                   help='ACL on: a JSON file {"accessKey": "secretKey", ...} (merged with --acl)')
+
+
+def _acl_table(args: argparse.Namespace) -> dict[str, str]:
+    """--acl AK:SK entries and --acl-file's JSON object -> access key -> secret key."""
+    table: dict[str, str] = {}
+    if args.acl_file:
+        try:
+            with open(args.acl_file, encoding="utf-8") as f:
+                obj = json.load(f)
+        except OSError as exc:
+            raise CliError(f"--acl-file {args.acl_file}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise CliError(f"--acl-file {args.acl_file}: not JSON ({exc}); expected "
+                           '{"accessKey": "secretKey", ...}') from None
+        if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                for k, v in obj.items()):
+            raise CliError(f"--acl-file {args.acl_file}: expected a JSON object of non-empty strings "
+                           '{"accessKey": "secretKey", ...}')
+        table.update(obj)
+    for entry in args.acl:
+        ak, sep, sk = entry.partition(":")
+        if not sep or not ak or not sk:
+            # the entry holds a secret: name the access key part only
+            raise CliError(f"--acl {ak or '?'}:***: expected ACCESS_KEY:SECRET_KEY, both non-empty")
+        table[ak] = sk
+    return table
 
 
 def _offset_port(port: int, i: int, step: int) -> int:
@@ -307,6 +358,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"register_interval_ms": args.register_interval_ms}
     if args.max_pull_messages:
         extra["max_pull_messages"] = args.max_pull_messages
+    acl = _acl_table(args)
+    if acl:
+        extra["acl"] = acl
     remote = []
     if args.namesrv:
         try:
@@ -351,6 +405,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         for s in servers:
             lines.append(f"broker {s.config.broker_name} listening on {s.broker_addr}; gRPC endpoint (RocketMQ 5 "
                          f"proxy) on {s.grpc_endpoint or 'off'}")
+        if acl:
+            lines.append(f"ACL on: requests must be signed by access key {', '.join(sorted(acl))} (the name server "
+                         "does not check)")
         lines.append(f"data in {data_dir}; Ctrl-C to stop")
         return "\n".join(lines) + "\n"
 
@@ -382,7 +439,7 @@ def _perm_text(perm: int) -> str:
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         brokers = client.cluster_brokers()
         if args.broker:
@@ -407,7 +464,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 
 def _cmd_topic_list(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         names = client.topic_list()
         rows: list[dict[str, Any]] = []
@@ -458,7 +515,7 @@ def _store_time(client: Any, mq: MessageQueue, offset: int) -> int | None:
 
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         _require_topic(client, args.name, ns)
         route = client.route(args.name, refresh=True)
@@ -645,7 +702,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         tags = [t for t in args.tags.split(",") if t.strip()] if args.tags else []
         messages, total, what = _generated(count, size, tags, args.key_prefix), count, "generated"
     ns = _namesrv(args)
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         try:
             sent, nbytes, nq, secs = _send_messages(client, args.topic, messages, total, batch_size=args.batch)
@@ -730,7 +787,7 @@ def _progress_table(rows: Sequence[QueueProgress], *, indent: str = "") -> str:
 
 def _cmd_progress(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         rows = group_progress(client, args.group, args.topic, ns)
         online = _online_consumers(client, args.group)
@@ -754,7 +811,7 @@ def _cmd_progress(args: argparse.Namespace) -> int:
 def _cmd_reset_offset(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
     ts = args.timestamp
-    client = _client(ns)
+    client = _client(ns, args)
     try:
         _require_topic(client, args.topic, ns)
         queues = client.message_queues(args.topic, refresh=True)
@@ -885,7 +942,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             mq = stack.enter_context(EmbeddedBroker(os.path.join(work, "broker")))
             ns = mq.namesrv_addr
             _step(1, f"embedded broker up: name server {ns}, broker {mq.broker_addr} (data in a temp dir)")
-        client = _client(ns)
+        client = _client(ns, args)
         stack.callback(client.close)
 
         # 2. produce
@@ -1154,6 +1211,9 @@ def explain(exc: BaseException, args: argparse.Namespace | None) -> tuple[str, i
     if isinstance(exc, RequestNotSupportedError) and exc.address in namesrvs:
         return (f"{exc.address} does not answer as a name server ({exc.remark or exc}): pass the name server's "
                 f"address to -n (`{PROG} broker` prints it first)"), 2
+    if isinstance(exc, NoPermissionError):
+        return (f"{exc.operation} refused at {exc.address}: {exc.remark or 'no permission'}: pass --access-key/"
+                "--secret-key (or set ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY)"), 2
     if isinstance(exc, TopicNotFoundError):
         return f"{exc.operation} failed: topic not found ({exc.remark}): create it with `{PROG} topic create NAME`", 2
     if isinstance(exc, BrokerError):

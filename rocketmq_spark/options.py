@@ -9,8 +9,15 @@ from collections.abc import Iterable, Mapping
 
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
+from .remoting.acl import Credentials
 
-__all__ = ["canonical_options", "endpoint_list", "namesrv_list", "parse_bool", "positive_int"]
+__all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "namesrv_list", "parse_bool",
+           "positive_int"]
+
+#: ACL options of the reader and the writer (accessKey and secretKey go together).
+CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
+#: Values of options whose lower-cased name contains one of these are never echoed in errors.
+_SECRET_WORDS = ("secret", "token", "password", "signature")
 
 
 def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
@@ -24,7 +31,8 @@ def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
     for key, value in options.items():
         canon = known.get(key.lower())
         if canon is None:
-            raise OptionError(key, value, f"unknown option; accepted: {sorted(names)}")
+            shown = "***" if any(w in key.lower() for w in _SECRET_WORDS) else value
+            raise OptionError(key, shown, f"unknown option; accepted: {sorted(names)}")
         out[canon] = str(value)
     return out
 
@@ -63,3 +71,22 @@ def endpoint_list(raw: str) -> tuple[str, ...]:
     if not out:
         raise OptionError("endpoints", raw, "accepted: gRPC endpoints host:port;host:port")
     return out
+
+
+def credentials(opts: Mapping[str, str]) -> Credentials | None:
+    """ACL credentials from canonical options ``accessKey``, ``secretKey``, ``securityToken``;
+    None when neither key is given. Errors never contain the secret key or the token."""
+    ak = (opts.get("accessKey") or "").strip()
+    sk = opts.get("secretKey") or ""
+    token = opts.get("securityToken") or None
+    if not ak and not sk:
+        if token:
+            raise OptionError("securityToken", "***", "accepted only together with accessKey and secretKey")
+        return None
+    if not ak:
+        raise OptionError("accessKey", None, "accessKey and secretKey must be given together (secretKey is set, "
+                          "accessKey is missing)")
+    if not sk:
+        raise OptionError("secretKey", None, "accessKey and secretKey must be given together (accessKey is set, "
+                          "secretKey is missing)")
+    return Credentials(ak, sk, token)

@@ -17,12 +17,20 @@ from pyspark.sql.types import (
 )
 
 from ..errors import OptionError
-from ..options import canonical_options, endpoint_list, namesrv_list, positive_int
+from ..options import (
+    CREDENTIAL_OPTIONS,
+    canonical_options,
+    credentials,
+    endpoint_list,
+    namesrv_list,
+    positive_int,
+)
+from ..remoting.acl import Credentials
 
 __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
-          "maxMessageSize", "compressThreshold")
+          "maxMessageSize", "compressThreshold", *CREDENTIAL_OPTIONS)
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
 _HIDDEN = ("checkpointLocation", "path")
 
@@ -39,6 +47,8 @@ class WriterOptions:
     max_message_size: int
     compress_threshold: int
     checkpoint_location: str | None
+    #: ACL access key / secret key (options accessKey, secretKey, securityToken); the repr masks the secret.
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -65,6 +75,7 @@ class WriterOptions:
             max_message_size=positive_int("maxMessageSize", opts.get("maxMessageSize", str(4 * 1024 * 1024))),
             compress_threshold=positive_int("compressThreshold", opts.get("compressThreshold", "4096")),
             checkpoint_location=opts.get("checkpointLocation"),
+            credentials=credentials(opts),
         )
 
 

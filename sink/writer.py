@@ -93,8 +93,9 @@ class _Sender:
         self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
         #: gRPC: the proxy picks queues (a message group's by hash) and compresses nothing.
         self.grpc = bool(opts.endpoints)
-        self.client: BrokerClient = (connect(endpoints=opts.endpoints) if self.grpc else
-                                     RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request))
+        self.client: BrokerClient = (connect(endpoints=opts.endpoints, credentials=opts.credentials) if self.grpc else
+                                     RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request,
+                                                    credentials=opts.credentials))
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
         self._uniq_prefix = uuid.uuid4().hex[:22].upper()
@@ -450,7 +451,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     """Record the batch (once), then end its transactions; a replay commits nothing twice."""
     assert opts.checkpoint_location, "exactly-once streaming needs a checkpointLocation"
     txlog = TxLog(opts.checkpoint_location)
-    client = connect(opts.namesrv_addr, opts.endpoints)
+    client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
@@ -470,7 +471,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
     recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
                                                                    batch_id is not None) else None
-    client = connect(opts.namesrv_addr, opts.endpoints)
+    client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
     try:
         end_transactions(client, opts.producer_group, [t for t in txns if not recorded or t.msg_id not in recorded],
                          commit=False)
@@ -487,7 +488,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[Any]) -> None:
         if self.opts.exactly_once:
-            client = connect(self.opts.namesrv_addr, self.opts.endpoints)
+            client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials)
             try:
                 end_transactions(client, self.opts.producer_group, _txns(messages), commit=True)
             finally:

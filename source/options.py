@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import OptionError
-from ..options import canonical_options, endpoint_list, namesrv_list, parse_bool, positive_int
+from ..options import (
+    CREDENTIAL_OPTIONS,
+    canonical_options,
+    credentials,
+    endpoint_list,
+    namesrv_list,
+    parse_bool,
+    positive_int,
+)
+from ..remoting.acl import Credentials
 
 __all__ = ["ReaderOptions"]
 
@@ -20,6 +29,7 @@ _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
+    *CREDENTIAL_OPTIONS,
 )
 #: Spark passes these for file-like sources; harmless here.
 _HIDDEN = ("path",)
@@ -84,6 +94,8 @@ class ReaderOptions:
     #: How long (ms) a broker's queues may stay unreachable or out of the routes while the
     #: other queues are read on; then the query fails naming the broker.
     broker_down_timeout_ms: int
+    #: ACL access key / secret key (options accessKey, secretKey, securityToken); the repr masks the secret.
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
@@ -153,4 +165,5 @@ class ReaderOptions:
             pull_batch_size=positive_int("pullBatchSize", opts.get("pullBatchSize", "1024")),
             allow_shared_group=parse_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
             broker_down_timeout_ms=positive_int("brokerDownTimeoutMs", opts.get("brokerDownTimeoutMs", "30000")),
+            credentials=credentials(opts),
         )

@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
-from ..client import BrokerClient, RemotingClient, connect
+from ..client import BrokerClient, Credentials, RemotingClient, connect
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -83,6 +83,8 @@ class QueueRange(InputPartition):
     fail_on_data_loss: bool
     #: how long a task keeps retrying pulls from an unreachable broker (brokerDownTimeoutMs)
     broker_down_timeout_ms: int = 30_000
+    #: ACL credentials the task signs its requests with (repr masks the secret)
+    credentials: Credentials | None = None
 
 
 class Planner:
@@ -111,7 +113,8 @@ class Planner:
     @property
     def client(self) -> BrokerClient:
         if self._client is None:
-            self._client = connect(self.options.namesrv_addr, self.options.endpoints)
+            self._client = connect(self.options.namesrv_addr, self.options.endpoints,
+                                   credentials=self.options.credentials)
         return self._client
 
     @property
@@ -370,7 +373,8 @@ class Planner:
                     split.append((mq, a, min(e, a + step)))
             ranges = split
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
-                           o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms) for mq, s, e in ranges]
+                           o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials)
+                for mq, s, e in ranges]
 
     def commit(self, end: Offsets) -> None:
         if not self.options.commit_offsets or not self.options.consumer_group:
@@ -387,7 +391,7 @@ class Planner:
 def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
     """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding."""
     own = client is None
-    c = client or connect(part.namesrv, part.endpoints)
+    c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
     try:
         if isinstance(c, RemotingClient):
             yield from _read_remoting(part, c)

@@ -16,9 +16,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
 from ..remoting.message import (
@@ -156,6 +157,9 @@ class BrokerConfig:
     transaction_max_checks: int = 15
     #: Longest delay a 5.x timer property may ask for (Java's timerMaxDelaySec: 3 days).
     max_delay_ms: int = 3 * 24 * 3600_000
+    #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by
+    #: one of these keys or is answered NO_PERMISSION (16). Left out of the repr (secrets).
+    acl: dict[str, str] | None = field(default=None, repr=False)
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)
@@ -413,6 +417,12 @@ class Broker:
             self._notify_consumers_changed(group)
 
     def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        if self.config.acl:
+            refused = verify_request(req, self.config.acl)
+            if refused is not None:
+                # The connection stays open: a bad request is answered, not punished.
+                log.warning("refused request code %d from %s: %s", req.code, conn.peer, refused)
+                return req.response_to(ResponseCode.NO_PERMISSION, remark=refused)
         handler = self.handlers.get(req.code)
         if handler is None:
             return req.response_to(

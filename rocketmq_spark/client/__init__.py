@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from .connection import RemotingConnection
-from .remoting import ClientConfig, RemotingClient, parse_namesrv_addr
+from .remoting import ClientConfig, Credentials, RemotingClient, parse_namesrv_addr
 
 if TYPE_CHECKING:
     from .grpc_client import GrpcClient
 
-__all__ = ["BrokerClient", "ClientConfig", "GrpcClient", "RemotingClient", "RemotingConnection", "connect",
+__all__ = ["BrokerClient", "ClientConfig", "Credentials", "GrpcClient", "RemotingClient", "RemotingConnection", "connect",
            "parse_namesrv_addr"]
 
 #: Either transport: both offer the operations the reader, writer and offset side use.
@@ -20,8 +20,12 @@ BrokerClient = Union[RemotingClient, "GrpcClient"]
 
 
 def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
-            config: ClientConfig | None = None) -> BrokerClient:
-    """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers."""
+            config: ClientConfig | None = None, credentials: Credentials | None = None) -> BrokerClient:
+    """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers.
+
+    ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given."""
+    if credentials is not None:
+        config = (config or ClientConfig()).with_credentials(credentials)
     if endpoints:
         from .grpc_client import GrpcClient
 

@@ -11,7 +11,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from ..errors import ConnectionFailedError, ProtocolError, RequestTimeoutError
-from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand, read_frame_length
+from ..remoting.frame import (
+    DEFAULT_MAX_FRAME,
+    FLAG_RESPONSE,
+    RemotingCommand,
+    read_frame_length,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,11 @@ class RemotingConnection:
     Any number of requests may be in flight. Frames the peer sends as requests
     (flag bit 0 clear: CHECK_TRANSACTION_STATE, NOTIFY_...) go to ``on_request``.
     A read error fails every pending future with :class:`ConnectionFailedError`.
+
+    ``signer`` (ACL request signing) is applied to every request frame just before it is
+    encoded, whichever method sends it (:meth:`send`, :meth:`send_many`, :meth:`invoke`, and
+    :meth:`reply` when the frame is a request such as the END_TRANSACTION answering a
+    check-back); responses are never signed.
     """
 
     def __init__(
@@ -44,8 +54,10 @@ class RemotingConnection:
         connect_timeout_s: float = 3.0,
         max_frame: int = DEFAULT_MAX_FRAME,
         on_request: Callable[[RemotingConnection, RemotingCommand], None] | None = None,
+        signer: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.address = address
+        self.signer = signer
         self._max_frame = max_frame
         self._on_request = on_request
         self._pending: dict[int, Future[RemotingCommand]] = {}
@@ -72,6 +84,8 @@ class RemotingConnection:
         if not oneway:
             with self._lock:
                 self._pending[cmd.opaque] = fut
+        if self.signer is not None:
+            self.signer(cmd)
         data = cmd.encode()
         try:
             with self._wlock:
@@ -101,6 +115,9 @@ class RemotingConnection:
         with self._lock:
             for cmd, fut in zip(cmds, futs):
                 self._pending[cmd.opaque] = fut
+        if self.signer is not None:
+            for cmd in cmds:
+                self.signer(cmd)
         data = b"".join(cmd.encode() for cmd in cmds)
         try:
             with self._wlock:
@@ -127,7 +144,10 @@ class RemotingConnection:
             raise ConnectionFailedError(self.address, operation, exc.args[0]) from None
 
     def reply(self, cmd: RemotingCommand) -> None:
-        """Send a response or oneway frame as is (answers to the peer's requests)."""
+        """Send a response or oneway frame (answers to the peer's requests); a request frame
+        (e.g. END_TRANSACTION answering CHECK_TRANSACTION_STATE) is signed like any request."""
+        if self.signer is not None and not cmd.flag & FLAG_RESPONSE:
+            self.signer(cmd)
         try:
             with self._wlock:
                 self._sock.sendall(cmd.encode())

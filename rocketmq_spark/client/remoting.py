@@ -28,6 +28,7 @@ from ..errors import (
 from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
+from ..remoting.acl import Credentials, sign_request
 from ..remoting.message import BatchEntry, decode_records, encode_batch
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
@@ -35,7 +36,7 @@ from .retry import ClientConfig, retrying
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientConfig", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
+__all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
 
 T = TypeVar("T")
 
@@ -62,7 +63,10 @@ def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
 
 
 class RemotingClient:
-    """Talks to name servers and brokers over the classic remoting protocol."""
+    """Talks to name servers and brokers over the classic remoting protocol.
+
+    With credentials (``credentials=`` or ``config.credentials``; the argument wins) every
+    request to name servers and brokers is signed (ACL 1.0)."""
 
     def __init__(
         self,
@@ -70,11 +74,14 @@ class RemotingClient:
         config: ClientConfig | None = None,
         *,
         on_request: Callable[[RemotingConnection, RemotingCommand], None] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         if not self.namesrv_addrs:
             raise ValueError("no name server address given")
         self.config = config or ClientConfig()
+        if credentials is not None:
+            self.config = self.config.with_credentials(credentials)
         self.on_request = on_request
         self._init_runtime()
 
@@ -96,12 +103,20 @@ class RemotingClient:
 
     # -- connections ----------------------------------------------------------------
 
+    def _sign(self, cmd: RemotingCommand) -> None:
+        creds = self.config.credentials
+        if creds is not None:
+            sign_request(cmd, creds)
+
     def connection(self, address: str) -> RemotingConnection:
         with self._conn_lock:
             conn = self._conns.get(address)
             if conn is None or conn.closed:
+                # Signing lives in the connection so that every way a request leaves (send,
+                # send_many, replies to check-backs, callers using connection() directly) is covered.
                 conn = RemotingConnection(address, connect_timeout_s=self.config.connect_timeout_s,
-                                          on_request=self.on_request)
+                                          on_request=self.on_request,
+                                          signer=self._sign if self.config.credentials is not None else None)
                 self._conns[address] = conn
             return conn
 

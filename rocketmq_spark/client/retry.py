@@ -10,20 +10,26 @@ from typing import Any, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ..errors import RocketMQSparkError
+from ..remoting.acl import Credentials
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientConfig", "retrying"]
+__all__ = ["ClientConfig", "Credentials", "retrying"]
 
 T = TypeVar("T")
 
 
 class ClientConfig:
-    """Timeouts (seconds) and retry bounds of a client."""
+    """Timeouts (seconds), retry bounds and ACL credentials of a client.
+
+    With ``credentials`` every request the client sends is signed (ACL 1.0, see
+    :mod:`rocketmq_spark.remoting.acl`). The config pickles (Spark ships clients to executors),
+    its repr masks the secret."""
 
     __slots__ = (
         "backoff_max_s",
         "connect_timeout_s",
+        "credentials",
         "request_timeout_s",
         "retries",
         "retry_budget_s",
@@ -31,18 +37,31 @@ class ClientConfig:
     )
 
     def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
-                 retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0) -> None:
+                 retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0,
+                 credentials: Credentials | None = None) -> None:
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
         self.retry_budget_s = retry_budget_s
         self.route_refresh_s = route_refresh_s
         self.backoff_max_s = backoff_max_s
+        self.credentials = credentials
+
+    def with_credentials(self, credentials: Credentials | None) -> ClientConfig:
+        """A copy of this config with ``credentials`` instead."""
+        state = self.__getstate__()
+        state["credentials"] = credentials
+        return ClientConfig(**state)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"ClientConfig({fields})"
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self.credentials = None  # state pickled before credentials existed
         for k, v in state.items():
             setattr(self, k, v)
 

@@ -1,0 +1,125 @@
+"""ACL 1.0 request signing (remoting): credentials, the signature, and its verification.
+
+The rule, checked against apache/rocketmq (facts only, our own code):
+
+- ``acl/common/AclClientRPCHook.java`` (5.x, and 4.9.x from the change that replaced the
+  reflection over the request header): ``doBeforeRequest`` first adds extFields ``AccessKey``
+  and, when set, ``SecurityToken``; ``parseRequestContent`` then calls
+  ``makeCustomHeaderToNet()`` and takes *all* extFields in a ``TreeMap`` (sorted by key), so
+  the header fields (which travel as extFields) are signed together with anything added by
+  ``addExtField``. The signature is added last as extField ``Signature``.
+- Older 4.x hooks built the sorted map from ``AccessKey``/``SecurityToken`` plus the custom
+  header's non-null declared fields (name -> ``toString()``). Those names and values are
+  exactly the extFields ``makeCustomHeaderToNet`` writes, so for requests whose extFields are
+  all header fields (every request this client sends) both versions sign the same bytes.
+- ``acl/common/AclUtils.java`` ``combineRequestContent``: the values (not the keys) of the
+  sorted map, ``Signature`` skipped, concatenated, encoded UTF-8, followed by the body bytes
+  (none when the body is null). ``calSignature`` -> ``AclSigner.java``: HmacSHA1 keyed with the
+  secret key's UTF-8 bytes, Base64 (standard alphabet, padded, no line breaks).
+- ``acl/plain/PlainAccessResource.java`` ``parse`` (broker side): recomputes over every
+  received extField except ``Signature`` and ``_UNIQUE_KEY_QUERY`` (MixAll.UNIQUE_MSG_QUERY_FLAG).
+- ``acl/common/SessionCredentials.java``: the extField names ``AccessKey``, ``SecretKey`` (never
+  sent), ``Signature``, ``SecurityToken``; charset UTF-8.
+
+Java's ``TreeMap<String, ...>`` orders keys by UTF-16 code unit, Python's ``sorted`` by code
+point; they agree except for keys mixing astral and U+E000..U+FFFF characters (header keys are
+ASCII).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .frame import RemotingCommand
+
+__all__ = [
+    "ACCESS_KEY",
+    "SECURITY_TOKEN",
+    "SIGNATURE",
+    "Credentials",
+    "calc_signature",
+    "sign_request",
+    "signing_content",
+    "verify_request",
+]
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+#: Left out of the content by the broker (Java's MixAll.UNIQUE_MSG_QUERY_FLAG).
+_UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+_MASK = "***"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """An ACL 1.0 access key, its secret key and an optional security token.
+
+    ``repr``/``str`` never show the secret key or the token."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    security_token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.access_key or not self.secret_key:
+            # never echo the secret: say which part is missing
+            missing = [n for n, v in (("access key", self.access_key), ("secret key", self.secret_key)) if not v]
+            raise ValueError(f"credentials need both an access key and a secret key; missing: {', '.join(missing)}")
+
+    def __repr__(self) -> str:
+        token = ", security_token='***'" if self.security_token else ""
+        return f"Credentials(access_key={self.access_key!r}, secret_key='{_MASK}'{token})"
+
+    __str__ = __repr__
+
+
+def signing_content(ext_fields: Mapping[str, str], body: bytes | None,
+                    exclude: Iterable[str] = (SIGNATURE,)) -> bytes:
+    """The bytes that are signed: extField values sorted by key (``exclude`` left out),
+    concatenated and UTF-8 encoded, then the body."""
+    skip = set(exclude)
+    text = "".join(str(ext_fields[k]) for k in sorted(ext_fields) if k not in skip)
+    return text.encode("utf-8") + (body or b"")
+
+
+def calc_signature(content: bytes, secret_key: str) -> str:
+    """Base64(HMAC-SHA1(secret_key UTF-8, content))."""
+    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def sign_request(cmd: RemotingCommand, creds: Credentials) -> None:
+    """Add ``AccessKey`` (and ``SecurityToken``) and ``Signature`` to ``cmd``'s extFields.
+
+    The extFields dict is replaced, not mutated: callers often reuse their dict for retries."""
+    ext = dict(cmd.ext_fields)
+    ext.pop(SIGNATURE, None)
+    ext[ACCESS_KEY] = creds.access_key
+    if creds.security_token:
+        ext[SECURITY_TOKEN] = creds.security_token
+    ext[SIGNATURE] = calc_signature(signing_content(ext, cmd.body), creds.secret_key)
+    cmd.ext_fields = ext
+
+
+def verify_request(cmd: RemotingCommand, secrets: Mapping[str, str]) -> str | None:
+    """None when ``cmd`` carries a valid signature by a key of ``secrets`` (access key ->
+    secret key), else why not (never containing a secret)."""
+    ext = cmd.ext_fields
+    ak = ext.get(ACCESS_KEY)
+    sig = ext.get(SIGNATURE)
+    if not ak or not sig:
+        missing = [n for n, v in ((ACCESS_KEY, ak), (SIGNATURE, sig)) if not v]
+        return (f"request code {cmd.code} is not signed (missing extFields {', '.join(missing)}); this broker "
+                f"has ACL on: configure an access key and secret key")
+    secret = secrets.get(ak)
+    if secret is None:
+        return f"request code {cmd.code}: AccessKey {ak!r} is unknown to this broker"
+    expected = calc_signature(signing_content(ext, cmd.body, (SIGNATURE, _UNIQUE_KEY_QUERY)), secret)
+    if not hmac.compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
+        return f"request code {cmd.code}: signature mismatch for AccessKey {ak!r} (wrong secret key?)"
+    return None

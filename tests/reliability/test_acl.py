@@ -1,0 +1,283 @@
+"""ACL 1.0 request signing: the signature rule (golden vectors computed here with hmac/hashlib/
+base64), a signed client against a broker with ACL on (every operation, the pipelined ones
+included), refusals (unsigned, unknown key, wrong secret) answered NO_PERMISSION without retries
+and without closing the connection, and secrets kept out of logs, reprs and errors."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import pickle
+from collections.abc import Iterator
+
+import pytest
+
+from rocketmq_spark import EmbeddedBroker
+from rocketmq_spark.broker.broker import BrokerConfig
+from rocketmq_spark.client import ClientConfig, Credentials, RemotingClient, connect
+from rocketmq_spark.errors import NoPermissionError, OptionError
+from rocketmq_spark.remoting import BatchEntry, decode_records
+from rocketmq_spark.remoting.acl import sign_request, verify_request
+from rocketmq_spark.remoting.codes import RequestCode
+from rocketmq_spark.remoting.frame import RemotingCommand
+
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+
+AK = "rocketmq2"
+SK = "S3cr3t-Sk-6c1f"  # distinctive: searched for in logs and reprs
+TOKEN = "T0ken-9f2e"
+BROKER_LOG = "rocketmq_spark.broker.broker"
+
+
+def _hmac_b64(secret: str, content: bytes) -> str:
+    return base64.b64encode(hmac.new(secret.encode(), content, hashlib.sha1).digest()).decode()
+
+
+# -- the signature rule ---------------------------------------------------------------
+
+
+def test_signature_golden_vector_header_only() -> None:
+    cmd = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "TopicTest", "queueId": "3"})
+    sign_request(cmd, Credentials(AK, SK))
+    # keys sorted: AccessKey < queueId < topic (uppercase sorts first); values only, no body
+    content = b"rocketmq2" + b"3" + b"TopicTest"
+    assert cmd.ext_fields["AccessKey"] == AK
+    assert cmd.ext_fields["Signature"] == _hmac_b64(SK, content)
+    assert "SecretKey" not in cmd.ext_fields and SK not in cmd.encode().decode("utf-8", "replace")
+
+
+def test_signature_golden_vector_with_token_body_and_utf8() -> None:
+    body = b"\x00\x01hello\xff"
+    cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, body=body,
+                          ext_fields={"b": "Topic", "a": "PG", "i": "KEYS\x01k\u00e9y\x02"})
+    sign_request(cmd, Credentials(AK, SK, TOKEN))
+    # AccessKey, SecurityToken, a, b, i; then the body bytes
+    content = (AK + TOKEN + "PG" + "Topic" + "KEYS\x01k\u00e9y\x02").encode("utf-8") + body
+    assert cmd.ext_fields["SecurityToken"] == TOKEN
+    assert cmd.ext_fields["Signature"] == _hmac_b64(SK, content)
+    # a literal, so a change of the rule cannot hide behind the helper above
+    literal = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "T", "queueId": "0"})
+    sign_request(literal, Credentials("AK", "SK"))
+    assert literal.ext_fields["Signature"] == _hmac_b64("SK", b"AK0T")
+
+
+def test_signature_survives_the_wire_in_both_header_encodings() -> None:
+    for serialize in (0, 1):
+        cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={"topic": "T", "queueId": "1"},
+                              body=b"x", serialize_type=serialize)
+        sign_request(cmd, Credentials(AK, SK))
+        decoded = RemotingCommand.decode(cmd.encode()[4:])
+        assert verify_request(decoded, {AK: SK}) is None
+        assert "mismatch" in (verify_request(decoded, {AK: "other"}) or "")
+        decoded.ext_fields["topic"] = "U"  # tampered
+        assert "mismatch" in (verify_request(decoded, {AK: SK}) or "")
+
+
+def test_signing_does_not_touch_the_callers_dict() -> None:
+    ext = {"topic": "T"}
+    cmd = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields=ext)
+    sign_request(cmd, Credentials(AK, SK))
+    assert ext == {"topic": "T"}
+    first = cmd.ext_fields["Signature"]
+    sign_request(cmd, Credentials(AK, SK))  # re-signing (a retry) gives the same signature
+    assert cmd.ext_fields["Signature"] == first
+
+
+# -- against a broker with ACL on -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def acl_broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(grpc_port=None, acl={AK: SK, "other": "other-secret"}) as mq:
+        yield mq
+
+
+@pytest.fixture()
+def signed(acl_broker: EmbeddedBroker) -> Iterator[RemotingClient]:
+    c = RemotingClient(acl_broker.namesrv_addr, credentials=Credentials(AK, SK))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_signed_client_does_everything(signed: RemotingClient, topic: str) -> None:
+    signed.create_topic(topic, 2)
+    qs = signed.message_queues(topic, refresh=True)
+    assert len(qs) == 2
+    r = signed.send(qs[0], b"one", "TAGS\x01a\x02")
+    assert r.queue_offset == 0
+    signed.send_batch(qs[1], [BatchEntry(b"b%d" % i) for i in range(5)])
+    res = signed.pull(qs[1], 0, 32)
+    assert [m.payload() for m in decode_records(res.body)] == [b"b%d" % i for i in range(5)]
+    assert signed.max_offset(qs[1]) == 5 and signed.min_offset(qs[1]) == 0
+    assert signed.search_offset(qs[1], 0) == 0
+    # the pipelined paths (send_many) and the topic stats request
+    assert signed.max_offsets(qs) == {qs[0]: 1, qs[1]: 5}
+    assert signed.min_offsets(qs) == {qs[0]: 0, qs[1]: 0}
+    assert signed.offset_ranges(qs) == {qs[0]: (0, 1), qs[1]: (0, 5)}
+    assert signed.update_consumer_offsets("g_acl", {qs[0]: 1, qs[1]: 4}) == {}
+    assert signed.query_consumer_offsets("g_acl", qs) == {qs[0]: 1, qs[1]: 4}
+    signed.update_consumer_offset("g_acl", qs[1], 5)
+    assert signed.query_consumer_offset("g_acl", qs[1]) == 5
+    assert signed.consumer_ids("g_acl", signed.broker_addr(qs[0].broker)) == []
+    assert topic in signed.topic_configs(signed.broker_addr(qs[0].broker))
+
+
+def test_security_token_is_signed_and_accepted(acl_broker: EmbeddedBroker, topic: str) -> None:
+    c = RemotingClient(acl_broker.namesrv_addr, ClientConfig(credentials=Credentials(AK, SK, TOKEN)))
+    try:
+        c.create_topic(topic, 1)
+        assert c.max_offset(c.message_queues(topic, refresh=True)[0]) == 0
+    finally:
+        c.close()
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == BROKER_LOG and "refused request" in r.getMessage()]
+
+
+@pytest.mark.parametrize("creds, why", [
+    (None, "not signed"),
+    (Credentials(AK, "wrong-secret"), "signature mismatch"),
+    (Credentials("nobody", SK), "unknown"),
+], ids=["unsigned", "wrong_secret", "unknown_key"])
+def test_bad_clients_get_no_permission_once_and_the_broker_keeps_serving(
+        acl_broker: EmbeddedBroker, signed: RemotingClient, topic: str, caplog: pytest.LogCaptureFixture,
+        creds: Credentials | None, why: str) -> None:
+    signed.create_topic(topic, 2)
+    qs = signed.message_queues(topic, refresh=True)
+    bad = RemotingClient(acl_broker.namesrv_addr, ClientConfig(retries=5, credentials=creds))
+    caplog.set_level(logging.WARNING, logger=BROKER_LOG)
+    try:
+        # the name server does not check signatures: routes resolve
+        assert bad.message_queues(topic, refresh=True) == qs
+        with pytest.raises(NoPermissionError) as ei:
+            bad.max_offset(qs[0])
+        err = ei.value
+        assert err.code == 16 and not err.retriable
+        assert err.address == acl_broker.broker_addr and f"max offset of {qs[0]}" in err.operation
+        assert why in err.remark and why in str(err)
+        assert len(_refusals(caplog)) == 1, "a refused request must not be retried"
+        with pytest.raises(NoPermissionError, match="create topic"):
+            bad.create_topic(topic, 2)
+        with pytest.raises(NoPermissionError, match="send to"):
+            bad.send(qs[0], b"x")
+        with pytest.raises(NoPermissionError, match="pull of"):
+            bad.pull(qs[0], 0)
+        # pipelined: every queue's request is refused, none retried
+        caplog.clear()
+        with pytest.raises(NoPermissionError, match="max offset"):
+            bad.max_offsets(qs)
+        failures = bad.update_consumer_offsets("g_bad", {q: 1 for q in qs})
+        assert set(failures) == set(qs) and all(isinstance(e, NoPermissionError) for e in failures.values())
+        assert len(_refusals(caplog)) == 2 * len(qs)
+        with pytest.raises(NoPermissionError):
+            bad.offset_ranges(qs)  # stats refused, then the per-queue fallback refused too
+        # the connection stays open, and a good client is served meanwhile
+        assert not bad.connection(acl_broker.broker_addr).closed
+        signed.send(qs[0], b"good")
+        assert signed.max_offset(qs[0]) == 1
+        assert signed.query_consumer_offset("g_bad", qs[0]) is None
+    finally:
+        bad.close()
+    for r in _refusals(caplog):
+        assert SK not in r and "wrong-secret" not in r
+
+
+def test_check_back_answer_is_signed(acl_broker: EmbeddedBroker, signed: RemotingClient,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    """END_TRANSACTION answering a check-back goes out through reply(): it must be signed too.
+    A synchronous request after it on the same connection proves the broker has read it."""
+    caplog.set_level(logging.WARNING, logger=BROKER_LOG)
+    addr = acl_broker.broker_addr
+    end = {"producerGroup": "PG", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "12",
+           "fromTransactionCheck": "1", "msgId": "X", "transactionId": "X"}
+    conn = signed.connection(addr)
+    conn.reply(RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=dict(end), flag=2))
+    signed.invoke(addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "barrier")
+    assert _refusals(caplog) == []
+    unsigned = RemotingClient(acl_broker.namesrv_addr)
+    try:
+        unsigned.connection(addr).reply(RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=dict(end), flag=2))
+        with pytest.raises(NoPermissionError):
+            unsigned.invoke(addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "barrier")
+        assert len(_refusals(caplog)) == 2 and "request code 37" in _refusals(caplog)[0]
+    finally:
+        unsigned.close()
+
+
+def test_signed_client_pickles_with_its_credentials(acl_broker: EmbeddedBroker, signed: RemotingClient,
+                                                    topic: str) -> None:
+    signed.create_topic(topic, 1)
+    copy = pickle.loads(pickle.dumps(signed))
+    try:
+        assert copy.config.credentials == Credentials(AK, SK)
+        assert copy.max_offset(copy.message_queues(topic)[0]) == 0
+    finally:
+        copy.close()
+    via_connect = connect(acl_broker.namesrv_addr, credentials=Credentials(AK, SK))
+    try:
+        assert via_connect.max_offset(via_connect.message_queues(topic)[0]) == 0
+    finally:
+        via_connect.close()
+
+
+def test_broker_without_acl_ignores_signatures(broker: EmbeddedBroker, topic: str) -> None:
+    c = RemotingClient(broker.namesrv_addr, credentials=Credentials(AK, SK))
+    try:
+        c.create_topic(topic, 1)
+        c.send(c.message_queues(topic, refresh=True)[0], b"x")
+    finally:
+        c.close()
+
+
+# -- secrets stay secret ------------------------------------------------------------------
+
+
+def test_secrets_never_logged(acl_broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    good = RemotingClient(acl_broker.namesrv_addr, credentials=Credentials(AK, SK, TOKEN))
+    bad = RemotingClient(acl_broker.namesrv_addr, ClientConfig(retries=1, credentials=Credentials(AK, "wrong-secret")))
+    try:
+        good.create_topic(topic, 1)
+        q = good.message_queues(topic, refresh=True)[0]
+        good.send(q, b"x")
+        good.pull(q, 0)
+        good.max_offsets([q])
+        with pytest.raises(NoPermissionError) as ei:
+            bad.max_offset(q)
+        assert "wrong-secret" not in str(ei.value) and SK not in str(ei.value)
+    finally:
+        good.close()
+        bad.close()
+    assert caplog.records, "DEBUG logging was captured"
+    assert SK not in caplog.text and TOKEN not in caplog.text and "wrong-secret" not in caplog.text
+
+
+def test_secrets_never_in_reprs_or_option_errors() -> None:
+    from rocketmq_spark.sink.options import WriterOptions
+    from rocketmq_spark.source.options import ReaderOptions
+
+    creds = Credentials(AK, SK, TOKEN)
+    cfg = ClientConfig(credentials=creds)
+    reader = ReaderOptions.parse({"namesrvaddr": "127.0.0.1:9876", "topic": "t", "ACCESSKEY": AK, "secretkey": SK,
+                                  "securityToken": TOKEN}, stream=False)
+    writer = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "accessKey": AK, "secretKey": SK})
+    assert reader.credentials == creds and writer.credentials == Credentials(AK, SK)
+    broker_cfg = BrokerConfig(data_dir="/nonexistent", acl={AK: SK})
+    for obj in (creds, cfg, reader, writer, broker_cfg):
+        for text in (repr(obj), str(obj)):
+            assert SK not in text and TOKEN not in text, text
+    assert AK in repr(creds) and "***" in repr(creds)
+    with pytest.raises(OptionError, match="accessKey") as ei:
+        ReaderOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "secretKey": SK}, stream=False)
+    assert "secretKey" in str(ei.value) and SK not in str(ei.value)
+    with pytest.raises(OptionError, match="secretKey") as ei:
+        WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "accessKey": AK})
+    assert "accessKey" in str(ei.value)
+    with pytest.raises(OptionError) as ei:  # a misspelt secret option is not echoed either
+        WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "secret_key": SK})
+    assert SK not in str(ei.value)
