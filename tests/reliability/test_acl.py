@@ -281,3 +281,42 @@ def test_secrets_never_in_reprs_or_option_errors() -> None:
     with pytest.raises(OptionError) as ei:  # a misspelt secret option is not echoed either
         WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "secret_key": SK})
     assert SK not in str(ei.value)
+
+
+# -- a third-party signer: the node client ali-ons ----------------------------------------
+
+
+@pytest.mark.interop
+def test_alions_signed_sends_are_accepted(acl_broker: EmbeddedBroker, signed: RemotingClient, topic: str,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """ali-ons signs remoting requests (lib/channel.js beforeRequest: AccessKey, OnsChannel and
+    the header fields, sorted; HMAC-SHA1 over the values and the body, Base64): our verifier
+    must accept its signatures, and refuse them under a wrong secret."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    from alions_support import ensure_alions
+
+    alions = ensure_alions()
+    node = shutil.which("node")
+    assert node is not None
+    signed.create_topic(topic, 2)
+    caplog.set_level(logging.WARNING, logger=BROKER_LOG)
+
+    def run(secret: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "ALIONS_ACCESS_KEY": AK, "ALIONS_SECRET_KEY": secret}
+        return subprocess.run([node, str(alions / "acl_send.js"), acl_broker.namesrv_addr, topic, "3"], cwd=alions,
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    ok = run(SK)
+    assert ok.returncode == 0, f"ali-ons signed send failed; stderr:\n{ok.stderr}"
+    results = [json.loads(line) for line in ok.stdout.splitlines() if line.strip()]
+    assert [r["status"] for r in results] == ["SEND_OK"] * 3
+    assert _refusals(caplog) == [], "ali-ons' signatures were refused"
+    qs = signed.message_queues(topic, refresh=True)
+    assert sum(signed.max_offsets(qs).values()) == 3
+    bad = run("wrong-secret")
+    assert bad.returncode != 0
+    assert any("signature mismatch" in r for r in _refusals(caplog))
