@@ -33,6 +33,7 @@ import grpc
 from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
+from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.message import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
 from .broker import Broker, SendRejected
@@ -590,10 +591,47 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
 
 
 
+class _AclInterceptor(grpc.aio.ServerInterceptor):
+    """With ACL on, every call must carry valid MQv2-HMAC-SHA1 metadata; others are answered
+    PERMISSION_DENIED with the reason (never a secret)."""
+
+    def __init__(self, secrets_by_key: dict[str, str]) -> None:
+        self._secrets = secrets_by_key
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        meta = {k.lower(): v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        refused = verify_grpc_metadata(meta, self._secrets)
+        if refused is None:
+            return await continuation(details)
+        log.warning("refused gRPC call %s: %s", details.method, refused)
+        handler = await continuation(details)
+        reason = f"{details.method}: {refused}"
+
+        async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
+
+        async def deny_stream(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
+
+        if handler is None:
+            return None
+        if handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny_stream, handler.request_deserializer,
+                                                         handler.response_serializer) \
+                if handler.response_streaming else \
+                grpc.stream_unary_rpc_method_handler(deny_stream, handler.request_deserializer,
+                                                     handler.response_serializer)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny, handler.request_deserializer,
+                                                        handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
+
+
 async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int) -> tuple[grpc.aio.Server, int]:
     """Serve :class:`MessagingService` for ``broker`` on ``host:port`` (0: ephemeral) on the
     running loop; returns the started server and its port."""
-    server = grpc.aio.server(options=[
+    interceptors = [_AclInterceptor(broker.config.acl)] if broker.config.acl else []
+    server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", max_message),
         ("grpc.max_send_message_length", max_message),
         ("grpc.so_reuseport", 0),

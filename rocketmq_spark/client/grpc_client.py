@@ -48,6 +48,7 @@ from ..errors import (
 from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
+from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import SysFlag, TransactionType
 from ..remoting.message import BatchEntry, decode_properties
 from .many import SequentialManyQueueCalls
@@ -101,6 +102,8 @@ def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) ->
                                         address=address, operation=operation)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimeoutError(address, operation, f"no answer in time ({detail})")
+    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+        return NoPermissionError(16, f"{code.name}: {detail}", address=address, operation=operation)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
         return ConnectionFailedError(address, operation, detail)
     return BrokerError(code.value[0], f"{code.name}: {detail}", address=address, operation=operation)
@@ -147,14 +150,20 @@ class GrpcClient(SequentialManyQueueCalls):
             return entry[1]
 
     def metadata(self) -> list[tuple[str, str]]:
-        return [
+        """Per-call metadata; with credentials it is signed (RocketMQ 5 MQv2-HMAC-SHA1)."""
+        date_time = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        out = [
             ("x-mq-client-id", self.client_id),
             ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"),
             ("x-mq-client-version", "rocketmq-spark"),
-            ("x-mq-date-time", datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")),
+            ("x-mq-date-time", date_time),
             ("x-mq-request-id", uuid.uuid4().hex),
         ]
+        creds = getattr(self.config, "credentials", None)
+        if creds is not None:
+            out.extend(grpc_auth_metadata(creds, date_time))
+        return out
 
     def close(self) -> None:
         tele, self._telemetry = self._telemetry, None
