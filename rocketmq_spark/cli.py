@@ -323,8 +323,9 @@ def _acl_table(args: argparse.Namespace) -> dict[str, str]:
     for entry in args.acl:
         ak, sep, sk = entry.partition(":")
         if not sep or not ak or not sk:
-            # the entry holds a secret: name the access key part only
-            raise CliError(f"--acl {ak or '?'}:***: expected ACCESS_KEY:SECRET_KEY, both non-empty")
+            # the entry may be (or hold) a secret: show the access key only when it is clearly one
+            shown = f"{ak}:***" if sep and ak else "***"
+            raise CliError(f"--acl {shown}: expected ACCESS_KEY:SECRET_KEY, both non-empty")
         table[ak] = sk
     return table
 

@@ -365,3 +365,35 @@ def test_grpc_signed_client_is_served_and_unsigned_refused(topic: str) -> None:
         finally:
             for c in (admin, good, bad, unsigned):
                 c.close()
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def test_cli_signs_with_flags_or_env_and_parses_broker_acl(acl_broker: EmbeddedBroker, topic: str, tmp_path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from rocketmq_spark.cli import CliError, _acl_table, build_parser, main
+
+    ns = acl_broker.namesrv_addr
+    monkeypatch.delenv("ROCKETMQ_ACCESS_KEY", raising=False)
+    monkeypatch.delenv("ROCKETMQ_SECRET_KEY", raising=False)
+    assert main(["topic", "create", topic, "-n", ns, "--access-key", AK, "--secret-key", SK]) == 0
+    assert main(["topic", "describe", topic, "-n", ns]) == 2  # unsigned: refused, one line
+    err = capsys.readouterr().err
+    assert "not signed" in err and "--access-key" in err
+    monkeypatch.setenv("ROCKETMQ_ACCESS_KEY", AK)
+    monkeypatch.setenv("ROCKETMQ_SECRET_KEY", SK)
+    assert main(["topic", "describe", topic, "-n", ns, "--json"]) == 0
+    monkeypatch.setenv("ROCKETMQ_SECRET_KEY", "wrong-secret")
+    assert main(["topic", "describe", topic, "-n", ns]) == 2
+    assert "signature mismatch" in capsys.readouterr().err
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"fromfile": "file-secret"}))
+    args = build_parser().parse_args(["broker", "--acl", f"{AK}:{SK}", "--acl", "b:c:d", "--acl-file", str(keys)])
+    assert _acl_table(args) == {AK: SK, "b": "c:d", "fromfile": "file-secret"}
+    with pytest.raises(CliError) as ei:
+        _acl_table(build_parser().parse_args(["broker", "--acl", f"{SK}"]))
+    assert SK not in str(ei.value)
