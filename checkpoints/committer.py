@@ -27,6 +27,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..client import BrokerClient, connect
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
+from ..remoting.acl import Credentials
 from .offset_store import BrokerOffsetStore
 
 log = logging.getLogger(__name__)
@@ -76,16 +77,24 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     """Commits each finished batch's ``endOffset`` of rocketmq sources to ``consumer_group``.
 
     ``topics`` limits it to those topics (default: every offset that has the rocketmq
-    shape); ``query_name`` to one query. Commit failures are logged with the queue and
+    shape); ``query_name`` to one query. Against brokers with ACL on, pass the query's
+    ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
+    reader's. Commit failures are logged with the queue and
     offset and retried at the next progress event; they never fail the query.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
                  endpoints: str | Sequence[str] | None = None, topics: Sequence[str] | None = None,
-                 query_name: str | None = None, measure_lag: bool = True) -> None:
+                 query_name: str | None = None, measure_lag: bool = True,
+                 access_key: str | None = None, secret_key: str | None = None,
+                 security_token: str | None = None) -> None:
         if not namesrv_addr and not endpoints:
             raise ValueError("RocketMQOffsetCommitter needs namesrv_addr (remoting) or endpoints (gRPC)")
-        self.client = connect(namesrv_addr or (), endpoints)
+        creds = None
+        if access_key or secret_key or security_token:
+            # the same credentials the query's accessKey/secretKey options give its reader
+            creds = Credentials(access_key or "", secret_key or "", security_token or None)
+        self.client = connect(namesrv_addr or (), endpoints, credentials=creds)
         self.store = BrokerOffsetStore(self.client, consumer_group)
         self.group = consumer_group
         self.topics = set(topics) if topics else None

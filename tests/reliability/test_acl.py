@@ -126,6 +126,36 @@ def test_signed_client_does_everything(signed: RemotingClient, topic: str) -> No
     assert topic in signed.topic_configs(signed.broker_addr(qs[0].broker))
 
 
+def test_offset_committer_listener_signs_its_commits(acl_broker: EmbeddedBroker, signed: RemotingClient,
+                                                    topic: str, caplog: pytest.LogCaptureFixture) -> None:
+    from rocketmq_spark import RocketMQOffsetCommitter
+
+    signed.create_topic(topic, 2)
+    qs = signed.message_queues(topic, refresh=True)
+    good = RocketMQOffsetCommitter(acl_broker.namesrv_addr, "g_listener", topics=[topic], measure_lag=False,
+                                   access_key=AK, secret_key=SK)
+    try:
+        good.commit({qs[0]: 3, qs[1]: 7})
+        assert good.committed == {qs[0]: 3, qs[1]: 7}
+        assert signed.query_consumer_offsets("g_listener", qs) == {qs[0]: 3, qs[1]: 7}
+    finally:
+        good.client.close()
+    # a wrong secret: the commit is refused, logged and kept for the next one, never raised or shown
+    bad = RocketMQOffsetCommitter(acl_broker.namesrv_addr, "g_listener", topics=[topic], measure_lag=False,
+                                  access_key=AK, secret_key="wrong-" + SK)
+    try:
+        with caplog.at_level(logging.WARNING):
+            bad.commit({qs[0]: 9})
+        assert bad.committed == {} and bad.store.pending == {qs[0]: 9}
+        assert "g_listener" in caplog.text and SK not in caplog.text
+        assert signed.query_consumer_offset("g_listener", qs[0]) == 3
+    finally:
+        bad.client.close()
+    with pytest.raises(ValueError, match="secret key") as ei:
+        RocketMQOffsetCommitter(acl_broker.namesrv_addr, "g", access_key=AK)
+    assert SK not in str(ei.value)
+
+
 def test_security_token_is_signed_and_accepted(acl_broker: EmbeddedBroker, topic: str) -> None:
     c = RemotingClient(acl_broker.namesrv_addr, ClientConfig(credentials=Credentials(AK, SK, TOKEN)))
     try:
