@@ -54,6 +54,9 @@ _DECODE_BYTES = 2 * 1024 * 1024
 _POLL_S = 1.0
 #: A broker known to be down is asked again at most this often (seconds).
 _REPROBE_S = 2.0
+# how often the "broker unavailable" warning repeats while the broker stays down (triggers
+# come every few milliseconds when the other queues are busy; DEBUG in between)
+_WARN_EVERY_S = 10.0
 
 
 def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -98,6 +101,7 @@ class Planner:
         self.target: Offsets | None = None  # AvailableNow cap
         #: broker -> (monotonic time it was first found unavailable, why)
         self._down: dict[str, tuple[float, str]] = {}
+        self._warned: dict[str, float] = {}
         self._probed: dict[str, float] = {}  # broker -> when a down broker was last asked
         #: max offsets fetched with the min offsets by check_data_loss, for the next latest() only
         self._highs: dict[MessageQueue, int] = {}
@@ -176,6 +180,7 @@ class Planner:
                 self._probed[b] = time.monotonic()
         for broker in {mq.broker for mq in out}:
             if self._down.pop(broker, None) is not None:
+                self._warned.pop(broker, None)
                 log.warning("broker %s answers again; reading its queues", broker)
         for broker, why in failed.items():
             self._down.setdefault(broker, (now, why))
@@ -198,8 +203,12 @@ class Planner:
                     f"broker {broker} has been unavailable for {waited:.0f}s ({why}); its queues {names} are not "
                     f"read and keep their offsets in the checkpoint: restart the query when the broker is back "
                     f"(brokerDownTimeoutMs={self.options.broker_down_timeout_ms} bounds the wait)")
-            log.warning("broker %s unavailable for %.0fs (%s): queues %s wait at their offsets, the others are read",
-                        broker, waited, why, names)
+            last = self._warned.get(broker)
+            level = logging.WARNING if last is None or now - last >= _WARN_EVERY_S else logging.DEBUG
+            if level == logging.WARNING:
+                self._warned[broker] = now
+            log.log(level, "broker %s unavailable for %.0fs (%s): queues %s wait at their offsets, the others "
+                    "are read", broker, waited, why, names)
 
     def _start_for(self, mq: MessageQueue, how: str) -> int:
         if how == "earliest":

@@ -219,6 +219,37 @@ def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it
     assert p2.next_end(p2.check_data_loss(end), ReadAllAvailable()) == {a0: 10, b0: 10, b1: 10}
 
 
+def test_a_down_broker_is_warned_about_once_per_interval_not_every_trigger(monkeypatch, caplog) -> None:
+    import logging
+
+    import rocketmq_spark.source.reader as reader_mod
+
+    clock = [1000.0]
+    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    a0, b0 = Q(0), Q(0, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
+    p = _planner(client, brokerDownTimeoutMs="60000")
+    client.down = True
+    end = {a0: 0, b0: 0}
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+        for _ in range(50):  # triggers milliseconds apart
+            end = p.next_end(end, ReadAllAvailable())
+            clock[0] += 0.01
+        assert caplog.text.count("broker broker-b unavailable") == 1
+        clock[0] += reader_mod._WARN_EVERY_S
+        p.next_end(end, ReadAllAvailable())
+        assert caplog.text.count("broker broker-b unavailable") == 2
+        # back: said once, and a later outage is warned about at once
+        client.down = False
+        clock[0] += reader_mod._REPROBE_S
+        p.next_end(end, ReadAllAvailable())
+        assert "broker-b answers again" in caplog.text
+        client.down = True
+        clock[0] += 0.01
+        p.next_end(end, ReadAllAvailable())
+        assert caplog.text.count("broker broker-b unavailable") == 3
+
+
 def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_queues(monkeypatch) -> None:
     import rocketmq_spark.source.reader as reader_mod
 
