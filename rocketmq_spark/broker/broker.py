@@ -942,9 +942,9 @@ class Broker:
 
     def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         ext = req.ext_fields
-        kind = _int(ext, "commitOrRollback", 0)
+        kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
         if kind == TransactionType.NOT_TYPE:
-            return None  # the producer does not know yet; the check-back will ask again
+            return None  # the producer does not know yet (no answer, as Java's broker); the check-back asks again
         if kind not in (TransactionType.COMMIT, TransactionType.ROLLBACK):
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")

@@ -20,6 +20,7 @@ smallest un-acked offset, so after a restart every un-acked message is delivered
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import secrets
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
@@ -627,10 +629,84 @@ class _AclInterceptor(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
 
 
+class _ParseGuard(grpc.aio.ServerInterceptor):
+    """Requests are parsed here instead of by grpcio, so one that does not parse as the
+    method's request message is refused with INVALID_ARGUMENT naming the method and the
+    expected message (grpcio would answer UNKNOWN and log a traceback per bad request). A
+    streamed request (Telemetry) that stops parsing ends the stream the same way."""
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        parse = handler.request_deserializer
+        method = details.method
+
+        owner = getattr(parse, "__self__", None)
+        expected = owner.DESCRIPTOR.full_name if hasattr(owner, "DESCRIPTOR") else "the method's request message"
+
+        def reason(exc: Exception) -> str:
+            return f"{method}: the request does not parse as {expected} ({exc})"
+
+        if handler.request_streaming:
+            inner = handler.stream_stream if handler.response_streaming else handler.stream_unary
+            bad: list[str] = []
+
+            async def parsed(raw_items: Any) -> Any:
+                async for raw in raw_items:
+                    try:
+                        item = parse(raw)
+                    except DecodeError as exc:
+                        log.warning("%s", reason(exc))
+                        bad.append(reason(exc))
+                        return
+                    yield item
+
+            if inspect.isasyncgenfunction(inner):
+                async def streamed(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                    async for out in inner(parsed(request_iterator), context):
+                        yield out
+                    if bad:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+            else:
+                async def streamed(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                    result = await inner(parsed(request_iterator), context)
+                    if bad:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+                    return result
+            make = grpc.stream_stream_rpc_method_handler if handler.response_streaming \
+                else grpc.stream_unary_rpc_method_handler
+            return make(streamed, None, handler.response_serializer)
+
+        inner = handler.unary_stream if handler.response_streaming else handler.unary_unary
+        if inspect.isasyncgenfunction(inner):
+            async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    request = parse(raw)
+                except DecodeError as exc:
+                    log.warning("%s", reason(exc))
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason(exc))
+                async for out in inner(request, context):
+                    yield out
+        else:
+            async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[misc]
+                try:
+                    request = parse(raw)
+                except DecodeError as exc:
+                    log.warning("%s", reason(exc))
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason(exc))
+                return await inner(request, context)
+        make = grpc.unary_stream_rpc_method_handler if handler.response_streaming \
+            else grpc.unary_unary_rpc_method_handler
+        return make(unary, None, handler.response_serializer)
+
+
 async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int) -> tuple[grpc.aio.Server, int]:
     """Serve :class:`MessagingService` for ``broker`` on ``host:port`` (0: ephemeral) on the
     running loop; returns the started server and its port."""
-    interceptors = [_AclInterceptor(broker.config.acl)] if broker.config.acl else []
+    interceptors: list[grpc.aio.ServerInterceptor] = [_ParseGuard()]
+    if broker.config.acl:
+        interceptors.append(_AclInterceptor(broker.config.acl))
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", max_message),
         ("grpc.max_send_message_length", max_message),

@@ -24,6 +24,7 @@ from ..remoting.message import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey
 from . import pb
 
 __all__ = [
+    "check_timestamp",
     "crc32_checksum",
     "message_to_properties",
     "millis",
@@ -35,6 +36,17 @@ __all__ = [
 
 def millis(ts: pb.Timestamp | pb.Duration) -> int:
     return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
+_TS_MIN_S, _TS_MAX_S = -62_135_596_800, 253_402_300_799
+
+
+def check_timestamp(what: str, ts: pb.Timestamp) -> None:
+    """Refuse a Timestamp outside protobuf's valid range (its millis would not fit a Java long)."""
+    if not (_TS_MIN_S <= ts.seconds <= _TS_MAX_S and 0 <= ts.nanos < 1_000_000_000):
+        raise ProtocolError(f"{what} (seconds={ts.seconds}, nanos={ts.nanos}) is not a valid timestamp: "
+                            f"years 1 to 9999 and nanos 0..999999999 are accepted")
 
 
 def set_millis(ts: pb.Timestamp | pb.Duration, ms: int) -> None:
@@ -80,8 +92,11 @@ def properties_to_message(topic: str, body: bytes, properties: Mapping[str, str]
 def message_to_properties(msg: pb.Message) -> tuple[bytes, dict[str, str], int]:
     """What a broker stores for a message sent over gRPC: (body, properties, sysFlag).
 
-    Raises :class:`ProtocolError` for a body it cannot decode."""
+    Raises :class:`ProtocolError` for a body it cannot decode or a timestamp out of range."""
     sp = msg.system_properties
+    for name in ("born_timestamp", "delivery_timestamp"):
+        if sp.HasField(name):
+            check_timestamp(f"message {sp.message_id or '(no id)'}: {name}", getattr(sp, name))
     body = msg.body
     if sp.body_encoding == pb.GZIP:
         try:

@@ -48,6 +48,22 @@ _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _LANG_BY_CODE = {m.value: m.name for m in LanguageCode}
 
 
+def _header_int(obj: dict[str, Any], key: str, default: int | None) -> int:
+    """A header number as Java reads it into an int: integral and within 32 bits."""
+    raw = obj.get(key)
+    if raw is None and default is not None:
+        raw = default
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ProtocolError(f"JSON header field {key}={raw!r} is not a number (a 32-bit integer is accepted)")
+    try:
+        value = int(raw)
+    except (ValueError, OverflowError):
+        raise ProtocolError(f"JSON header field {key}={raw!r} is not a 32-bit integer") from None
+    if isinstance(raw, float) and value != raw or not -(1 << 31) <= value < (1 << 31):
+        raise ProtocolError(f"JSON header field {key}={raw!r} is not a 32-bit integer")
+    return value
+
+
 def _ext_str(value: Any) -> str:
     """extFields values arrive as strings, numbers or booleans depending on the client."""
     if isinstance(value, str):
@@ -175,13 +191,12 @@ class RemotingCommand:
             raise ProtocolError(f"malformed JSON header: {exc}") from None
         if not isinstance(obj, dict):
             raise ProtocolError("JSON header is not an object")
-        try:
-            code = int(obj["code"])
-            opaque = int(obj.get("opaque", 0))
-            flag = int(obj.get("flag", 0))
-            version = int(obj.get("version", 0) or 0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"JSON header lacks a valid code/opaque/flag: {exc}") from None
+        if "code" not in obj:
+            raise ProtocolError("JSON header has no code")
+        code = _header_int(obj, "code", None)
+        opaque = _header_int(obj, "opaque", 0)
+        flag = _header_int(obj, "flag", 0)
+        version = _header_int(obj, "version", 0)
         ext = obj.get("extFields") or {}
         if not isinstance(ext, dict):
             raise ProtocolError("extFields is not an object")
