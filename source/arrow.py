@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import ProtocolError
 from ..remoting.message import MAGIC_V1, MAGIC_V2, SYSTEM_PROPERTY_KEYS
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "columns_to_batch", "decode_to_batch", "decode_to_batch_reference"]
@@ -60,6 +61,53 @@ def _host(buf: bytes, p: int, v6: bool) -> tuple[str, int]:
     return f"{buf[p]}.{buf[p + 1]}.{buf[p + 2]}.{buf[p + 3]}:{port}", p + 8
 
 
+def _reference_fields(buf: bytes, q: int, magic: int, sys_flag: int,
+                      host_cache: dict[bytes, str]) -> tuple[int, tuple]:  # type: ignore[type-arg]
+    """The variable part of one record from ``q`` (just after the fixed head): where it ends,
+    and (born host, store ms, raw store host, store host, body, topic, properties)."""
+    if sys_flag & 0x10:
+        born, q = _host(buf, q, True)
+    else:
+        key = buf[q : q + 8]
+        born = host_cache.get(key) or host_cache.setdefault(key, _host(buf, q, False)[0])
+        q += 8
+    (sts,) = _Q.unpack_from(buf, q)
+    q += 8
+    if sys_flag & 0x20:
+        store_raw = buf[q : q + 20]
+        q += 20
+    else:
+        store_raw = buf[q : q + 8]
+        q += 8
+    store = host_cache.get(store_raw)
+    if store is None:
+        store = host_cache.setdefault(store_raw, _host(store_raw, 0, bool(sys_flag & 0x20))[0])
+    q += 12  # reconsumeTimes, preparedTransactionOffset
+    (blen,) = _I.unpack_from(buf, q)
+    q += 4
+    if blen < 0 or q + blen > len(buf):
+        raise ValueError(f"body length {blen} overruns the buffer")
+    body = buf[q : q + blen]
+    q += blen
+    if magic == MAGIC_V2:
+        (tlen,) = _H.unpack_from(buf, q)
+        q += 2
+    else:
+        tlen = buf[q]
+        q += 1
+    if tlen < 0 or q + tlen > len(buf):
+        raise ValueError(f"topic length {tlen} overruns the buffer")
+    topic = buf[q : q + tlen].decode()
+    q += tlen
+    (plen,) = _H.unpack_from(buf, q)
+    q += 2
+    if plen < 0 or q + plen > len(buf):
+        raise ValueError(f"properties length {plen} overruns the buffer")
+    raw_props = buf[q : q + plen].decode()
+    q += plen
+    return q, (born, sts, store_raw, store, body, topic, raw_props)
+
+
 def decode_to_batch_reference(
     chunks: Iterable[bytes], broker: str, end: int | None = None
 ) -> pa.RecordBatch:
@@ -85,46 +133,35 @@ def decode_to_batch_reference(
         p = 0
         n = len(buf)
         while p < n:
-            size, magic, _crc, qid, _flag, qoff, phys, sys_flag, bts = head(buf, p)
-            q = p + 48
-            if sys_flag & 0x10:
-                born, q = _host(buf, q, True)
-            else:
-                key = buf[q : q + 8]
-                born = host_cache.get(key) or host_cache.setdefault(key, _host(buf, q, False)[0])
-                q += 8
-            (sts,) = _Q.unpack_from(buf, q)
-            q += 8
-            if sys_flag & 0x20:
-                store_raw = buf[q : q + 20]
-                q += 20
-            else:
-                store_raw = buf[q : q + 8]
-                q += 8
-            store = host_cache.get(store_raw)
-            if store is None:
-                store = host_cache.setdefault(store_raw, _host(store_raw, 0, bool(sys_flag & 0x20))[0])
-            q += 12  # reconsumeTimes, preparedTransactionOffset
-            (blen,) = _I.unpack_from(buf, q)
-            q += 4
-            body = buf[q : q + blen]
-            q += blen
-            if magic == MAGIC_V2:
-                (tlen,) = _H.unpack_from(buf, q)
-                q += 2
-            else:
-                tlen = buf[q]
-                q += 1
-            topic = buf[q : q + tlen].decode()
-            q += tlen
-            (plen,) = _H.unpack_from(buf, q)
-            q += 2
-            raw_props = buf[q : q + plen].decode()
+            try:
+                size, magic, _crc, qid, _flag, qoff, phys, sys_flag, bts = head(buf, p)
+            except struct.error:
+                raise ProtocolError(f"pull body: {n - p} bytes at byte {p} are too few for a record") from None
+            if magic != MAGIC_V1 and magic != MAGIC_V2:
+                raise ProtocolError(f"pull body: bad message magic {magic & 0xFFFFFFFF:#x} in the record at byte {p}")
+            if size < _HEAD.size or p + size > n:
+                raise ProtocolError(f"pull body: the record at byte {p} has size {size}, which overruns the "
+                                    f"body's {n} bytes")
+            try:
+                q, rec = _reference_fields(buf, p + 48, magic, sys_flag, host_cache)
+            except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+                raise ProtocolError(f"pull body: malformed record at byte {p}: {exc}") from None
+            if q != p + size:
+                raise ProtocolError(f"pull body: the fields of the record at byte {p} end at {q - p} bytes, "
+                                    f"its size says {size}")
+            born, sts, store_raw, store, body, topic, raw_props = rec
             p += size
             if end is not None and qoff >= end:
                 continue
+            if not (-_TS_LIMIT_MS <= bts <= _TS_LIMIT_MS and -_TS_LIMIT_MS <= sts <= _TS_LIMIT_MS):
+                raise ProtocolError(f"pull body: the record at byte {p - size} has timestamps {bts}/{sts} ms, "
+                                    f"out of range")
             if sys_flag & 0x1:
-                body = zlib.decompress(body)
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error as exc:
+                    raise ProtocolError(f"pull body: the compressed body of the record at byte {p - size} "
+                                        f"does not inflate: {exc}") from None
             user: list[tuple[str, str]] = []
             tag = None
             key_list = None
@@ -424,9 +461,12 @@ def _record_starts(buf: bytes | memoryview, u8: np.ndarray, n: int) -> np.ndarra
     starts: list[int] = []
     add = starts.append
     p = 0
+    magic_at = struct.Struct(">i").unpack_from
     while p < n:
+        if n - p < _MIN_RECORD:
+            raise _Malformed()
         (size,) = unpack(buf, p)
-        if size < _MIN_RECORD or p + size > n:
+        if size < _MIN_RECORD or p + size > n or (magic_at(buf, p + 4)[0] | 0x0C) != _MAGIC_ANY:
             raise _Malformed()
         add(p)
         p += size
@@ -524,6 +564,12 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.Rec
     if n < _MIN_RECORD:
         raise _Malformed()
     starts = _record_starts(buf, u8, n)
+    if len(parts) > 1:
+        # each part is a pull body of whole records: a record may not run across parts
+        bounds = np.cumsum([len(c) for c in parts[:-1]])
+        at = np.searchsorted(starts, bounds)
+        if (at >= len(starts)).any() or not np.array_equal(starts[np.minimum(at, len(starts) - 1)], bounds):
+            raise _Malformed()
     heads = np.ndarray((n - _FIXED + 1,), _V88, buf, 0, (1,))[starts]  # opaque: all 88 bytes are kept
     h = heads.view(_HDR)
     flags = h["sysLow"] & (_HOSTS_V6 | _COMPRESSED)
@@ -593,7 +639,10 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.Rec
     if flagged:
         comp = np.flatnonzero(h["sysLow"] & _COMPRESSED)
         if len(comp):
-            inflated = pa.array([zlib.decompress(body[i].as_py()) for i in comp.tolist()], pa.binary())
+            try:
+                inflated = pa.array([zlib.decompress(body[i].as_py()) for i in comp.tolist()], pa.binary())
+            except zlib.error:
+                raise _Malformed() from None
             order = _arange(k).copy()
             order[comp] = k + _arange(len(comp))
             body = _take(pa.concat_arrays([body, inflated]), pa.array(order))

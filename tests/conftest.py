@@ -23,6 +23,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="reliability tests in their long version (more kills, more frames, longer outages)")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # module-level settings (hypothesis example counts) read this; set before test modules import
+    if config.getoption("--soak"):
+        os.environ["RMQ_SPARK_SOAK"] = "1"
+
+
 @pytest.fixture(scope="session")
 def soak(request: pytest.FixtureRequest) -> bool:
     """True under ``pytest --soak``: reliability tests scale their rounds up."""

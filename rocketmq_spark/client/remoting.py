@@ -20,6 +20,7 @@ from ..errors import (
     BrokerError,
     ConnectionFailedError,
     OffsetNotFoundError,
+    ProtocolError,
     RequestTimeoutError,
     RocketMQSparkError,
     TopicNotFoundError,
@@ -217,7 +218,11 @@ class RemotingClient:
     def topic_list(self) -> list[str]:
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list"))
-        return sorted(loads_lenient(resp.body).get("topicList", []))
+        obj = loads_lenient(resp.body)
+        topics = obj.get("topicList", []) if isinstance(obj, dict) else None
+        if not isinstance(topics, list):
+            raise ProtocolError(f"malformed topic list from the name server: {bytes(resp.body[:200])!r}")
+        return sorted(str(t) for t in topics)
 
     # -- broker operations ----------------------------------------------------------
 
@@ -304,19 +309,39 @@ class RemotingClient:
                 raise r
         return results  # type: ignore[return-value]
 
+    def _answer_int(self, mq: MessageQueue, resp: RemotingCommand, key: str, operation: str,
+                    default: int | None = None) -> int:
+        """An integer header field of a broker's answer; a missing (without ``default``) or
+        non-integer one is a ProtocolError naming the field, the operation and the address."""
+        raw = resp.ext_fields.get(key)
+        if raw is None or raw == "":
+            if default is not None:
+                return default
+            problem = f"has no {key} field"
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                value = None
+            if value is not None and -(1 << 63) <= value < (1 << 63):
+                return value
+            problem = f"has {key}={raw[:80]!r}, not a 64-bit integer"
+        raise ProtocolError(f"{operation} at {self._broker_addrs.get(mq.broker, '?')}: the broker's answer "
+                            f"(code {resp.code}) {problem}")
+
     def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """:meth:`max_offset` of many queues, pipelined; raises the first failure."""
         res = self._raise_first(self._mq_calls(
             [(mq, RequestCode.GET_MAX_OFFSET, {"topic": mq.topic, "queueId": str(mq.queue_id)}) for mq in mqs],
             "max offset"))
-        return {mq: int(r.ext_fields["offset"]) for mq, r in zip(mqs, res)}
+        return {mq: self._answer_int(mq, r, "offset", "max offset") for mq, r in zip(mqs, res)}
 
     def min_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
         """:meth:`min_offset` of many queues, pipelined; raises the first failure."""
         res = self._raise_first(self._mq_calls(
             [(mq, RequestCode.GET_MIN_OFFSET, {"topic": mq.topic, "queueId": str(mq.queue_id)}) for mq in mqs],
             "min offset"))
-        return {mq: int(r.ext_fields["offset"]) for mq, r in zip(mqs, res)}
+        return {mq: self._answer_int(mq, r, "offset", "min offset") for mq, r in zip(mqs, res)}
 
     def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
         """:meth:`query_consumer_offset` of many queues, pipelined; raises the first failure."""
@@ -324,7 +349,8 @@ class RemotingClient:
             [(mq, RequestCode.QUERY_CONSUMER_OFFSET,
               {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id)}) for mq in mqs],
             f"query offset of group {group!r}", ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)))
-        return {mq: (int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else None)
+        return {mq: (self._answer_int(mq, r, "offset", f"query offset of group {group!r}")
+                     if r.code == ResponseCode.SUCCESS else None)
                 for mq, r in zip(mqs, res)}
 
     def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
@@ -377,19 +403,19 @@ class RemotingClient:
     def max_offset(self, mq: MessageQueue) -> int:
         resp = self._mq_call(mq, RequestCode.GET_MAX_OFFSET,
                              {"topic": mq.topic, "queueId": str(mq.queue_id)}, "max offset")
-        return int(resp.ext_fields["offset"])
+        return self._answer_int(mq, resp, "offset", "max offset")
 
     def min_offset(self, mq: MessageQueue) -> int:
         resp = self._mq_call(mq, RequestCode.GET_MIN_OFFSET,
                              {"topic": mq.topic, "queueId": str(mq.queue_id)}, "min offset")
-        return int(resp.ext_fields["offset"])
+        return self._answer_int(mq, resp, "offset", "min offset")
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """First offset whose store time >= ``timestamp_ms`` (max offset when none)."""
         resp = self._mq_call(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                              {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)},
                              "search offset by timestamp")
-        return int(resp.ext_fields["offset"])
+        return self._answer_int(mq, resp, "offset", "search offset by timestamp")
 
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed (next-to-consume) offset, or None when it has none."""
@@ -399,7 +425,7 @@ class RemotingClient:
                                  f"query offset of group {group!r}")
         except OffsetNotFoundError:
             return None
-        return int(resp.ext_fields["offset"])
+        return self._answer_int(mq, resp, "offset", f"query offset of group {group!r}")
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         self._mq_call(mq, RequestCode.UPDATE_CONSUMER_OFFSET,
@@ -434,9 +460,10 @@ class RemotingClient:
         if status is None:
             raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
                                operation=f"pull of {mq}")
-        ext = resp.ext_fields
-        return PullResult(status, int(ext.get("nextBeginOffset", -1)), int(ext.get("minOffset", -1)),
-                          int(ext.get("maxOffset", -1)), resp.body)
+        op = f"pull of {mq}"
+        return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
+                          self._answer_int(mq, resp, "minOffset", op, -1),
+                          self._answer_int(mq, resp, "maxOffset", op, -1), resp.body)
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
         suspend = int(kw.get("suspend_ms", 0))
@@ -473,10 +500,14 @@ class RemotingClient:
     def broker_addrs(self) -> list[str]:
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = loads_lenient(resp.body).get("brokerAddrTable", {})
+        obj = loads_lenient(resp.body)
+        table = obj.get("brokerAddrTable", {}) if isinstance(obj, dict) else None
+        if not isinstance(table, dict) or not all(isinstance(d, dict) for d in table.values()):
+            raise ProtocolError(f"malformed cluster info from the name server: {bytes(resp.body[:200])!r}")
         out = []
         for name, data in sorted(table.items()):
-            addr = (data.get("brokerAddrs") or {}).get("0")
+            addrs = data.get("brokerAddrs") or {}
+            addr = addrs.get("0") if isinstance(addrs, dict) else None
             if addr:
                 self._broker_addrs[name] = addr
                 out.append(addr)
@@ -513,8 +544,8 @@ class RemotingClient:
             raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
                                operation=f"send to {mq}")
         ids = resp.ext_fields.get("msgId", "").split(",")
-        first = int(resp.ext_fields.get("queueOffset", "0"))
-        qid = int(resp.ext_fields.get("queueId", mq.queue_id))
+        first = self._answer_int(mq, resp, "queueOffset", f"send to {mq}", 0)
+        qid = self._answer_int(mq, resp, "queueId", f"send to {mq}", mq.queue_id)
         q = MessageQueue(mq.topic, mq.broker, qid)
         txid = resp.ext_fields.get("transactionId", "")
         return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(count)]
@@ -555,7 +586,10 @@ class RemotingClient:
                            f"consumer list of group {group!r}")
         if not resp.body:
             return []
-        return list(json.loads(resp.body).get("consumerIdList", []))
+        ids = _object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])
+        if not isinstance(ids, list):
+            raise ProtocolError(f"consumer list of group {group!r} at {broker_addr}: consumerIdList is not a list")
+        return [str(i) for i in ids]
 
     # -- admin views (CLI tools) -----------------------------------------------------
 
@@ -563,13 +597,18 @@ class RemotingClient:
         """Broker name -> master address of every broker the name servers know."""
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = loads_lenient(resp.body).get("brokerAddrTable", {}) if resp.body else {}
+        table = _object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
+        if not isinstance(table, dict):
+            raise ProtocolError("cluster info: brokerAddrTable is not an object")
         out: dict[str, str] = {}
         for name, data in sorted(table.items()):
-            addr = (data.get("brokerAddrs") or {}).get("0")
+            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
+            if not isinstance(addrs, dict):
+                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
+            addr = addrs.get("0")
             if addr:
-                self._broker_addrs[name] = addr
-                out[name] = addr
+                self._broker_addrs[name] = str(addr)
+                out[name] = str(addr)
         return out
 
     def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
@@ -578,7 +617,9 @@ class RemotingClient:
         resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "topic config list")
         if not resp.body:
             return {}
-        table = loads_lenient(resp.body).get("topicConfigTable") or {}
+        table = _object_body(resp.body, f"topic config list at {broker_addr}").get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            raise ProtocolError(f"topic config list at {broker_addr}: topicConfigTable is not an object")
         return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
 
     def reset_offset_by_timestamp(self, group: str, topic: str, timestamp_ms: int, *,
@@ -623,6 +664,17 @@ def parse_offset_table(body: bytes | None, *, default_broker: str = "") -> dict[
 _STATS_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}")
 
 
+def _object_body(body: bytes | None, what: str) -> dict[str, Any]:
+    """A JSON object body (Java's lenient form accepted); anything else is a ProtocolError."""
+    try:
+        obj = loads_lenient(body or b"{}")
+    except ProtocolError as exc:
+        raise ProtocolError(f"{what}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{what}: the answer is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
 def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
     """A TopicStatsTable as fastjson writes it,
     ``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:{"maxOffset":..,"minOffset":..,..},..}}``
@@ -636,6 +688,6 @@ def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[M
             val = json.loads("{" + m.group(2) + "}")
             mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
             out[mq] = (int(val["minOffset"]), int(val["maxOffset"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return out

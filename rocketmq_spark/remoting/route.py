@@ -25,6 +25,9 @@ __all__ = [
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
+# queue numbers a route may announce per broker (Java brokers default to 4 or 8 and admins
+# rarely pass 1024); more is a damaged answer, not a topic to build millions of partitions for
+_MAX_QUEUES = 65535
 
 
 def _quote_bare_keys(text: str) -> str:
@@ -73,7 +76,10 @@ def _quote_bare_keys(text: str) -> str:
 
 def loads_lenient(data: bytes | str) -> Any:
     """Parse JSON as Java RocketMQ components write it (bare integer keys allowed)."""
-    text = data.decode() if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        text = bytes(data).decode() if isinstance(data, (bytes, bytearray, memoryview)) else data
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"malformed JSON body: not UTF-8 ({exc})") from None
     try:
         return json.loads(text)
     except ValueError:
@@ -151,6 +157,8 @@ class TopicRouteData:
     @classmethod
     def from_json(cls, data: bytes | str) -> TopicRouteData:
         obj = loads_lenient(data)
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"malformed TopicRouteData: a JSON {type(obj).__name__}, not an object")
         try:
             queues = tuple(
                 QueueData(
@@ -170,6 +178,10 @@ class TopicRouteData:
                 )
                 for b in obj.get("brokerDatas") or []
             )
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ProtocolError(f"malformed TopicRouteData: {exc}") from None
+        for q in queues:
+            if not (0 <= q.read_queue_nums <= _MAX_QUEUES and 0 <= q.write_queue_nums <= _MAX_QUEUES):
+                raise ProtocolError(f"malformed TopicRouteData: broker {q.broker_name} has read/write queue numbers "
+                                    f"{q.read_queue_nums}/{q.write_queue_nums} (0..{_MAX_QUEUES} are accepted)")
         return cls(queue_datas=queues, broker_datas=brokers, filter_server_table=obj.get("filterServerTable") or {})

@@ -17,6 +17,7 @@ from rocketmq_spark.source.arrow import (
 
 from rocketmq_spark.remoting import encode_record
 from rocketmq_spark.remoting.message import MAGIC_V1, SYSTEM_PROPERTY_KEYS
+from rocketmq_spark.errors import ProtocolError
 
 BROKER = "broker-a"
 
@@ -247,9 +248,10 @@ def test_many_hosts_and_topics() -> None:
 
 def test_invalid_utf8_raises_like_the_reference() -> None:
     bad = [b"".join([record(0), record(1, properties="TAGS\x01x\x02")]).replace(b"TAGS\x01x", b"TAGS\x01\xff")]
-    with pytest.raises(UnicodeDecodeError):
+    # a ProtocolError naming the record's position and the UTF-8 fault, from both decoders
+    with pytest.raises(ProtocolError, match=r"record at byte \d+: 'utf-8' codec can't decode"):
         decode_to_batch_reference(bad, BROKER)
-    with pytest.raises(UnicodeDecodeError):
+    with pytest.raises(ProtocolError, match=r"record at byte \d+: 'utf-8' codec can't decode"):
         decode_to_batch(bad, BROKER)
 
 
