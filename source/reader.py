@@ -34,6 +34,7 @@ from ..errors import (
     ConnectionFailedError,
     DataLossError,
     GroupInUseError,
+    ProtocolError,
 )
 from ..model import MessageQueue, PullResult
 from .arrow import columns_to_batch, decode_to_batch
@@ -501,6 +502,15 @@ def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBat
     wait_s = c.config.request_timeout_s + 30
     bodies: list[bytes] = []
     buffered = 0
+    first = part.start  # offset of the first message in ``bodies``
+
+    def decode(upto: int) -> pa.RecordBatch:
+        try:
+            return decode_to_batch(bodies, mq.broker, part.end)
+        except ProtocolError as exc:
+            raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
+                                f"offsets [{first}, {upto}) do not decode: {exc}") from None
+
     for res, nxt in _pulls(part,
                            lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
                                                     subscription=part.sub_expression),
@@ -510,12 +520,14 @@ def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBat
             bodies.append(res.body)
             buffered += len(res.body)
             if buffered >= _DECODE_BYTES or nxt >= part.end:
-                batch = decode_to_batch(bodies, mq.broker, part.end)
-                bodies, buffered = [], 0
+                batch = decode(nxt)
+                bodies, buffered, first = [], 0, nxt
                 if batch.num_rows:
                     yield batch
+        elif not bodies:
+            first = nxt
     if bodies:
-        batch = decode_to_batch(bodies, mq.broker, part.end)
+        batch = decode(part.end)
         if batch.num_rows:
             yield batch
 

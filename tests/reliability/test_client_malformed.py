@@ -232,7 +232,8 @@ def test_a_damaged_pull_body_fails_the_read_task_clearly(fake: FakeServer) -> No
     try:
         part = QueueRange(_mq(), 0, 4, (fake.addr,), None, "g", "*", 32, True, 3_000)
         text = _fails(lambda: list(read_range(part, c)), RocketMQSparkError, "bad message magic")
-        assert "record at byte 0" in text
+        assert "record at byte 0" in text and f"{TOPIC}/broker-a:0" in text and fake.addr in text
+        assert "offsets [0, 4)" in text
         # the same body undamaged reads fine: the failure above is the damage, not the fake
         damaged[:] = good
         assert sum(b.num_rows for b in read_range(part, c)) == 4
