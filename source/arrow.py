@@ -61,53 +61,6 @@ def _host(buf: bytes, p: int, v6: bool) -> tuple[str, int]:
     return f"{buf[p]}.{buf[p + 1]}.{buf[p + 2]}.{buf[p + 3]}:{port}", p + 8
 
 
-def _reference_fields(buf: bytes, q: int, magic: int, sys_flag: int,
-                      host_cache: dict[bytes, str]) -> tuple[int, tuple]:  # type: ignore[type-arg]
-    """The variable part of one record from ``q`` (just after the fixed head): where it ends,
-    and (born host, store ms, raw store host, store host, body, topic, properties)."""
-    if sys_flag & 0x10:
-        born, q = _host(buf, q, True)
-    else:
-        key = buf[q : q + 8]
-        born = host_cache.get(key) or host_cache.setdefault(key, _host(buf, q, False)[0])
-        q += 8
-    (sts,) = _Q.unpack_from(buf, q)
-    q += 8
-    if sys_flag & 0x20:
-        store_raw = buf[q : q + 20]
-        q += 20
-    else:
-        store_raw = buf[q : q + 8]
-        q += 8
-    store = host_cache.get(store_raw)
-    if store is None:
-        store = host_cache.setdefault(store_raw, _host(store_raw, 0, bool(sys_flag & 0x20))[0])
-    q += 12  # reconsumeTimes, preparedTransactionOffset
-    (blen,) = _I.unpack_from(buf, q)
-    q += 4
-    if blen < 0 or q + blen > len(buf):
-        raise ValueError(f"body length {blen} overruns the buffer")
-    body = buf[q : q + blen]
-    q += blen
-    if magic == MAGIC_V2:
-        (tlen,) = _H.unpack_from(buf, q)
-        q += 2
-    else:
-        tlen = buf[q]
-        q += 1
-    if tlen < 0 or q + tlen > len(buf):
-        raise ValueError(f"topic length {tlen} overruns the buffer")
-    topic = buf[q : q + tlen].decode()
-    q += tlen
-    (plen,) = _H.unpack_from(buf, q)
-    q += 2
-    if plen < 0 or q + plen > len(buf):
-        raise ValueError(f"properties length {plen} overruns the buffer")
-    raw_props = buf[q : q + plen].decode()
-    q += plen
-    return q, (born, sts, store_raw, store, body, topic, raw_props)
-
-
 def decode_to_batch_reference(
     chunks: Iterable[bytes], broker: str, end: int | None = None
 ) -> pa.RecordBatch:
@@ -133,23 +86,55 @@ def decode_to_batch_reference(
         p = 0
         n = len(buf)
         while p < n:
+            # one try around the record (free in Python 3.11 unless it raises): damaged input
+            # of any kind becomes a ProtocolError naming the record's position
             try:
                 size, magic, _crc, qid, _flag, qoff, phys, sys_flag, bts = head(buf, p)
-            except struct.error:
-                raise ProtocolError(f"pull body: {n - p} bytes at byte {p} are too few for a record") from None
-            if magic != MAGIC_V1 and magic != MAGIC_V2:
-                raise ProtocolError(f"pull body: bad message magic {magic & 0xFFFFFFFF:#x} in the record at byte {p}")
-            if size < _HEAD.size or p + size > n:
-                raise ProtocolError(f"pull body: the record at byte {p} has size {size}, which overruns the "
-                                    f"body's {n} bytes")
-            try:
-                q, rec = _reference_fields(buf, p + 48, magic, sys_flag, host_cache)
-            except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+                if magic != MAGIC_V1 and magic != MAGIC_V2:
+                    raise ValueError(f"bad message magic {magic & 0xFFFFFFFF:#x}")
+                if size < 48 or p + size > n:
+                    raise ValueError(f"its size {size} overruns the body's {n} bytes")
+                q = p + 48
+                if sys_flag & 0x10:
+                    born, q = _host(buf, q, True)
+                else:
+                    key = buf[q : q + 8]
+                    born = host_cache.get(key) or host_cache.setdefault(key, _host(buf, q, False)[0])
+                    q += 8
+                (sts,) = _Q.unpack_from(buf, q)
+                q += 8
+                if sys_flag & 0x20:
+                    store_raw = buf[q : q + 20]
+                    q += 20
+                else:
+                    store_raw = buf[q : q + 8]
+                    q += 8
+                store = host_cache.get(store_raw)
+                if store is None:
+                    store = host_cache.setdefault(store_raw, _host(store_raw, 0, bool(sys_flag & 0x20))[0])
+                q += 12  # reconsumeTimes, preparedTransactionOffset
+                (blen,) = _I.unpack_from(buf, q)
+                q += 4
+                if blen < 0:
+                    raise ValueError(f"body length {blen}")
+                body = buf[q : q + blen]
+                q += blen
+                if magic == MAGIC_V2:
+                    (tlen,) = _H.unpack_from(buf, q)
+                    q += 2
+                else:
+                    tlen = buf[q]
+                    q += 1
+                topic = buf[q : q + tlen].decode()
+                q += tlen
+                (plen,) = _H.unpack_from(buf, q)
+                q += 2
+                raw_props = buf[q : q + plen].decode()
+                q += plen
+                if q != p + size or tlen < 0 or plen < 0:
+                    raise ValueError(f"its fields end at {q - p} bytes, its size says {size}")
+            except (struct.error, IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
                 raise ProtocolError(f"pull body: malformed record at byte {p}: {exc}") from None
-            if q != p + size:
-                raise ProtocolError(f"pull body: the fields of the record at byte {p} end at {q - p} bytes, "
-                                    f"its size says {size}")
-            born, sts, store_raw, store, body, topic, raw_props = rec
             p += size
             if end is not None and qoff >= end:
                 continue
