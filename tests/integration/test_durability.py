@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import threading
 import time
 
@@ -82,7 +83,8 @@ def test_sigkill_during_sync_flushed_sends_loses_no_acknowledged_message(tmp_pat
     assert len(stored) == len(set(stored))  # nothing stored twice
 
 
-def test_hand_truncated_segment_tail_is_recovered(tmp_path) -> None:
+@pytest.mark.parametrize("damage", ["truncate", "garble body", "garble header", "junk after"])
+def test_hand_damaged_segment_tail_is_recovered(tmp_path, damage: str) -> None:
     mq = EmbeddedBroker(str(tmp_path)).start()
     try:
         c = RemotingClient(mq.namesrv_addr)
@@ -93,16 +95,42 @@ def test_hand_truncated_segment_tail_is_recovered(tmp_path) -> None:
         mq.stop()
         seg_dir = os.path.join(str(tmp_path), "store", "commitlog")
         last = os.path.join(seg_dir, sorted(os.listdir(seg_dir))[-1])
-        os.truncate(last, os.path.getsize(last) - 7)  # tear the last record
+        with open(last, "rb") as f:
+            data = f.read()
+        end = len(data.rstrip(b"\x00"))  # preallocated segments are zero-filled past the tail
+        tail = data.rindex(b"msg-19")  # the last record's body
+        with open(last, "r+b") as f:
+            if damage == "truncate":
+                f.truncate(end - 7)  # tear the last record
+            elif damage == "garble body":
+                f.seek(tail)
+                f.write(b"XXX")  # the body CRC no longer matches
+            elif damage == "garble header":
+                start = 0  # walk the records by their sizes to the last one
+                while start + 4 < end:
+                    (size,) = struct.unpack_from(">i", data, start)
+                    if start + size >= end:
+                        break
+                    start += size
+                f.seek(start + 4)
+                f.write(b"\x12\x34\x56\x78")  # its magic: what recovery checks besides size and body CRC
+            else:
+                f.seek(end)
+                f.write(os.urandom(100) + b"\xff" * 20)  # garbage after the last good record
+        intact = 20 if damage == "junk after" else None
         mq.start()
         c.close()
         c = RemotingClient(mq.namesrv_addr)
-        assert c.max_offset(q) == 19
+        kept = c.max_offset(q)
+        if intact is not None:
+            assert kept == intact
+        else:
+            assert 0 < kept < 20  # the damaged record and anything after it are dropped, nothing else
         assert [r.payload() for r in decode_records(c.pull(q, 0, 100).body, check_crc=True)] == [
-            b"msg-%02d" % i for i in range(19)]
+            b"msg-%02d" % i for i in range(kept)]
         assert c.query_consumer_offset("g", q) == 20
         sent = c.send(q, b"after")
-        assert sent.queue_offset == 19  # the queue continues right after the last intact record
+        assert sent.queue_offset == kept  # the queue continues right after the last intact record
         c.close()
     finally:
         mq.close()
