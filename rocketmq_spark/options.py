@@ -56,21 +56,27 @@ def positive_int(name: str, raw: str) -> int:
     return n
 
 
-def namesrv_list(raw: str) -> tuple[str, ...]:
-    try:
-        return tuple(parse_namesrv_addr(raw))
-    except ValueError as exc:
-        raise OptionError("namesrvAddr", raw, f"accepted: host:port;host:port ({exc})") from None
-
-
-def endpoint_list(raw: str) -> tuple[str, ...]:
+def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:
+    """``host:port;host:port`` -> addresses; none at all, or a port outside 1-65535, is an error."""
     try:
         out = tuple(parse_namesrv_addr(raw))
     except ValueError as exc:
-        raise OptionError("endpoints", raw, f"accepted: gRPC endpoints host:port;host:port ({exc})") from None
+        raise OptionError(name, raw, f"{accepted} ({exc})") from None
     if not out:
-        raise OptionError("endpoints", raw, "accepted: gRPC endpoints host:port;host:port")
+        raise OptionError(name, raw, f"{accepted} (no address given)")
+    for addr in out:
+        port = addr.rpartition(":")[2]
+        if not port.isascii() or not 1 <= int(port) <= 65535:
+            raise OptionError(name, raw, f"{accepted} (port of {addr!r} is not in 1-65535)")
     return out
+
+
+def namesrv_list(raw: str) -> tuple[str, ...]:
+    return _address_list("namesrvAddr", raw, "accepted: host:port;host:port")
+
+
+def endpoint_list(raw: str) -> tuple[str, ...]:
+    return _address_list("endpoints", raw, "accepted: gRPC endpoints host:port;host:port")
 
 
 def credentials(opts: Mapping[str, str]) -> Credentials | None:

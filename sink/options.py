@@ -64,11 +64,15 @@ class WriterOptions:
         delivery = opts.get("delivery", "at-least-once").strip().lower()
         if delivery not in ("at-least-once", "exactly-once"):
             raise OptionError("delivery", opts["delivery"], "accepted: at-least-once or exactly-once")
+        producer_group = opts.get("producerGroup", "rocketmq-spark-producer")
+        if not producer_group.strip():
+            raise OptionError("producerGroup", producer_group, "accepted: a non-empty producer group name "
+                              "(default rocketmq-spark-producer)")
         return cls(
             namesrv_addr=namesrv,
             endpoints=";".join(endpoint_list(endpoints)) if endpoints else None,
-            topic=opts.get("topic") or None,
-            producer_group=opts.get("producerGroup", "rocketmq-spark-producer"),
+            topic=(opts.get("topic") or "").strip() or None,  # blank counts as not given
+            producer_group=producer_group,
             exactly_once=delivery == "exactly-once",
             max_batch_messages=positive_int("maxBatchMessages", opts.get("maxBatchMessages", "512")),
             max_batch_bytes=positive_int("maxBatchBytes", opts.get("maxBatchBytes", str(1024 * 1024))),

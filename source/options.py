@@ -38,7 +38,8 @@ _HIDDEN = ("path",)
 def _timestamp(name: str, raw: str) -> int:
     """Epoch millis or ISO-8601 (naive means UTC) -> epoch millis."""
     v = raw.strip()
-    if v.lstrip("-").isdigit():
+    digits = v.removeprefix("-")
+    if digits.isascii() and digits.isdigit():
         return int(v)
     try:
         dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
@@ -49,14 +50,14 @@ def _timestamp(name: str, raw: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _offsets_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dict[str, int]]:
+def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str) -> dict[str, dict[str, int]]:
     try:
         obj = json.loads(raw)
     except ValueError:
         obj = None
     shape = 'JSON like {"topic":{"broker-a:0":42}} (-2 = earliest, -1 = latest)'
     if not isinstance(obj, dict):
-        raise OptionError(name, raw, f"accepted: group, earliest, latest or {shape}")
+        raise OptionError(name, raw, f"accepted: {keywords} or {shape}")
     out: dict[str, dict[str, int]] = {}
     for topic, queues in obj.items():
         if topic not in topics:
@@ -66,7 +67,9 @@ def _offsets_json(name: str, raw: str, topics: tuple[str, ...]) -> dict[str, dic
             raise OptionError(name, raw, f"accepted: {shape}")
         for key, off in queues.items():
             broker, sep, qid = str(key).rpartition(":")
-            if not sep or not broker or not qid.isdigit() or not isinstance(off, int) or off < -2:
+            bad_qid = not (qid.isascii() and qid.isdigit())
+            bad_off = isinstance(off, bool) or not isinstance(off, int) or off < -2
+            if not sep or not broker or bad_qid or bad_off:
                 raise OptionError(name, raw, f"queue {key!r}: accepted: {shape}")
         out[topic] = {str(k): int(v) for k, v in queues.items()}
     return out
@@ -115,18 +118,19 @@ class ReaderOptions:
         topics = tuple(t.strip() for t in topic_raw.split(",") if t.strip())
         if not topics:
             raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
-        group = opts.get("consumerGroup") or None
+        group_raw = opts.get("consumerGroup")
+        group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
         starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
         low = starting_raw.strip().lower()
         starting_json = None
         if low in ("group", "earliest", "latest"):
             starting = low
         else:
-            starting_json = _offsets_json("startingOffsets", starting_raw, topics)
+            starting_json = _offsets_json("startingOffsets", starting_raw, topics, "group, earliest, latest")
             starting = "json"
         commit = parse_bool("commitOffsets", opts.get("commitOffsets", "true"))
         if stream and not group:
-            raise OptionError("consumerGroup", None, "required for streaming reads (offsets are kept for it "
+            raise OptionError("consumerGroup", group_raw or None, "required for streaming reads (offsets are kept for it "
                               "on the broker)")
         if starting == "group" and not group:
             raise OptionError("startingOffsets", starting_raw, "group needs the option consumerGroup")
@@ -141,7 +145,7 @@ class ReaderOptions:
         if ending_raw.strip().lower() == "latest":
             ending = "latest"
         else:
-            ending_json = _offsets_json("endingOffsets", ending_raw, topics)
+            ending_json = _offsets_json("endingOffsets", ending_raw, topics, "latest")
             ending = "json"
         ts = opts.get("startingTimestamp")
         max_per = opts.get("maxMessagesPerTrigger")
