@@ -36,6 +36,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..files import atomic_write
 from ..remoting.codes import SysFlag
 from ..remoting.message import (
@@ -48,6 +50,8 @@ from ..remoting.message import (
     decode_record,
     java_string_hash,
 )
+
+from .batchput import BatchLayout, pack_records
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,7 @@ __all__ = [
 
 CQ_ENTRY = struct.Struct(">qiqq")
 _CQ_SIZE = CQ_ENTRY.size
+_CQ_DTYPE = np.dtype([("pos", ">i8"), ("size", ">i4"), ("tag", ">i8"), ("ts", ">i8")])
 _HEAD = struct.Struct(">iiiiiqqiq")
 _TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
 _TAIL_LEN = struct.Struct(">iqi")  # ... and the body length that follows them
@@ -306,6 +311,30 @@ class ConsumeQueue:
             seg.size = off + len(data)
             self.max_offset = first + len(part)
             i += len(part)
+        self.dirty = True
+
+    def append_block(self, first: int, data: bytes | memoryview) -> None:
+        """Append raw consecutive entries (``len(data) // 28`` of them) from offset ``first``."""
+        if first != self.max_offset:
+            raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
+                             f"{self.max_offset}, got {first}")
+        view = memoryview(data)
+        count = len(view) // _CQ_SIZE
+        done = 0
+        while done < count:
+            at = first + done
+            if not self.segments or at >= self.segments[-1].start + self.seg_entries:
+                path = os.path.join(self.dir, f"{at:020d}")
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.segments.append(_Segment(at, path, fd, 0))
+                self._starts.append(at)
+            seg = self.segments[-1]
+            part = min(count - done, seg.start + self.seg_entries - at)
+            off = (at - seg.start) * _CQ_SIZE
+            os.pwrite(seg.fd, view[done * _CQ_SIZE : (done + part) * _CQ_SIZE], off)
+            seg.size = off + part * _CQ_SIZE
+            self.max_offset = at + part
+            done += part
         self.dirty = True
 
     def read(self, offset: int, count: int) -> bytes:
@@ -639,6 +668,46 @@ class MessageStore:
             for listener in self.listeners:
                 listener(q.topic, q.queue_id, q.max_offset)
         return out
+
+    def put_batch(self, topic: str, queue_id: int, layout: BatchLayout, *, sys_flag: int, born_ts: int,
+                  born_host: bytes, reconsume: int, cluster_prop: bytes) -> tuple[int, np.ndarray, int] | None:
+        """Append a batch of plain messages to one queue in one pass (see :mod:`.batchput`):
+        the same records :meth:`put` would write, properties + ``cluster_prop``.
+
+        -> (first queue offset, positions, store time), or None when the batch needs the
+        per-message path (:meth:`put`); nothing is written then.
+        """
+        cl = self.commitlog
+        seg = cl.segments[-1]
+        used = cl.write_pos - seg.start
+        now = max(int(time.time() * 1000), self._last_ts)
+        cq = self.queue(topic, queue_id)
+        sys_flag &= ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
+        if len(born_host) == 20:
+            sys_flag |= SysFlag.BORN_HOST_V6
+        if self._store_host_v6:
+            sys_flag |= SysFlag.STORE_HOST_V6
+        packed = pack_records(layout, topic=topic, queue_id=queue_id, first_offset=cq.max_offset,
+                              first_pos=cl.write_pos, sys_flag=sys_flag, born_ts=born_ts, born_host=born_host,
+                              store_ts=now, store_host=self.store_host, reconsume=reconsume,
+                              cluster_prop=cluster_prop)
+        if packed is None:
+            return None
+        data, sizes, pos, tags = packed
+        if used + len(data) > cl.segment_size:  # the batch would cross into the next segment
+            return None
+        self._last_ts = now
+        first = cq.max_offset
+        cl.write(cl.write_pos, data)
+        entries = np.empty(len(pos), _CQ_DTYPE)
+        entries["pos"] = pos
+        entries["size"] = sizes
+        entries["tag"] = tags
+        entries["ts"] = now
+        cq.append_block(first, entries.tobytes())
+        for listener in self.listeners:
+            listener(topic, queue_id, cq.max_offset)
+        return first, pos, now
 
     # -- reading ----------------------------------------------------------------------
 

@@ -1,0 +1,248 @@
+"""The broker's vectorised path for batch sends (SEND_BATCH_MESSAGE of plain messages).
+
+A batch body is a run of entries ``int32 total | int32 magic | int32 bodyCRC | int32 flag |
+int32 bodyLen | body | int16 propsLen | props``. Stored records have the layout of
+:func:`rocketmq_spark.remoting.message.encode_record`; per record they are
+
+    prefix (size .. preparedTransactionOffset)  | bodyLen | body | topic length | topic |
+    propsLen | props | [\\x02] | CLUSTER property
+
+so a record is the entry with its 16-byte head replaced by a prefix and its props length by
+the topic and a new props length, plus a suffix. :func:`parse_batch` reads the entries'
+layout with numpy (no per-entry Python beyond the walk over their sizes when they differ);
+:func:`pack_records` builds every record of the batch with a few numpy / Arrow kernels and
+one ``zlib.crc32`` call per body (the only per-message Python left).
+
+Anything unusual (a layout the per-message path would reject or treat specially: malformed
+entries, bodies over the size limit, properties that are not ASCII, that name the cluster,
+a delay or a timer, or that would overflow int16) returns ``None`` and the caller takes the
+per-message path, which stores or rejects exactly as before. Both paths write the same
+bytes (tests/unit/test_batchput.py).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..remoting.message import MAGIC_V1, MAGIC_V2
+
+__all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
+
+_ENTRY_HEAD = 16  # total, magic, bodyCRC, flag
+_MIN_ENTRY = _ENTRY_HEAD + 4 + 2  # ... bodyLen, propsLen
+_I32 = struct.Struct(">i")
+#: properties that send a batch down the per-message path (they need parsing per message)
+_SPECIAL = (b"DELAY\x01", b"TIMER_", b"CLUSTER\x01")
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 1) >> np.array([4, 0]) & 15]
+_pa: Any = None  # pyarrow, imported on the first batch (the broker starts without it)
+
+
+def _arrow() -> tuple[Any, Any, Any]:
+    global _pa
+    if _pa is None:
+        import pyarrow
+        import pyarrow.compute as pc
+
+        _pa = (pyarrow, pc.get_function("binary_join_element_wise"), pc.get_function("array_take"))
+    return _pa
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLayout:
+    """Where each entry's parts lie in the batch body (int64 arrays, one item per entry)."""
+
+    body: bytes
+    starts: np.ndarray
+    body_len: np.ndarray
+    props_len: np.ndarray
+    flags: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def _walk(body: bytes, n: int) -> np.ndarray | None:
+    first = _I32.unpack_from(body, 0)[0]
+    if first >= _MIN_ENTRY and n % first == 0:  # equal sizes (common): check them all at once
+        starts = np.arange(0, n, first, dtype=np.int64)
+        if (np.ndarray((n // first,), ">i4", body, 0, (first,)) == first).all():
+            return starts
+    out: list[int] = []
+    add = out.append
+    unpack = _I32.unpack_from
+    p = 0
+    while p < n:
+        if n - p < _MIN_ENTRY:
+            return None
+        (total,) = unpack(body, p)
+        if total < _MIN_ENTRY:
+            return None
+        add(p)
+        p += total
+    return np.array(out, np.int64) if p == n else None
+
+
+def parse_batch(body: bytes, max_body: int) -> BatchLayout | None:
+    """The layout of a well-formed batch of plain messages; None sends it down the
+    per-message path (see the module docstring)."""
+    n = len(body)
+    if n < _MIN_ENTRY:
+        return None
+    starts = _walk(body, n)
+    if starts is None:
+        return None
+    i32 = np.ndarray((n - 3,), ">i4", body, 0, (1,))
+    totals = i32[starts].astype(np.int64)
+    body_len = i32[starts + _ENTRY_HEAD].astype(np.int64)
+    if body_len.min() < 0 or body_len.max() > max_body:
+        return None
+    plen_at = starts + (_ENTRY_HEAD + 4) + body_len
+    ends = starts + totals
+    if (plen_at + 2 > ends).any():
+        return None
+    props_len = np.ndarray((n - 1,), ">i2", body, 0, (1,))[plen_at].astype(np.int64)
+    if props_len.min() < 0 or not np.array_equal(plen_at + 2 + props_len, ends):
+        return None
+    return BatchLayout(body, starts, body_len, props_len, i32[starts + 12].astype(np.int64))
+
+
+@lru_cache(maxsize=16)
+def _prefix_dtype(born_len: int, store_len: int) -> np.dtype:
+    return np.dtype([
+        ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+        ("queue_offset", ">i8"), ("pos", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+        ("born_host", f"V{born_len}"), ("store_ts", ">i8"), ("store_host", f"V{store_len}"),
+        ("reconsume", ">i4"), ("prepared", ">i8"),
+    ])
+
+
+@lru_cache(maxsize=64)
+def _topic_part(topic: str) -> tuple[np.dtype, bytes, int]:
+    """dtype of ``topic length | topic | propsLen`` for ``topic``, its length bytes, the magic."""
+    raw = topic.encode()
+    v2 = len(raw) > 127
+    head = struct.pack(">h", len(raw)) if v2 else bytes((len(raw),))
+    return (np.dtype([("topic", f"V{len(head) + len(raw)}"), ("props_len", ">i2")]), head + raw,
+            MAGIC_V2 if v2 else MAGIC_V1)
+
+
+@lru_cache(maxsize=16)
+def _scalar(value: bytes) -> Any:
+    return _arrow()[0].scalar(value, _arrow()[0].binary())
+
+
+def _binary(pa: Any, offsets: np.ndarray, data: Any, n: int) -> Any:
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def tag_hashes(props: list[bytes]) -> np.ndarray:
+    """The consume queue's tag hash per message (0 without a TAGS property)."""
+    from .store import tag_hash
+
+    return np.fromiter((tag_hash(p.decode("ascii")) if b"TAGS\x01" in p else 0 for p in props), np.int64, len(props))
+
+
+def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset: int, first_pos: int,
+                 sys_flag: int, born_ts: int, born_host: bytes, store_ts: int, store_host: bytes,
+                 reconsume: int, cluster_prop: bytes) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The stored records of ``layout``'s messages, laid end to end from ``first_pos``.
+
+    -> (records buffer, sizes, positions, tag hashes), or None when a message's properties
+    are not ASCII or would overflow int16 with the cluster property (per-message path).
+    """
+    pa, join, take = _arrow()
+    body = layout.body
+    k = len(layout)
+    starts, body_len, props_len = layout.starts, layout.body_len, layout.props_len
+    # the entry's parts, as one binary array: [bodyLen+body, propsLen, props, next entry head] * k
+    cuts = np.empty((k, 4), np.int64)
+    np.add(starts, _ENTRY_HEAD, out=cuts[:, 0])
+    np.add(cuts[:, 0], 4 + body_len, out=cuts[:, 1])
+    np.add(cuts[:, 1], 2, out=cuts[:, 2])
+    np.add(cuts[:, 2], props_len, out=cuts[:, 3])
+    cuts32 = cuts.ravel().astype(np.int32)
+    parts = _binary(pa, cuts32, body, 4 * k - 1)
+    picked = take.call([parts, pa.array(np.concatenate([np.arange(0, 4 * k, 4, dtype=np.int32),
+                                                        np.arange(2, 4 * k, 4, dtype=np.int32)]))])
+    bodies, props = picked.slice(0, k), picked.slice(k, k)
+    # properties: ASCII (the per-message path decodes and checks them), ending with \x02
+    _, poff_buf, pdata_buf = props.buffers()
+    poff = np.frombuffer(poff_buf, np.int32, 2 * k + 1)[k:]
+    pdata = np.frombuffer(pdata_buf, np.uint8, int(poff[-1]))[int(poff[0]):]
+    text = pdata.tobytes()
+    if not text.isascii() or any(p in text for p in _SPECIAL):
+        return None
+    nonempty = props_len > 0
+    last = pdata[np.maximum(poff[1:] - poff[0] - 1, 0)] if len(pdata) else np.zeros(k, np.uint8)
+    sep = nonempty & (last != 2)
+    new_props_len = props_len + sep + len(cluster_prop)
+    if new_props_len.max() > 0x7FFF:
+        return None
+
+    tdtype, topic_bytes, magic = _topic_part(topic)
+    pdtype = _prefix_dtype(len(born_host), len(store_host))
+    sizes = pdtype.itemsize + 4 + body_len + tdtype.itemsize + new_props_len
+    pos = np.empty(k, np.int64)
+    pos[0] = first_pos
+    np.cumsum(sizes[:-1], out=pos[1:])
+    pos[1:] += first_pos
+
+    view = memoryview(body)
+    crc32 = zlib.crc32
+    bstart = (starts + _ENTRY_HEAD + 4).tolist()
+    bend = (starts + _ENTRY_HEAD + 4 + body_len).tolist()
+    crcs = np.fromiter(map(crc32, map(view.__getitem__, map(slice, bstart, bend))), np.uint32, k)
+
+    prefix = np.zeros(k, pdtype)
+    prefix["size"] = sizes
+    prefix["magic"] = magic
+    crcs &= 0x7FFFFFFF
+    prefix["crc"] = crcs
+    prefix["queue_id"] = queue_id
+    prefix["flag"] = layout.flags
+    prefix["queue_offset"] = np.arange(first_offset, first_offset + k, dtype=np.int64)
+    prefix["pos"] = pos
+    prefix["sys_flag"] = sys_flag
+    prefix["born_ts"] = born_ts
+    prefix["born_host"] = np.void(born_host)
+    prefix["store_ts"] = store_ts
+    prefix["store_host"] = np.void(store_host)
+    prefix["reconsume"] = reconsume
+    tpart = np.empty(k, tdtype)
+    tpart["topic"] = np.void(topic_bytes)
+    tpart["props_len"] = new_props_len
+
+    steps = np.arange(k + 1, dtype=np.int32)
+    sep_off = np.zeros(k + 1, np.int32)
+    np.cumsum(sep, out=sep_off[1:])
+    records = join.call([
+        _binary(pa, steps * pdtype.itemsize, prefix, k),
+        bodies,
+        _binary(pa, steps * tdtype.itemsize, tpart, k),
+        props,
+        _binary(pa, sep_off, b"\x02" * int(sep_off[-1]), k),
+        _scalar(cluster_prop),
+        _scalar(b""),
+    ])
+    _, roff_buf, rdata_buf = records.buffers()
+    roff = np.frombuffer(roff_buf, np.int32, k + 1, records.offset * 4)
+    data = rdata_buf[int(roff[0]) : int(roff[-1])]
+    tags = tag_hashes(props.to_pylist()) if b"TAGS\x01" in text else np.zeros(k, np.int64)
+    return data, sizes, pos, tags
+
+
+def offset_msg_ids(prefix_hex: str, positions: np.ndarray) -> str:
+    """Comma-joined offset message ids (store host hex + 16 hex digits of the position)."""
+    k = len(positions)
+    width = len(prefix_hex) + 17
+    out = np.empty((k, width), np.uint8)
+    out[:, : len(prefix_hex)] = np.frombuffer(prefix_hex.encode(), np.uint8)
+    out[:, len(prefix_hex) : width - 1] = _HEX[positions.astype(">u8").view(np.uint8).reshape(k, 8)].reshape(k, 16)
+    out[:, -1] = 0x2C
+    return out.tobytes()[:-1].decode("ascii")
