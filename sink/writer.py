@@ -37,7 +37,8 @@ from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSp
 from ..model import MessageQueue
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import BatchEntry, decode_records, java_string_hash, parse_offset_msg_id
+from ..remoting.message import BatchEntry, EncodedBatch, decode_records, java_string_hash, parse_offset_msg_id
+from .encode import encode_plain_rows
 from .options import WriterOptions
 from .txlog import TxLog, Txn
 
@@ -102,7 +103,7 @@ class _Sender:
         self._seq = 0
         self.rows = 0
         self.txns: list[Txn] = []
-        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry], int]] = deque()
+        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch, int]] = deque()
         self._buffers: dict[tuple[str, int | None], tuple[list[BatchEntry], int]] = {}
         self._registered: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
@@ -156,6 +157,19 @@ class _Sender:
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
+        if not self.opts.exactly_once and not self.grpc and self.opts.topic:
+            opts = self.opts
+            encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
+                                        compress_threshold=opts.compress_threshold,
+                                        max_message_size=opts.max_message_size,
+                                        max_batch_messages=opts.max_batch_messages,
+                                        max_batch_bytes=opts.max_batch_bytes)
+            if encoded is not None:  # plain rows: encoded with no per-row Python
+                self._seq += n
+                self.rows += n
+                for sends in encoded:
+                    self._submit(self._next_queue(opts.topic), sends, 0, ordered=False)
+                return
         body = _Column(batch, "body")
         topic = _Column(batch, "topic")
         tag = _Column(batch, "tag")
@@ -240,7 +254,7 @@ class _Sender:
         else:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
-    def _submit(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, *, ordered: bool) -> None:
+    def _submit(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int, *, ordered: bool) -> None:
         if ordered:
             # FIFO: the previous sends must have landed before this one goes out.
             self._drain(0)
@@ -276,11 +290,12 @@ class _Sender:
                         _, pos = parse_offset_msg_id(r.msg_id)
                         self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
 
-    def _retry(self, mq: MessageQueue, entries: list[BatchEntry], sys_flag: int, first: BaseException) -> list[Any]:
+    def _retry(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int,
+               first: BaseException) -> list[Any]:
         """Send again (bounded, with backoff). An unordered batch whose broker cannot be
         reached moves to another broker at once; a message group's stays on its queue."""
         last: BaseException = first
-        ordered = any("__SHARDINGKEY\x01" in e.properties for e in entries)
+        ordered = not isinstance(entries, EncodedBatch) and any("__SHARDINGKEY\x01" in e.properties for e in entries)
         target = mq
         move_now = self._pause(mq.broker, first) and not ordered
         for attempt in range(3):

@@ -30,7 +30,7 @@ from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.acl import Credentials, sign_request
-from ..remoting.message import BatchEntry, decode_records, encode_batch
+from ..remoting.message import BatchEntry, EncodedBatch, decode_records, encode_batch
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying
@@ -519,17 +519,22 @@ class RemotingClient:
         return self.send_batch(mq, [BatchEntry(body, properties, flag)], producer_group=producer_group,
                                sys_flag=sys_flag, born_ts=born_ts)[0]
 
-    def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
-                     sys_flag: int = 0, born_ts: int | None = None) -> RemotingCommand:
-        """A SEND_MESSAGE_V2 (one entry) or SEND_BATCH_MESSAGE (several) request."""
-        batch = len(entries) > 1
+    def send_request(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
+                     producer_group: str = "rocketmq-spark", sys_flag: int = 0,
+                     born_ts: int | None = None) -> RemotingCommand:
+        """A SEND_MESSAGE_V2 (one entry) or SEND_BATCH_MESSAGE (several, or an
+        :class:`EncodedBatch`) request."""
+        if isinstance(entries, EncodedBatch):
+            batch, flag, props, body = True, 0, "", entries.body
+        else:
+            batch = len(entries) > 1
+            flag, props = entries[0].flag, "" if batch else entries[0].properties
+            body = encode_batch(entries) if batch else entries[0].body
         ext = {
             "a": producer_group, "b": mq.topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id),
             "f": str(sys_flag), "g": str(born_ts if born_ts is not None else int(time.time() * 1000)),
-            "h": str(entries[0].flag), "i": "" if batch else entries[0].properties, "j": "0", "k": "false",
-            "m": "true" if batch else "false",
+            "h": str(flag), "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
         }
-        body = encode_batch(entries) if batch else entries[0].body
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand(code, ext_fields=ext, body=body)
 
@@ -550,7 +555,7 @@ class RemotingClient:
         txid = resp.ext_fields.get("transactionId", "")
         return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(count)]
 
-    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "rocketmq-spark",
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "rocketmq-spark",
                    sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
         """Send one message (single send) or several (batch send) to one queue, with retries."""
         req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)

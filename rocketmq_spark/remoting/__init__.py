@@ -16,6 +16,7 @@ from .frame import (
 )
 from .message import (
     BatchEntry,
+    EncodedBatch,
     MessageRecord,
     PropertyKey,
     decode_batch,
@@ -39,6 +40,7 @@ __all__ = [
     "SERIALIZE_JSON",
     "SERIALIZE_ROCKETMQ",
     "BatchEntry",
+    "EncodedBatch",
     "BrokerData",
     "LanguageCode",
     "MessageRecord",

@@ -33,6 +33,7 @@ __all__ = [
     "MAGIC_V1",
     "MAGIC_V2",
     "BatchEntry",
+    "EncodedBatch",
     "MessageRecord",
     "PropertyKey",
     "body_crc",
@@ -398,6 +399,18 @@ class BatchEntry:
 
     def property_map(self) -> dict[str, str]:
         return decode_properties(self.properties)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """Plain messages already laid out as a batch body (see :func:`encode_batch`), ``count``
+    of them; sent as one SEND_BATCH_MESSAGE like a list of :class:`BatchEntry`."""
+
+    body: bytes
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
 
 
 def encode_batch(entries: list[BatchEntry]) -> bytes:

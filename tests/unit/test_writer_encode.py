@@ -1,0 +1,145 @@
+"""The writer's vectorised encoder sends exactly the bytes of the per-row path, cut into the
+same sends; rows it cannot encode are left to the per-row path."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import random
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import rocketmq_spark.sink.writer as writer
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.frame import RemotingCommand
+from rocketmq_spark.remoting.message import EncodedBatch, decode_batch, encode_batch
+from rocketmq_spark.sink.encode import encode_plain_rows
+from rocketmq_spark.sink.options import WriterOptions
+
+
+class _FakeClient:
+    """Records every send; answers SUCCESS at once."""
+
+    class config:
+        request_timeout_s = 5
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes, int]] = []  # (queue id, batch body, messages)
+
+    def message_queues(self, topic: str, writable: bool = True) -> list[MessageQueue]:
+        return [MessageQueue(topic, "broker-a", i) for i in range(4)]
+
+    def send_request(self, mq: MessageQueue, entries: Any, **kw: Any) -> tuple[MessageQueue, Any]:
+        return mq, entries
+
+    def send_async(self, mq: MessageQueue, req: tuple[MessageQueue, Any]) -> Future[RemotingCommand]:
+        _, entries = req
+        body = entries.body if isinstance(entries, EncodedBatch) else encode_batch(entries)
+        self.sent.append((mq.queue_id, body, len(entries)))
+        fut: Future[RemotingCommand] = Future()
+        fut.set_result(RemotingCommand(0))
+        return fut
+
+    def close(self) -> None:
+        pass
+
+
+def _sender(opts: WriterOptions) -> Any:
+    s = writer._Sender.__new__(writer._Sender)
+    s.opts, s.batch_id, s.partition, s.attempt, s.txlog, s.grpc = opts, None, 0, 0, None, False
+    s.client = _FakeClient()
+    s._queues, s._rr, s._uniq_prefix, s._seq, s.rows = {}, 0, "0123456789ABCDEF012345", 41, 0
+    s.txns, s._inflight, s._buffers, s._registered, s._paused = [], collections.deque(), {}, set(), {}
+    return s
+
+
+def _send(batches: list[pa.RecordBatch], opts: WriterOptions, *, fast: bool,
+          monkeypatch: pytest.MonkeyPatch, encoded: list[bool] | None = None) -> tuple[list[tuple[int, bytes, int]], int]:
+    def spy(*a: Any, **k: Any) -> Any:
+        out = encode_plain_rows(*a, **k) if fast else None
+        if encoded is not None:
+            encoded.append(out is not None)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(writer, "encode_plain_rows", spy)
+        s = _sender(opts)
+        for b in batches:
+            s.add_batch(b)
+        s.finish()
+    return s.client.sent, s.rows
+
+
+def _opts(**extra: str) -> WriterOptions:
+    return WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", **extra})
+
+
+def _rows(rng: random.Random, n: int, *, strings: bool = False) -> pa.RecordBatch:
+    bodies = [rng.randbytes(rng.choice([0, 1, 50, 100, 4096])) for _ in range(n)]
+    tags = [rng.choice([None, "", "a", "tag-1", "caf\u00e9"]) for _ in range(n)]
+    keys = [rng.choice([None, "", "k1", "k1 k2", "\u00fcber"]) for _ in range(n)]
+    body = pa.array([b.hex()[: len(b)] for b in bodies], pa.string()) if strings else pa.array(bodies, pa.binary())
+    return pa.RecordBatch.from_arrays(
+        [body, pa.array(tags, pa.string()), pa.array(keys, pa.string()), pa.nulls(n, pa.string()),
+         pa.nulls(n, pa.string())],
+        names=["body", "tag", "keys", "topic", "messageGroup"])
+
+
+@pytest.mark.parametrize("seed,extra", [
+    (0, {}),
+    (1, {"maxBatchMessages": "7"}),
+    (2, {"maxBatchBytes": "2000"}),
+    (3, {"maxBatchBytes": "1"}),  # one row per send
+])
+def test_same_sends_as_the_per_row_path(monkeypatch: pytest.MonkeyPatch, seed: int, extra: dict[str, str]) -> None:
+    rng = random.Random(seed)
+    n = 1500
+    batch = _rows(rng, n, strings=seed == 1)
+    taken: list[bool] = []
+    fast, fast_rows = _send([batch], _opts(**extra), fast=True, monkeypatch=monkeypatch, encoded=taken)
+    assert taken == [True]
+    slow, slow_rows = _send([batch], _opts(**extra), fast=False, monkeypatch=monkeypatch)
+    assert fast_rows == slow_rows == n
+    assert [(q, c) for q, _, c in fast] == [(q, c) for q, _, c in slow]
+    for (_, a, _), (_, b, _) in zip(fast, slow):
+        assert a == b
+    assert sum(c for _, _, c in fast) == n
+    # and the entries decode to the rows
+    entries = [e for _, body, _ in fast for e in decode_batch(body)]
+    assert [e.body for e in entries] == [v.encode() if isinstance(v, str) else v for v in batch.column(0).to_pylist()]
+    assert [e.property_map()["UNIQ_KEY"] for e in entries] == [f"0123456789ABCDEF012345{i:010X}"
+                                                               for i in range(42, 42 + n)]
+
+
+def _plain(n: int = 10, **cols: pa.Array) -> pa.RecordBatch:
+    arrays = {"body": pa.array([b"x" * 10] * n, pa.binary()), **cols}
+    return pa.RecordBatch.from_arrays(list(arrays.values()), names=list(arrays))
+
+
+@pytest.mark.parametrize("batch", [
+    _plain(body=pa.array([b"x", None] * 5, pa.binary())),  # a null body: the per-row path names it
+    _plain(body=pa.array([b"x" * 5000] + [b"y"] * 9, pa.binary())),  # over the compression threshold
+    _plain(topic=pa.array(["other"] + [None] * 9, pa.string())),
+    _plain(messageGroup=pa.array(["g"] * 10, pa.string())),
+    _plain(keys=pa.array([["a", "b"]] * 10, pa.list_(pa.string()))),
+    _plain(properties=pa.array([[("a", "b")]] * 10, pa.map_(pa.string(), pa.string()))),
+    _plain(deliveryTimestamp=pa.array([dt.datetime(2030, 1, 1)] * 10, pa.timestamp("us"))),
+    _plain(body=pa.array([b"x" * 10] * 10, pa.large_binary())),
+], ids=["null-body", "large-body", "topic", "group", "list-keys", "properties", "delivery", "large-binary"])
+def test_rows_needing_a_decision_each_are_left_to_the_per_row_path(batch: pa.RecordBatch) -> None:
+    assert encode_plain_rows(batch, uniq_prefix="P", first_seq=1, compress_threshold=4096,
+                             max_message_size=1 << 22, max_batch_messages=512, max_batch_bytes=1 << 20) is None
+
+
+def test_mixed_batches_keep_the_sequence_and_row_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    batches = [_rows(rng, 100), _plain(messageGroup=pa.array(["g"] * 10, pa.string())), _rows(rng, 50)]
+    taken: list[bool] = []
+    sent, rows = _send(batches, _opts(), fast=True, monkeypatch=monkeypatch, encoded=taken)
+    assert taken == [True, False, True]
+    assert rows == 160
+    uniq = sorted(e.property_map()["UNIQ_KEY"] for _, body, _ in sent for e in decode_batch(body))
+    assert uniq == [f"0123456789ABCDEF012345{i:010X}" for i in range(42, 202)]
