@@ -23,7 +23,8 @@ from ..remoting.message import EncodedBatch
 __all__ = ["encode_plain_rows"]
 
 _join = pc.get_function("binary_join_element_wise")
-_EMPTY = pa.scalar(b"", pa.binary())
+# from buffers: pa.scalar() would import pandas in processes that only plan or commit
+_EMPTY = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.zeros(2, np.int32)), pa.py_buffer(b"")])[0]
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _SHIFTS = np.arange(36, -1, -4, dtype=np.uint64)  # ten hex digits, most significant first
 _PLAIN_TYPES = (pa.binary(), pa.string())
