@@ -795,7 +795,11 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
                 out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
                 out["grpc"] = [*spark_rows, cl, cg]
 
-            # sink: the client-only ceiling, then the Spark writer in both modes
+            # sink: the client-only ceiling, then the Spark writer in both modes. The writer was
+            # warmed up minutes ago and Spark stops Python processes idle for a minute: warm its
+            # planning and commit processes up again (a cold start costs ~1-2 s per write job)
+            if sizes.warm_up:
+                warm_up_writer(spark, c, h.namesrv_addr, sizes.sink_eos >= 10_000)
             cs = client_send(c, f"bench-send-{uuid.uuid4().hex[:6]}", sizes.sink, 100)
             say(f"{cs.scenario:<34} {'100':>5} B {cs.msgs_per_s:>11,.0f} msgs/s")
             df = sink_frame(spark, sizes.sink, 100)
