@@ -125,10 +125,19 @@ _MAX_PROPS_CHARS = _MAX_PROPS_BYTES // 3  # fewer characters cannot exceed it in
 
 
 def _check_props_size(props: str) -> None:
+    if len(props) <= _MAX_PROPS_CHARS:  # short enough in any encoding: skip the encode
+        return
     size = len(props.encode())
     if size > _MAX_PROPS_BYTES:
         raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message properties of {size} bytes exceed the "
                                                          f"maximum of {_MAX_PROPS_BYTES} bytes")
+
+
+def _write_queue(queue_id: int, cfg: TopicConfig) -> int:
+    """A send's queue id mapped onto the topic's writable queues (a negative one: any)."""
+    if 0 <= queue_id < cfg.writeQueueNums:
+        return queue_id
+    return (queue_id if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
 
 
 def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
@@ -519,15 +528,21 @@ class Broker:
         except SendRejected as exc:
             return req.response_to(exc.code, remark=exc.remark)
         prefix = self._msg_id_prefix
+        return self._sent(req, ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored), acc.queue_id,
+                          acc.stored[0].queue_offset, acc.uniq_keys()[0] if acc.prepared else None)
+
+    def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
+              transaction_id: str | None = None) -> HandlerResult:
+        """The SUCCESS answer to a send (after the flush when flushing is synchronous)."""
         resp_ext = {
-            "msgId": ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored),
-            "queueId": str(acc.queue_id),
-            "queueOffset": str(acc.stored[0].queue_offset),
+            "msgId": msg_ids,
+            "queueId": str(queue_id),
+            "queueOffset": str(first_offset),
             "MSG_REGION": "DefaultRegion",
             "TRACE_ON": "true",
         }
-        if acc.prepared:
-            resp_ext["transactionId"] = acc.uniq_keys()[0]
+        if transaction_id is not None:
+            resp_ext["transactionId"] = transaction_id
         resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
         if self.config.flush == "sync" and self.flusher is not None:
             return self._after_flush(resp, self.store.commitlog.write_pos)
@@ -546,9 +561,7 @@ class Broker:
         layout = parse_batch(req.body, self.config.max_message_size)
         if layout is None:
             return None
-        queue_id = _int(ext, "queueId", -1)
-        if queue_id < 0 or queue_id >= cfg.writeQueueNums:
-            queue_id = (abs(queue_id) if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
+        queue_id = _write_queue(_int(ext, "queueId", -1), cfg)
         done = self.store.put_batch(
             topic, queue_id, layout, sys_flag=sys_flag,
             born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
@@ -556,16 +569,7 @@ class Broker:
         if done is None:
             return None
         first, positions, _ = done
-        resp = req.response_to(ResponseCode.SUCCESS, ext_fields={
-            "msgId": offset_msg_ids(self._msg_id_prefix, positions),
-            "queueId": str(queue_id),
-            "queueOffset": str(first),
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        })
-        if self.config.flush == "sync" and self.flusher is not None:
-            return self._after_flush(resp, self.store.commitlog.write_pos)
-        return resp
+        return self._sent(req, offset_msg_ids(self._msg_id_prefix, positions), queue_id, first)
 
     def put_messages(self, topic: str, queue_id: int, raw: list[tuple[bytes, str, int]], *, sys_flag: int,
                      born_ts: int, born_host: bytes, reconsume: int = 0, producer_group: str = "") -> Accepted:
@@ -591,8 +595,7 @@ class Broker:
             assert cfg is not None
         if not cfg.perm & 2:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden")
-        if queue_id < 0 or queue_id >= cfg.writeQueueNums:
-            queue_id = (abs(queue_id) if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
+        queue_id = _write_queue(queue_id, cfg)
         max_size = self.config.max_message_size
         tx_type = sys_flag & SysFlag.TRANSACTION_MASK
         may_delay = tx_type in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
@@ -609,8 +612,7 @@ class Broker:
                     if props_s and not props_s.endswith("\x02"):
                         props_s += "\x02"
                     props_s += self._cluster_prop
-                if len(props_s) > _MAX_PROPS_CHARS:
-                    _check_props_size(props_s)
+                _check_props_size(props_s)
                 messages.append(NewMessage(
                     topic=topic, queue_id=queue_id, body=body, properties=props_s, flag=msg_flag,
                     sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,

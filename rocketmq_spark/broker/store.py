@@ -291,30 +291,13 @@ class ConsumeQueue:
 
     def append_many(self, entries: list[tuple[int, int, int, int]], store_ts: int) -> None:
         """Append consecutive ``(offset, pos, size, taghash)`` entries, one write per segment."""
-        i = 0
-        while i < len(entries):
-            first = entries[i][0]
-            if first != self.max_offset:
-                raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
-                                 f"{self.max_offset}, got {first}")
-            if not self.segments or first >= self.segments[-1].start + self.seg_entries:
-                path = os.path.join(self.dir, f"{first:020d}")
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                self.segments.append(_Segment(first, path, fd, 0))
-                self._starts.append(first)
-            seg = self.segments[-1]
-            room = seg.start + self.seg_entries - first
-            part = entries[i : i + room]
-            data = b"".join(CQ_ENTRY.pack(pos, size, th, store_ts) for _, pos, size, th in part)
-            off = (first - seg.start) * _CQ_SIZE
-            os.pwrite(seg.fd, data, off)
-            seg.size = off + len(data)
-            self.max_offset = first + len(part)
-            i += len(part)
-        self.dirty = True
+        if entries:
+            self.append_block(entries[0][0], b"".join(CQ_ENTRY.pack(pos, size, th, store_ts)
+                                                      for _, pos, size, th in entries))
 
     def append_block(self, first: int, data: bytes | memoryview) -> None:
-        """Append raw consecutive entries (``len(data) // 28`` of them) from offset ``first``."""
+        """Append raw consecutive entries (``len(data) // 28`` of them) from offset ``first``,
+        one write per segment."""
         if first != self.max_offset:
             raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
                              f"{self.max_offset}, got {first}")
@@ -598,6 +581,15 @@ class MessageStore:
 
     # -- writing ----------------------------------------------------------------------
 
+    def _host_flags(self, sys_flag: int, born_host: bytes) -> int:
+        """``sys_flag`` with the IPv6 bits saying how the born and store hosts are stored."""
+        sys_flag &= ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
+        if len(born_host) == 20:
+            sys_flag |= SysFlag.BORN_HOST_V6
+        if self._store_host_v6:
+            sys_flag |= SysFlag.STORE_HOST_V6
+        return sys_flag
+
     def put(self, messages: list[NewMessage]) -> list[Stored]:
         """Append messages (one commit-log write per call, one consume-queue write per queue)
         and index them. Returns where each landed."""
@@ -626,11 +618,7 @@ class MessageStore:
             props_b = m.properties.encode()
             body = m.body
             v2 = len(topic_b) > 127
-            sys_flag = m.sys_flag & ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
-            if len(m.born_host) == 20:
-                sys_flag |= SysFlag.BORN_HOST_V6
-            if self._store_host_v6:
-                sys_flag |= SysFlag.STORE_HOST_V6
+            sys_flag = self._host_flags(m.sys_flag, m.born_host)
             size = (_HEAD.size + len(m.born_host) + len(now_store) + _TAIL.size + 4
                     + len(body) + (2 if v2 else 1) + len(topic_b) + 2 + len(props_b))
             qoff = next_offsets.get(cq, cq.max_offset)
@@ -682,13 +670,8 @@ class MessageStore:
         used = cl.write_pos - seg.start
         now = max(int(time.time() * 1000), self._last_ts)
         cq = self.queue(topic, queue_id)
-        sys_flag &= ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
-        if len(born_host) == 20:
-            sys_flag |= SysFlag.BORN_HOST_V6
-        if self._store_host_v6:
-            sys_flag |= SysFlag.STORE_HOST_V6
         packed = pack_records(layout, topic=topic, queue_id=queue_id, first_offset=cq.max_offset,
-                              first_pos=cl.write_pos, sys_flag=sys_flag, born_ts=born_ts, born_host=born_host,
+                              first_pos=cl.write_pos, sys_flag=self._host_flags(sys_flag, born_host), born_ts=born_ts, born_host=born_host,
                               store_ts=now, store_host=self.store_host, reconsume=reconsume,
                               cluster_prop=cluster_prop)
         if packed is None:
