@@ -43,13 +43,13 @@ _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 
 _pa: Any = None  # pyarrow, imported on the first batch (the broker starts without it)
 
 
-def _arrow() -> tuple[Any, Any, Any]:
+def _arrow() -> tuple[Any, Any, Any, Any]:
     global _pa
     if _pa is None:
         import pyarrow
         import pyarrow.compute as pc
 
-        _pa = (pyarrow, pc.get_function("binary_join_element_wise"), pc.get_function("array_take"))
+        _pa = (pyarrow, pc.get_function("binary_join_element_wise"), pc.get_function("array_take"), pc)
     return _pa
 
 
@@ -141,11 +141,51 @@ def _binary(pa: Any, offsets: np.ndarray, data: Any, n: int) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def tag_hashes(props: list[bytes]) -> np.ndarray:
-    """The consume queue's tag hash per message (0 without a TAGS property)."""
-    from .store import tag_hash
+#: the first TAGS item: at the start of the properties or right after a separator
+_TAGS_RE = "(?:^|\x02)TAGS\x01(?P<tag>[^\x02]*)"
+_pow31 = np.ones(1, np.uint64)  # 31**d mod 2**32, grown on demand
 
-    return np.fromiter((tag_hash(p.decode("ascii")) if b"TAGS\x01" in p else 0 for p in props), np.int64, len(props))
+
+def _powers_of_31(n: int) -> np.ndarray:
+    global _pow31
+    if len(_pow31) < n:
+        grown = np.full(max(n, 2 * len(_pow31)), 31, np.uint64)
+        grown[0] = 1
+        np.multiply.accumulate(grown, out=grown)  # wraps mod 2**64, which keeps it mod 2**32
+        _pow31 = grown & np.uint64(0xFFFFFFFF)
+    return _pow31
+
+
+def tag_hashes(props: Any) -> np.ndarray:
+    """The consume queue's tag hash per message: Java's ``String.hashCode`` of the value of
+    its first TAGS item (0 without one or when it is empty), as
+    :func:`rocketmq_spark.broker.store.tag_hash` computes it. ``props``: an Arrow array of
+    ASCII properties, so a byte is a UTF-16 code unit. No per-message Python."""
+    pa, pc = _arrow()[0], _arrow()[3]
+    k = len(props)
+    out = np.zeros(k, np.int64)
+    tags = pc.struct_field(pc.extract_regex(props.view(pa.string()), _TAGS_RE), [0])
+    valid_buf, off_buf, data_buf = tags.buffers()
+    off = np.frombuffer(off_buf, np.int32, k + 1, tags.offset * 4).astype(np.int64)
+    lens = np.diff(off)
+    if valid_buf is not None:
+        valid = np.unpackbits(np.frombuffer(valid_buf, np.uint8), count=k + tags.offset, bitorder="little")
+        lens[valid[tags.offset :] == 0] = 0
+    rows = np.flatnonzero(lens)
+    if not len(rows):
+        return out
+    lens, first = lens[rows], off[:-1][rows]
+    ends = np.cumsum(lens)
+    begin = ends - lens
+    at = np.arange(int(ends[-1]), dtype=np.int64)
+    dist = np.repeat(ends - 1, lens) - at  # how far each byte is from its tag's end
+    at += np.repeat(first - begin, lens)
+    data = np.frombuffer(data_buf, np.uint8, int(off[-1]))
+    h = np.add.reduceat(data[at] * _powers_of_31(int(lens.max()))[dist], begin) & np.uint64(0xFFFFFFFF)
+    h = h.astype(np.int64)
+    h[h >= 1 << 31] -= 1 << 32  # a signed int32, as Java has it
+    out[rows] = h
+    return out
 
 
 def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset: int, first_pos: int,
@@ -156,7 +196,7 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     -> (records buffer, sizes, positions, tag hashes), or None when a message's properties
     are not ASCII or would overflow int16 with the cluster property (per-message path).
     """
-    pa, join, take = _arrow()
+    pa, join, take, _ = _arrow()
     body = layout.body
     k = len(layout)
     starts, body_len, props_len = layout.starts, layout.body_len, layout.props_len
@@ -231,7 +271,7 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     _, roff_buf, rdata_buf = records.buffers()
     roff = np.frombuffer(roff_buf, np.int32, k + 1, records.offset * 4)
     data = rdata_buf[int(roff[0]) : int(roff[-1])]
-    tags = tag_hashes(props.to_pylist()) if b"TAGS\x01" in text else np.zeros(k, np.int64)
+    tags = tag_hashes(props) if b"TAGS\x01" in text else np.zeros(k, np.int64)
     return data, sizes, pos, tags
 
 

@@ -178,3 +178,24 @@ def test_parse_batch_and_message_ids() -> None:
     import numpy as np
 
     assert offset_msg_ids("AB", np.array([1, 0x1F], np.int64)) == "AB0000000000000001,AB000000000000001F"
+
+
+def test_tag_hashes_equal_the_per_message_ones() -> None:
+    import pyarrow as pa
+
+    from rocketmq_spark.broker.batchput import tag_hashes
+    from rocketmq_spark.broker.store import tag_hash
+
+    rng = random.Random(11)
+    props = ["", "TAGS\x01a", "TAGS\x01", "TAGS\x01\x02", "XTAGS\x01no\x02TAGS\x01yes\x02", "k\x01TAGS\x01v\x02TAGS\x01w",
+             "UNIQ_KEY\x01A\x02TAGS\x01tag-1\x02KEYS\x01k", "TAGS\x01" + "z~" * 3000 + "\x02", "a\x01b\x02"]
+    for _ in range(1000):
+        items = ["\x01".join([rng.choice(["TAGS", "XTAGS", "KEYS", "T"]),
+                              "".join(rng.choice("ab\x01 Z~") for _ in range(rng.randrange(30)))])
+                 for _ in range(rng.randrange(4))]
+        props.append("\x02".join(items) + rng.choice(["", "\x02"]))
+    arr = pa.array([p.encode() for p in props], pa.binary())
+    want = [tag_hash(p) for p in props]
+    assert sum(1 for w in want if w) > 300  # most carry a tag
+    assert tag_hashes(arr).tolist() == want
+    assert tag_hashes(arr.slice(3, 500)).tolist() == want[3:503]  # an Arrow slice, as the broker passes
