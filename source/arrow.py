@@ -291,13 +291,17 @@ _HEX = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), np.uint8)
 # index_in codes: 0 TAGS, 1 KEYS, 2 UNIQ_KEY, >= 3 the other system keys, null a user property
 
 
+def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType | None = None) -> pa.Array:
+    return pa.Array.from_buffers(typ or pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def _string_constant(values: Sequence[str]) -> pa.Array:
     """A string array built from buffers: pa.array() would import pandas (~0.4 s in every
     fresh planner process, which never decodes anything)."""
     raw = [v.encode() for v in values]
     offsets = np.zeros(len(raw) + 1, np.int32)
     np.cumsum([len(r) for r in raw], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+    return _strings(offsets, b"".join(raw), len(raw))
 
 
 _KEY_SET = _string_constant(["TAGS", "KEYS", "UNIQ_KEY"] + sorted(SYSTEM_PROPERTY_KEYS - {"TAGS", "KEYS", "UNIQ_KEY"}))
@@ -506,10 +510,6 @@ def _int32s(a: np.ndarray) -> pa.Array:
     """A non-null int32 Arrow array over ``a`` (converted to int32 if it is not)."""
     a = a.astype(np.int32, copy=False)
     return pa.Array.from_buffers(pa.int32(), len(a), [None, pa.py_buffer(a)])
-
-
-def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType | None = None) -> pa.Array:
-    return pa.Array.from_buffers(typ or pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _host_column(raw: np.ndarray) -> pa.Array:

@@ -127,8 +127,9 @@ class RemotingCommand:
         if self.serialize_type == SERIALIZE_ROCKETMQ:
             return self._encode_binary_header()
         fast = self._encode_plain_json_header()
-        if fast is not None:
-            return fast
+        return fast if fast is not None else self._dump_json_header()
+
+    def _dump_json_header(self) -> bytes:
         header: dict[str, Any] = {
             "code": self.code,
             "language": self.language,
@@ -146,7 +147,7 @@ class RemotingCommand:
     def _encode_plain_json_header(self) -> bytes | None:
         """The JSON header written directly when no string in it needs escaping (a batch
         response's msgId list runs to ~17 KB, which json.dumps would scan char by char);
-        byte for byte what the json.dumps path writes. None: take that path."""
+        byte for byte what :meth:`_dump_json_header` writes. None: take that path."""
         nums = (self.code, self.version, self.opaque, self.flag)
         if any(type(n) is not int for n in nums) or not _plain(self.language) or (
                 self.remark is not None and not _plain(self.remark)):
