@@ -5,7 +5,7 @@ int32 bodyLen | body | int16 propsLen | props``. Stored records have the layout 
 :func:`rocketmq_spark.remoting.message.encode_record`; per record they are
 
     prefix (size .. preparedTransactionOffset)  | bodyLen | body | topic length | topic |
-    propsLen | props | [\\x02] | CLUSTER property
+    propsLen | props | [\\x02] | the broker's properties (MSG_REGION, CLUSTER, TRACE_ON)
 
 so a record is the entry with its 16-byte head replaced by a prefix and its props length by
 the topic and a new props length, plus a suffix. :func:`parse_batch` reads the entries'
@@ -38,7 +38,7 @@ _ENTRY_HEAD = 16  # total, magic, bodyCRC, flag
 _MIN_ENTRY = _ENTRY_HEAD + 4 + 2  # ... bodyLen, propsLen
 _I32 = struct.Struct(">i")
 #: properties that send a batch down the per-message path (they need parsing per message)
-_SPECIAL = (b"DELAY\x01", b"TIMER_", b"CLUSTER\x01")
+_SPECIAL = (b"DELAY\x01", b"TIMER_", b"CLUSTER\x01", b"MSG_REGION\x01", b"TRACE_ON\x01")
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 1) >> np.array([4, 0]) & 15]
 _pa: Any = None  # pyarrow, imported on the first batch (the broker starts without it)
 

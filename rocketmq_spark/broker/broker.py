@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ProtocolError
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
@@ -36,7 +37,15 @@ from ..remoting.message import (
 )
 from ..remoting.route import loads_lenient
 from .connection import Connection, HandlerResult
-from .state import SYSTEM_TOPICS, ClientRegistry, ConsumerOffsets, TopicConfig, TopicConfigs, valid_topic_name
+from .state import (
+    SYSTEM_TOPICS,
+    ClientRegistry,
+    ConsumerOffsets,
+    SubscriptionGroups,
+    TopicConfig,
+    TopicConfigs,
+    valid_topic_name,
+)
 from ..files import atomic_write
 from .batchput import offset_msg_ids, parse_batch
 from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_matches
@@ -58,6 +67,8 @@ SCHEDULE_DONE_QUEUE = 1
 SCHEDULE_GROUP = "CID_RMQ_SYS_SCHEDULE"
 #: Internal property: the absolute due time (epoch ms) of a waiting message.
 TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: 4.x delay levels 1..18 (the ``messageDelayLevel`` default), in milliseconds.
 DELAY_LEVELS_MS = (
     1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
@@ -163,6 +174,9 @@ class BrokerConfig:
     flush: str = "async"  # async | sync
     flush_interval_ms: int = 500
     auto_create_topics: bool = True
+    #: Java's autoCreateSubscriptionGroup: a consumer group comes into being on its first pull
+    #: or consumer heartbeat; off, only UPDATE_AND_CREATE_SUBSCRIPTIONGROUP creates one
+    auto_create_groups: bool = True
     default_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
     #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
@@ -344,6 +358,29 @@ class Accepted:
         return [decode_properties(m.properties).get(PropertyKey.UNIQ_KEY, "") for m in self.messages]
 
 
+class UniqIds:
+    """Client message ids (UNIQ_KEY) in the layout Java's MessageClientIDSetter gives them, hex of:
+    IPv4 address (4 bytes), pid (2), a per-process random (4), milliseconds since the start of
+    the month (4), a counter (2). A 5.x broker gives a single send that arrives without one
+    an id of its own (its SendMessageProcessor), so the embedded broker does too."""
+
+    def __init__(self, ip: bytes) -> None:
+        self._fixed = (ip[-4:] + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)).hex().upper()
+        self._count = 0
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def next(self) -> str:
+        now = int(time.time() * 1000)
+        if now >= self._next_month_ms:
+            t = time.localtime(now / 1000)
+            start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+            nxt = time.mktime((t.tm_year + t.tm_mon // 12, t.tm_mon % 12 + 1, 1, 0, 0, 0, 0, 0, -1))
+            self._month_start_ms, self._next_month_ms = int(start * 1000), int(nxt * 1000)
+        self._count = (self._count + 1) & 0xFFFF
+        return f"{self._fixed}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}{self._count:04X}"
+
+
 class Broker:
     """Request handlers of one broker over a :class:`MessageStore`."""
 
@@ -353,12 +390,15 @@ class Broker:
         host, port = split_host(advertised_addr)
         self._store_host = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
         self._msg_id_prefix = self._store_host.hex().upper()
-        self._cluster_prop = f"CLUSTER\x01{config.cluster}\x02"
+        self._uniq_ids = UniqIds(ipaddress.ip_address(host).packed)
+        #: what a Java broker adds to every message it stores (after the producer's properties)
+        self._broker_props = f"MSG_REGION\x01DefaultRegion\x02CLUSTER\x01{config.cluster}\x02TRACE_ON\x01true\x02"
         self._peer_cache: dict[str, bytes] = {}
         root = config.data_dir
         self.store = MessageStore(os.path.join(root, "store"), self._store_host, config.store_config())
         self.topics = TopicConfigs(os.path.join(root, "config"))
         self.offsets = ConsumerOffsets(os.path.join(root, "config"))
+        self.groups = SubscriptionGroups(os.path.join(root, "config"), self.offsets)
         self.clients = ClientRegistry()
         self.on_topics_changed: list[Callable[[], None]] = []
         self.flusher: Flusher | None = None
@@ -380,9 +420,11 @@ class Broker:
             RequestCode.SEND_MESSAGE_V2: self.send_message,
             RequestCode.SEND_BATCH_MESSAGE: self.send_message,
             RequestCode.PULL_MESSAGE: self.pull_message,
+            RequestCode.LITE_PULL_MESSAGE: self.pull_message,
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,
@@ -519,7 +561,11 @@ class Broker:
                 return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             raw = [(e.body, e.properties, e.flag) for e in entries]
         else:
-            raw = [(req.body, ext.get("properties", ""), _int(ext, "flag", 0))]
+            props_s = ext.get("properties", "")
+            if "UNIQ_KEY\x01" not in props_s:  # as a 5.x broker does for a single send
+                props_s = f"{props_s}{'' if not props_s or props_s.endswith(chr(2)) else chr(2)}" \
+                          f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02"
+            raw = [(req.body, props_s, _int(ext, "flag", 0))]
         try:
             acc = self.put_messages(
                 ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
@@ -528,8 +574,9 @@ class Broker:
         except SendRejected as exc:
             return req.response_to(exc.code, remark=exc.remark)
         prefix = self._msg_id_prefix
+        # 5.x brokers answer a single send's UNIQ_KEY as its transactionId
         return self._sent(req, ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored), acc.queue_id,
-                          acc.stored[0].queue_offset, acc.uniq_keys()[0] if acc.prepared else None)
+                          acc.stored[0].queue_offset, acc.uniq_keys()[0] if acc.prepared or not batch else None)
 
     def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
               transaction_id: str | None = None) -> HandlerResult:
@@ -565,7 +612,7 @@ class Broker:
         done = self.store.put_batch(
             topic, queue_id, layout, sys_flag=sys_flag,
             born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
-            reconsume=_int(ext, "reconsumeTimes", 0), cluster_prop=self._cluster_prop.encode())
+            reconsume=_int(ext, "reconsumeTimes", 0), cluster_prop=self._broker_props.encode())
         if done is None:
             return None
         first, positions, _ = done
@@ -607,11 +654,11 @@ class Broker:
                 raise SendRejected(ResponseCode.MESSAGE_ILLEGAL,
                                    f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes")
             if tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s:
-                # The common case: only the CLUSTER property is added, no need to parse them all.
-                if "CLUSTER\x01" not in props_s:
+                # The common case: the broker's properties are appended, no need to parse them all.
+                if "CLUSTER\x01" not in props_s and "MSG_REGION\x01" not in props_s and "TRACE_ON\x01" not in props_s:
                     if props_s and not props_s.endswith("\x02"):
                         props_s += "\x02"
-                    props_s += self._cluster_prop
+                    props_s += self._broker_props
                 _check_props_size(props_s)
                 messages.append(NewMessage(
                     topic=topic, queue_id=queue_id, body=body, properties=props_s, flag=msg_flag,
@@ -620,6 +667,7 @@ class Broker:
                 dues.append(None)
                 continue
             props = decode_properties(props_s)
+            props.update(MSG_REGION="DefaultRegion", TRACE_ON="true")
             props.setdefault("CLUSTER", self.config.cluster)
             m_topic, m_queue = topic, queue_id
             due: int | None = None
@@ -644,6 +692,8 @@ class Broker:
                 props[PropertyKey.REAL_TOPIC] = topic
                 props[PropertyKey.REAL_QID] = str(queue_id)
                 props.setdefault(PropertyKey.PGROUP, producer_group)
+                if PropertyKey.UNIQ_KEY in props:  # Java brokers store the transaction id with the half
+                    props.setdefault(PropertyKey.TRANSACTION_ID, props[PropertyKey.UNIQ_KEY])
                 m_topic, m_queue = HALF_TOPIC, 0
             props_s = encode_properties(props)
             _check_props_size(props_s)
@@ -712,6 +762,10 @@ class Broker:
                 remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                        f"[{cfg.readQueueNums}]",
             )
+        group = ext.get("consumerGroup", "")
+        if group and not self.knows_group(group):
+            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   remark=f"subscription group [{group}] does not exist")
         if ext.get("expressionType", "TAG").upper() not in ("TAG", ""):
             return req.response_to(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                    remark="only TAG subscriptions are supported by the embedded broker")
@@ -728,7 +782,12 @@ class Broker:
                 return self._suspend(conn, req, timeout / 1000.0)
         return result
 
-    def _tag_filter(self, subscription: str) -> Callable[[int, bytes], bool] | None:
+    def _tag_filter(self, subscription: str, *, exact: bool = False) -> Callable[[int, bytes], bool] | None:
+        """The filter of a TAG subscription (None for ``*``). Pulls compare only the tag's hash
+        code kept in the consume queue, as Java brokers do (ExpressionMessageFilter): a tag
+        whose hash collides with a subscribed one ("Aa"/"BB") is delivered and the consumer
+        drops it by its tag string. ``exact`` adds that string check, for POP, where the 5.x
+        proxy does it before the client sees the message."""
         sub = subscription.strip()
         if not sub or sub == "*":
             return None
@@ -736,7 +795,9 @@ class Broker:
         if not tags or "*" in tags:
             return None
         hashes = frozenset(java_string_hash(t) for t in tags)
-        return lambda th, rec: th in hashes and tag_matches(rec, tags)
+        if exact:
+            return lambda th, rec: th in hashes and tag_matches(rec, tags)
+        return lambda th, rec: th in hashes
 
     def _pull_once(self, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields
@@ -796,11 +857,21 @@ class Broker:
     # -- offsets --------------------------------------------------------------------
 
     def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """The group's committed offset. With none, as 5.x brokers answer: 0 when the queue
+        starts at 0 and its first message is still in memory (a young queue: a new group
+        reads it from the start, whatever its consume-from-where), else QUERY_NOT_FOUND;
+        always QUERY_NOT_FOUND when the request says ``setZeroIfNotFound=false``."""
         ext = req.ext_fields
-        off = self.offsets.query(ext.get("topic", ""), ext.get("consumerGroup", ""), _int(ext, "queueId"))
-        if off is None:
-            return req.response_to(ResponseCode.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first")
-        return req.response_to(ext_fields={"offset": str(off)})
+        topic, queue_id = ext.get("topic", ""), _int(ext, "queueId")
+        off = self.offsets.query(topic, ext.get("consumerGroup", ""), queue_id)
+        if off is not None:
+            return req.response_to(ext_fields={"offset": str(off)})
+        if str(ext.get("setZeroIfNotFound", "")).lower() == "false":
+            return req.response_to(ResponseCode.QUERY_NOT_FOUND,
+                                   remark="Not found, do not set to zero, maybe this group boot first")
+        if self.store.min_offset(topic, queue_id) <= 0 and self.store.in_memory(topic, queue_id, 0):
+            return req.response_to(ext_fields={"offset": "0"})
+        return req.response_to(ResponseCode.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first")
 
     def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         ext = req.ext_fields
@@ -809,6 +880,8 @@ class Broker:
         if not topic or not group:
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark="UPDATE_CONSUMER_OFFSET needs topic and consumerGroup")
+        if group not in self.groups:  # an offset update never creates a group (Java alike)
+            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"Group {group} not exist!")
         offset = _int(ext, "commitOffset")
         if offset >= 0:  # some clients send -1 for "nothing consumed yet"
             self.offsets.commit(topic, group, _int(ext, "queueId"), offset, conn.peer)
@@ -909,6 +982,8 @@ class Broker:
         changed = self.clients.heartbeat(conn, body, req.language, req.version)
         for c in body.get("consumerDataSet") or []:
             group = c.get("groupName") if isinstance(c, dict) else None
+            if isinstance(group, str) and group:
+                self.knows_group(group)
             retry = f"%RETRY%{group}"
             if group and retry not in self.topics and not valid_topic_name(retry):
                 # Clustering consumers look up their retry topic's route; brokers create it.
@@ -916,6 +991,32 @@ class Broker:
                 self._topics_changed()
         for group in changed:
             self._notify_consumers_changed(group)
+        return req.response_to()
+
+    def knows_group(self, group: str) -> bool:
+        """Whether consumer group ``group`` exists, creating it when auto-creation is on (what
+        a pull or consumer heartbeat does on a Java broker)."""
+        if group in self.groups:
+            return True
+        if not self.config.auto_create_groups:
+            return False
+        self.groups.put(group)
+        return True
+
+    def update_and_create_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = the group's SubscriptionGroupConfig."""
+        try:
+            cfg = loads_lenient(req.body) if req.body else None
+        except ProtocolError as exc:
+            cfg, why = None, str(exc)
+        else:
+            why = "the body is not a SubscriptionGroupConfig object"
+        group = cfg.get("groupName") if isinstance(cfg, dict) else None
+        if not isinstance(group, str) or not group or len(group) > 255 or valid_topic_name(group):
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"bad subscription group config: {why}"
+                                   if not isinstance(group, str) else f"invalid group name {group!r}")
+        assert isinstance(cfg, dict)
+        self.groups.put(group, cfg)
         return req.response_to()
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -927,9 +1028,9 @@ class Broker:
 
     def get_consumer_list_by_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group = req.ext_fields.get("consumerGroup", "")
-        # Java answers SYSTEM_ERROR for an empty group; some clients (ali-ons) then refuse
-        # to start, so an empty list is answered as a success.
         ids = self.clients.consumer_ids(group)
+        if not ids:  # as Java brokers answer a group with no online consumer
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
         return req.response_to(body=json.dumps({"consumerIdList": ids}).encode())
 
     def _notify_consumers_changed(self, group: str) -> None:
@@ -1030,16 +1131,20 @@ class Broker:
             raise SendRejected(ResponseCode.SYSTEM_ERROR, f"half message at {pos} is unreadable")
         messages: list[NewMessage] = []
         if commit:
-            messages.append(self._committed_copy(decode_record(raw)))
+            messages.append(self._committed_copy(decode_record(raw), pending.checks))
         messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
                                    born_timestamp=int(time.time() * 1000), born_host=self._store_host))
         self.store.put(messages)
         del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
 
-    def _committed_copy(self, rec: MessageRecord) -> NewMessage:
+    def _committed_copy(self, rec: MessageRecord, checks: int = 0) -> NewMessage:
+        """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,
+        TRAN_MSG, PGROUP and __transactionId__, and TRANSACTION_CHECK_TIMES once checked back."""
         props = dict(rec.properties)
-        topic = props.pop(PropertyKey.REAL_TOPIC, rec.topic)
-        queue_id = int(props.pop(PropertyKey.REAL_QID, "0"))
+        topic = props.get(PropertyKey.REAL_TOPIC, rec.topic)
+        queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
+        if checks:
+            props[PropertyKey.CHECK_TIMES] = str(checks)
         sys_flag = (rec.sys_flag & ~SysFlag.TRANSACTION_MASK) | TransactionType.COMMIT
         return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, sys_flag,
                           rec.born_timestamp, self._pack_peer(rec.born_host), rec.reconsume_times,
@@ -1217,15 +1322,19 @@ class Broker:
                       "dropping it", d.schedule_offset, d.commit_log_offset)
             return None
         props = dict(rec.properties)
-        topic = props.pop(PropertyKey.REAL_TOPIC, "")
+        topic = props.get(PropertyKey.REAL_TOPIC, "")
         try:
-            queue_id = int(props.pop(PropertyKey.REAL_QID, "0"))
+            queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
         except ValueError:
             queue_id = 0
-        props.pop(TIMER_OUT_MS, None)
-        # Java's ScheduleMessageService clears the level so a re-sent copy is not delayed
-        # again; the 5.x timer properties stay, as the timer keeps them.
-        props.pop(PropertyKey.DELAY, None)
+        # What a 5.x broker's delivered copy keeps (its timer wheel serves both kinds): a
+        # delay-level message its DELAY, REAL_TOPIC and REAL_QID; a timer message also
+        # TIMER_OUT_MS and when it entered and left the timer (TIMER_ENQUEUE_MS/DEQUEUE_MS).
+        if PropertyKey.DELAY in props:
+            props.pop(TIMER_OUT_MS, None)
+        else:
+            props[TIMER_ENQUEUE_MS] = str(rec.store_timestamp)
+            props[TIMER_DEQUEUE_MS] = str(int(time.time() * 1000))
         if not topic:
             log.error("delayed message at schedule offset %d has no REAL_TOPIC; dropping it",
                       d.schedule_offset)

@@ -372,6 +372,9 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         mq = request.message_queue
         if not request.group.name or not mq.topic.name or request.offset < 0:
             return pb.UpdateOffsetResponse(status=_status(pb.BAD_REQUEST, "group, topic and offset >= 0 are needed"))
+        if request.group.name not in self.broker.groups:
+            return pb.UpdateOffsetResponse(status=_status(
+                pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name!r} does not exist"))
         self.broker.offsets.commit(mq.topic.name, request.group.name, mq.id, request.offset, _peer_address(context))
         await self.broker.durable()
         return pb.UpdateOffsetResponse(status=_status(pb.OK))
@@ -385,6 +388,8 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
     async def PullMessage(self, request: pb.PullMessageRequest, context: Any) -> AsyncIterator[pb.PullMessageResponse]:
         mq = request.message_queue
         bad, _ = self._readable(mq)
+        if bad is None and request.group.name and not self.broker.knows_group(request.group.name):
+            bad = _status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name!r} does not exist")
         if bad is None:
             bad, sub = self._filter(request.filter_expression)
         if bad is not None:
@@ -464,7 +469,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                         continue
                     entry.attempts += 1
                     deliver(decode_record(res.records[0]), entry)
-        tag_filter = self.broker._tag_filter(sub)
+        tag_filter = self.broker._tag_filter(sub, exact=True)
         cfg = self.broker.config
         state.rotation += 1
         for k in range(queues):
@@ -493,6 +498,8 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         sub = "*"
         if not group:
             bad = _status(pb.ILLEGAL_CONSUMER_GROUP, "a consumer group is required")
+        elif not self.broker.knows_group(group):
+            bad = _status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group!r} does not exist")
         elif cfg is None:
             bad = _status(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
         else:

@@ -3,8 +3,9 @@
 Topic configs and consumer offsets are JSON files replaced atomically (temp file,
 fsync, rename), in the layout Java brokers use::
 
-    config/topics.json           {"topicConfigTable": {"<topic>": {...}}}
-    config/consumerOffset.json   {"offsetTable": {"<topic>@<group>": {"<queueId>": offset}}}
+    config/topics.json             {"topicConfigTable": {"<topic>": {...}}}
+    config/consumerOffset.json     {"offsetTable": {"<topic>@<group>": {"<queueId>": offset}}}
+    config/subscriptionGroup.json  {"subscriptionGroupTable": {"<group>": {"groupName": ...}}}
 
 A committed consumer offset is the NEXT offset to consume.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "ClientChannel",
     "ClientRegistry",
     "ConsumerOffsets",
+    "SubscriptionGroups",
     "TopicConfig",
     "TopicConfigs",
     "valid_topic_name",
@@ -158,6 +160,46 @@ class ConsumerOffsets:
         obj = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
                                for k, v in sorted(self.table.items())}}
         return json.dumps(obj, indent=1).encode()
+
+
+class SubscriptionGroups:
+    """The consumer groups the broker knows. As on Java brokers, a group exists once it was
+    created (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP) or, with auto-creation on, once a consumer
+    pulled or sent a heartbeat in it; offsets of a group that does not exist are refused.
+    Groups that already have committed offsets (data dirs from before this file) exist."""
+
+    def __init__(self, config_dir: str, offsets: ConsumerOffsets) -> None:
+        self.path = os.path.join(config_dir, "subscriptionGroup.json")
+        os.makedirs(config_dir, exist_ok=True)
+        self.table: dict[str, dict[str, Any]] = {}
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as fh:
+                obj = json.load(fh)
+            for name, cfg in (obj.get("subscriptionGroupTable") or {}).items():
+                if isinstance(cfg, dict):
+                    self.table[str(name)] = cfg
+        for key in offsets.table:
+            self.table.setdefault(key.partition("@")[2], self._default(key.partition("@")[2]))
+
+    @staticmethod
+    def _default(group: str) -> dict[str, Any]:
+        return {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+                "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1}
+
+    def __contains__(self, group: object) -> bool:
+        return group in self.table
+
+    def put(self, group: str, config: dict[str, Any] | None = None) -> None:
+        """Creates or updates ``group`` (missing settings take Java's defaults)."""
+        cfg = self._default(group)
+        cfg.update({k: v for k, v in (config or {}).items() if k != "groupName"})
+        self.table[group] = cfg
+        self.persist()
+
+    def persist(self) -> None:
+        obj = {"subscriptionGroupTable": dict(sorted(self.table.items()))}
+        atomic_write(self.path, json.dumps(obj, indent=1).encode())
 
 
 @dataclass(slots=True)

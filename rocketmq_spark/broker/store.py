@@ -34,7 +34,7 @@ import time
 import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -85,6 +85,9 @@ class StoreConfig:
     max_message_size: int = 4 * 1024 * 1024
     #: A pull scans at most this many consume-queue entries when filtering by tag.
     max_filter_scan: int = 16_000
+    #: Messages within this many bytes of the commit log's end count as "in memory" (Java
+    #: brokers' estimate: accessMessageInMemoryMaxRatio, 40% of physical memory).
+    in_memory_bytes: int = field(default_factory=lambda: _physical_memory() * 40 // 100)
 
 
 @dataclass(slots=True)
@@ -573,6 +576,14 @@ class MessageStore:
             return 0
         return cq.entry(offset)[3]
 
+    def in_memory(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at ``offset`` exists and is among the commit log's newest
+        ``config.in_memory_bytes`` (what a Java broker means by "still in memory")."""
+        cq = self.queues.get((topic, queue_id))
+        if not cq or not cq.min_offset <= offset < cq.max_offset:
+            return False
+        return self.commitlog.write_pos - cq.entry(offset)[0] <= self.config.in_memory_bytes
+
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
         if not cq or cq.max_offset <= cq.min_offset:
@@ -839,6 +850,13 @@ class MessageStore:
         self.commitlog.close()
         for cq in self.queues.values():
             cq.close()
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
 
 
 def tag_matches(record: bytes, tags: frozenset[str]) -> bool:

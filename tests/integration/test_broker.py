@@ -13,7 +13,7 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.client.connection import RemotingConnection
-from rocketmq_spark.errors import ConnectionFailedError, TopicNotFoundError
+from rocketmq_spark.errors import ConnectionFailedError, GroupNotFoundError, TopicNotFoundError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import (
     SERIALIZE_ROCKETMQ,
@@ -144,6 +144,9 @@ def test_pull_out_of_range_reports_the_real_offsets(client: RemotingClient, topi
 def test_consumer_offsets(client: RemotingClient, topic: str) -> None:
     q = client.message_queues(topic)[1]
     assert client.query_consumer_offset("g1", q) is None
+    with pytest.raises(GroupNotFoundError, match="g1"):  # brokers refuse offsets of unknown groups
+        client.update_consumer_offset("g1", q, 7)
+    client.create_group("g1")
     client.update_consumer_offset("g1", q, 7)
     assert client.query_consumer_offset("g1", q) == 7
     client.update_consumer_offset("g1", q, 3)  # lower is accepted (offset resets)
@@ -179,6 +182,9 @@ def test_heartbeat_consumer_list_and_drop_on_close(broker: EmbeddedBroker) -> No
         def ids() -> list[str]:
             r = asker.invoke(RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
                                              ext_fields={"consumerGroup": "CG_HB"}), 5, "list")
+            if r.code == ResponseCode.SYSTEM_ERROR:  # Java brokers' answer for a group with none online
+                assert r.remark == "no consumer for this group, CG_HB"
+                return []
             return json.loads(r.body)["consumerIdList"]
 
         assert ids() == ["10.0.0.1@1", "10.0.0.2@2"]
@@ -268,6 +274,7 @@ def test_reset_offset_by_timestamp(client: RemotingClient, broker: EmbeddedBroke
     time.sleep(0.02)
     mid = int(time.time() * 1000)
     time.sleep(0.02)
+    client.create_group("g_reset")
     for q in qs:
         client.send(q, b"new")
         client.update_consumer_offset("g_reset", q, 2)
@@ -329,6 +336,7 @@ def test_restart_keeps_acknowledged_messages_and_offsets(tmp_path) -> None:
         qs = c.message_queues("DURABLE")
         for i in range(200):
             c.send_batch(qs[i % 4], [BatchEntry(b"m%d" % i)])
+        c.create_group("g")
         c.update_consumer_offset("g", qs[0], 17)
         mq.restart()
         c.close()

@@ -91,6 +91,7 @@ def test_hand_damaged_segment_tail_is_recovered(tmp_path, damage: str) -> None:
         q = c.message_queues("TORN")[0]
         for i in range(20):
             c.send(q, b"msg-%02d" % i)
+        c.create_group("g")
         c.update_consumer_offset("g", q, 20)
         mq.stop()
         seg_dir = os.path.join(str(tmp_path), "store", "commitlog")

@@ -46,6 +46,7 @@ def test_sigkill_during_pulls_and_offset_commits_keeps_messages_and_offsets(tmp_
             c = RemotingClient(addrs["namesrv"], ClientConfig(retries=1, request_timeout_s=5))
             if round_ == 0:
                 c.create_topic(TOPIC, 4)
+                c.create_group("g_kill")
             qs = c.message_queues(TOPIC, refresh=True)
             # the state so far survived the last kill
             stored = _read_all(c)

@@ -167,6 +167,7 @@ def test_malformed_frames_do_not_hurt_the_broker(fuzz_broker: EmbeddedBroker, so
         qs = client.message_queues(REF_TOPIC, refresh=True)
         for q in qs:
             client.send_batch(q, [BatchEntry(f"ref-{q.queue_id}-{i}".encode()) for i in range(PER_QUEUE)])
+        client.create_group(REF_GROUP)
         assert client.update_consumer_offsets(REF_GROUP, {q: 10 + q.queue_id for q in qs}) == {}
         stats: Counter[str] = Counter()
         kinds: Counter[str] = Counter()

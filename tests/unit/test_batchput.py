@@ -162,7 +162,9 @@ def test_stored_records_decode_to_what_was_sent(tmp_path: Path, monkeypatch: pyt
     assert [r.queue_offset for r in recs] == list(range(200))
     for r, e in zip(recs, entries):
         props = dict(r.properties)
-        assert props.pop("CLUSTER") == "DefaultCluster"
+        # what a Java broker adds to every stored message
+        assert (props.pop("MSG_REGION"), props.pop("CLUSTER"), props.pop("TRACE_ON")) == (
+            "DefaultRegion", "DefaultCluster", "true")
         assert props == e.property_map()
     ids = answers[0].ext_fields["msgId"].split(",")
     assert ids == [f"7F00000100002A9F{r.physical_offset:016X}" for r in recs]
