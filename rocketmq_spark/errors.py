@@ -11,6 +11,7 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     ├── BrokerError                 a broker or name server answered with an error code
     │   ├── TopicNotFoundError          TOPIC_NOT_EXIST (17)
     │   ├── OffsetNotFoundError         QUERY_NOT_FOUND (22)
+    │   ├── GroupNotFoundError          SUBSCRIPTION_GROUP_NOT_EXIST (26)
     │   ├── SystemBusyError             SYSTEM_BUSY (2), retriable
     │   ├── NoPermissionError           NO_PERMISSION (16)
     │   ├── RequestNotSupportedError    REQUEST_CODE_NOT_SUPPORTED (3)
@@ -34,6 +35,7 @@ __all__ = [
     "DataLossError",
     "FrameTooLargeError",
     "GroupInUseError",
+    "GroupNotFoundError",
     "MessageIllegalError",
     "NoPermissionError",
     "OffsetNotFoundError",
@@ -120,6 +122,18 @@ class OffsetNotFoundError(BrokerError):
     """QUERY_NOT_FOUND: the group has no committed offset for the queue."""
 
 
+class GroupNotFoundError(BrokerError):
+    """SUBSCRIPTION_GROUP_NOT_EXIST: the broker does not know the consumer group. Brokers
+    create a group on its first pull or consumer heartbeat when autoCreateSubscriptionGroup
+    is on (the default); otherwise an administrator creates it (mqadmin updateSubGroup)."""
+
+    def __init__(self, code: int, remark: str | None = None, *, address: str = "?",
+                 operation: str = "request") -> None:
+        hint = ("the broker creates a consumer group on its first pull or heartbeat only with "
+                "autoCreateSubscriptionGroup=true; otherwise create it first (mqadmin updateSubGroup)")
+        super().__init__(code, f"{remark}; {hint}" if remark else hint, address=address, operation=operation)
+
+
 class SystemBusyError(BrokerError):
     """SYSTEM_BUSY: the broker is overloaded; try again later."""
 
@@ -160,6 +174,7 @@ BROKER_ERRORS: dict[int, type[BrokerError]] = {
     16: NoPermissionError,
     17: TopicNotFoundError,
     22: OffsetNotFoundError,
+    26: GroupNotFoundError,
 }
 
 

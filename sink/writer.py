@@ -397,10 +397,9 @@ def end_transactions(client: BrokerClient, producer_group: str, txns: list[Txn],
                                queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
 
     for t in txns:
-        req = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-            "producerGroup": producer_group, "tranStateTableOffset": str(t.queue_offset),
-            "commitLogOffset": str(t.commit_log_offset), "commitOrRollback": "8" if commit else "12",
-            "fromTransactionCheck": "0", "msgId": t.msg_id, "transactionId": t.msg_id})
+        req = client.end_transaction_request(t.broker, producer_group=producer_group,
+                                             commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
+                                             msg_id=t.msg_id, commit=commit)
         addr = client.broker_addr(t.broker, t.topic)
         try:
             fut = client.connection(addr).send(req)

@@ -37,7 +37,7 @@ from ..errors import (
     ProtocolError,
 )
 from ..model import MessageQueue, PullResult
-from .arrow import columns_to_batch, decode_to_batch
+from .arrow import columns_to_batch, decode_to_batch, only_subscribed
 from .options import ReaderOptions
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "offsets_from_json",
-           "offsets_to_json", "read_range"]
+           "offsets_to_json", "read_range", "subscribed_tags"]
 
 Offsets = dict[MessageQueue, int]
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
@@ -317,24 +317,24 @@ class Planner:
         time.sleep(seconds)
 
     def check_group(self) -> None:
-        """Fail when other clients consume in the group (their commits would interleave with
-        Spark's), unless allowSharedGroup. Asked once per query, of every broker serving
-        the topics; gRPC has no such call, so it is skipped there."""
-        if self._group_checked or self.options.allow_shared_group or not self.options.consumer_group:
+        """Once per query, of every broker serving the topics: fail when other clients consume
+        in the group (their commits would interleave with Spark's), unless allowSharedGroup;
+        and make sure the brokers know the group before its offsets are committed (see
+        :meth:`_make_group_known`). gRPC has no consumer-list call: skipped there."""
+        if self._group_checked or not self.options.consumer_group:
             return
         self._group_checked = True
         client = self.client
-        if not isinstance(client, RemotingClient):
-            log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked",
-                     self.options.consumer_group)
-            return
         group = self.options.consumer_group
+        if not isinstance(client, RemotingClient):
+            log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
+            return
         others: dict[str, list[str]] = {}
-        for topic in self.options.topics:
+        for topic in self.options.topics if not self.options.allow_shared_group else ():
             for b in client.route(topic).broker_datas:
                 if b.master_addr and b.broker_name not in others:
                     try:
-                        ids = client.consumer_ids(group, b.master_addr)
+                        ids = client.consumer_ids(group, b.master_addr, b.broker_name)
                     except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
                         log.warning("consumers of group %s on broker %s not checked: %s", group, b.broker_name, exc)
                         continue
@@ -345,6 +345,25 @@ class Planner:
             raise GroupInUseError(
                 f"consumer group {group!r} has online consumers ({listed}); their offset commits would interleave "
                 f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that")
+        if self.options.commit_offsets:
+            self._make_group_known(client, group)
+
+    def _make_group_known(self, client: RemotingClient, group: str) -> None:
+        """Brokers refuse offset commits of a consumer group they do not know and create one
+        only on its first pull or heartbeat (autoCreateSubscriptionGroup). A broker whose
+        queues get no data would never see a pull, so each is pulled from once here, at one
+        queue's max offset (an empty answer, nothing read). Where the broker does not create
+        groups this fails at once with :class:`GroupNotFoundError` naming the group."""
+        seen: set[str] = set()
+        for topic in self.options.topics:
+            for mq in client.message_queues(topic):
+                if mq.broker in seen:
+                    continue
+                seen.add(mq.broker)
+                try:
+                    client.pull(mq, client.max_offset(mq), 1, group=group, subscription=self.options.sub_expression)
+                except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
+                    log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)
 
     @staticmethod
     def _admit(begin: Offsets, end: Offsets, budget: int) -> Offsets:
@@ -398,15 +417,24 @@ class Planner:
         self.store.commit(committable)
 
 
+def subscribed_tags(expression: str) -> frozenset[str] | None:
+    """The tags a TAG subscription expression names (``"A || B"``), None for every tag (``*``)."""
+    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+    return None if not tags or "*" in tags else tags
+
+
 def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
-    """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding."""
+    """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding;
+    rows whose tag the subscription does not name are left out."""
     own = client is None
     c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
+    tags = subscribed_tags(part.sub_expression)
     try:
-        if isinstance(c, RemotingClient):
-            yield from _read_remoting(part, c)
-        else:
-            yield from _read_grpc(part, c)
+        batches = _read_remoting(part, c) if isinstance(c, RemotingClient) else _read_grpc(part, c)
+        for batch in batches:
+            batch = only_subscribed(batch, tags)
+            if batch.num_rows:
+                yield batch
     finally:
         if own:
             c.close()

@@ -36,6 +36,7 @@ import grpc
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
+    GroupNotFoundError,
     MessageIllegalError,
     NoPermissionError,
     OffsetNotFoundError,
@@ -64,6 +65,7 @@ __all__ = ["STATUS_ERRORS", "GrpcClient", "parse_endpoints"]
 STATUS_ERRORS: dict[int, type[BrokerError]] = {
     pb.TOPIC_NOT_FOUND: TopicNotFoundError,
     pb.OFFSET_NOT_FOUND: OffsetNotFoundError,
+    pb.CONSUMER_GROUP_NOT_FOUND: GroupNotFoundError,
     pb.TOO_MANY_REQUESTS: SystemBusyError,
     pb.FORBIDDEN: NoPermissionError,
     pb.UNAUTHORIZED: NoPermissionError,

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
-    OffsetNotFoundError,
     ProtocolError,
     RequestTimeoutError,
     RocketMQSparkError,
@@ -43,6 +42,9 @@ T = TypeVar("T")
 
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
 _WINDOW = 256
+#: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
+#: 4.9.7 answers 407, 5.3.3 answers 479)
+_V5_0_0 = 413
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -229,7 +231,8 @@ class RemotingClient:
     def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
                  ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         addr = self.broker_addr(mq.broker, mq.topic)
-        return self.invoke(addr, RemotingCommand(code, ext_fields=ext), f"{operation} of {mq}", ok=ok)
+        return self.invoke(addr, RemotingCommand(code, ext_fields={**ext, "bname": mq.broker}),
+                           f"{operation} of {mq}", ok=ok)
 
     def _mq_calls(self, calls: Sequence[tuple[MessageQueue, int, dict[str, str]]], operation: str,
                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> list[RemotingCommand | RocketMQSparkError]:
@@ -288,7 +291,8 @@ class RemotingClient:
                     continue
                 try:
                     conn = self._conn(addr, f"{operation} of {calls[chunk[0]][0]}")
-                    futs = conn.send_many([RemotingCommand(calls[i][1], ext_fields=calls[i][2]) for i in chunk])
+                    futs = conn.send_many([RemotingCommand(calls[i][1], ext_fields={**calls[i][2], "bname": calls[i][0].broker})
+                                           for i in chunk])
                 except ConnectionFailedError as exc:
                     futs = []
                     for _ in chunk:
@@ -345,13 +349,42 @@ class RemotingClient:
 
     def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
         """:meth:`query_consumer_offset` of many queues, pipelined; raises the first failure."""
+        operation = f"query offset of group {group!r}"
         res = self._raise_first(self._mq_calls(
             [(mq, RequestCode.QUERY_CONSUMER_OFFSET,
-              {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id)}) for mq in mqs],
-            f"query offset of group {group!r}", ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)))
-        return {mq: (self._answer_int(mq, r, "offset", f"query offset of group {group!r}")
-                     if r.code == ResponseCode.SUCCESS else None)
-                for mq, r in zip(mqs, res)}
+              {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id),
+               "setZeroIfNotFound": "false"}) for mq in mqs],
+            operation, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)))
+        out: dict[MessageQueue, int | None] = {}
+        unsure: list[MessageQueue] = []
+        for mq, r in zip(mqs, res):
+            if r.code != ResponseCode.SUCCESS:
+                out[mq] = None
+                continue
+            out[mq] = self._answer_int(mq, r, "offset", operation)
+            if out[mq] == 0 and r.version < _V5_0_0:
+                unsure.append(mq)
+        if unsure:
+            self._confirm_zero_offsets(group, unsure, out)
+        return out
+
+    def _confirm_zero_offsets(self, group: str, mqs: list[MessageQueue], out: dict[MessageQueue, int | None]) -> None:
+        """A 4.x broker ignores ``setZeroIfNotFound`` and answers 0 for a group that never
+        committed on a young queue (one whose first message is still in memory, or that is
+        empty): its offset table (GET_ALL_CONSUMER_OFFSET) tells a committed 0 from none."""
+        by_addr: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(mq)
+        for addr, queues in by_addr.items():
+            resp = self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET),
+                               f"consumer offset table (group {group!r})")
+            table = _object_body(resp.body, f"consumer offset table at {addr}").get("offsetTable") or {}
+            if not isinstance(table, dict):
+                raise ProtocolError(f"consumer offset table at {addr}: offsetTable is not an object")
+            for mq in queues:
+                committed = table.get(f"{mq.topic}@{group}")
+                if not isinstance(committed, dict) or str(mq.queue_id) not in {str(k) for k in committed}:
+                    out[mq] = None
 
     def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
                                 ) -> dict[MessageQueue, RocketMQSparkError]:
@@ -418,14 +451,13 @@ class RemotingClient:
         return self._answer_int(mq, resp, "offset", "search offset by timestamp")
 
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
-        """The group's committed (next-to-consume) offset, or None when it has none."""
-        try:
-            resp = self._mq_call(mq, RequestCode.QUERY_CONSUMER_OFFSET,
-                                 {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id)},
-                                 f"query offset of group {group!r}")
-        except OffsetNotFoundError:
-            return None
-        return self._answer_int(mq, resp, "offset", f"query offset of group {group!r}")
+        """The group's committed (next-to-consume) offset, or None when it never committed one.
+
+        Brokers answer a never-committed queue whose first message is still in memory with 0
+        (so a new push consumer reads a young topic from its start); this asks them not to
+        (``setZeroIfNotFound=false``, 5.x) or checks their offset table (4.x), so None means
+        "never committed" on every broker version."""
+        return self.query_consumer_offsets(group, [mq])[mq]
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         self._mq_call(mq, RequestCode.UPDATE_CONSUMER_OFFSET,
@@ -448,6 +480,7 @@ class RemotingClient:
             "subscription": subscription,
             "subVersion": "0",
             "expressionType": "TAG",
+            "bname": mq.broker,
         })
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> Future[RemotingCommand]:
@@ -497,6 +530,17 @@ class RemotingClient:
                 "topicSysFlag": "0", "order": "false"}), f"create topic {topic!r}")
         self._routes.pop(topic, None)
 
+    def create_group(self, group: str, *, broker_addr: str | None = None) -> None:
+        """Creates consumer group ``group`` on every broker (or ``broker_addr``): brokers refuse
+        offset commits of a group they do not know, and create one by themselves only on its
+        first pull or heartbeat, with autoCreateSubscriptionGroup on (mqadmin updateSubGroup)."""
+        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                           "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1}).encode()
+        for addr in [broker_addr] if broker_addr else self.broker_addrs():
+            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
+                        f"create consumer group {group!r}")
+
     def broker_addrs(self) -> list[str]:
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
@@ -534,6 +578,7 @@ class RemotingClient:
             "a": producer_group, "b": mq.topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id),
             "f": str(sys_flag), "g": str(born_ts if born_ts is not None else int(time.time() * 1000)),
             "h": str(flag), "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
+            "n": mq.broker,
         }
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand(code, ext_fields=ext, body=body)
@@ -567,10 +612,9 @@ class RemotingClient:
                         msg_id: str, commit: bool, from_check: bool = False, topic: str | None = None) -> bool:
         """END_TRANSACTION; False when the broker no longer has it open (already ended)."""
         addr = self.broker_addr(broker, topic)
-        req = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-            "producerGroup": producer_group, "tranStateTableOffset": str(queue_offset),
-            "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8" if commit else "12",
-            "fromTransactionCheck": "1" if from_check else "0", "msgId": msg_id, "transactionId": msg_id})
+        req = self.end_transaction_request(broker, producer_group=producer_group, commit_log_offset=commit_log_offset,
+                                           queue_offset=queue_offset, msg_id=msg_id, commit=commit,
+                                           from_check=from_check)
         try:
             self.invoke(addr, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
         except BrokerError as exc:
@@ -579,16 +623,39 @@ class RemotingClient:
             raise
         return True
 
+    @staticmethod
+    def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
+                                msg_id: str, commit: bool, from_check: bool = False) -> RemotingCommand:
+        """The END_TRANSACTION request that commits or rolls back one half message (``msg_id``
+        is its UNIQ_KEY; ``queue_offset``/``commit_log_offset`` where the broker stored it)."""
+        return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+            "producerGroup": producer_group, "tranStateTableOffset": str(queue_offset),
+            "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8" if commit else "12",
+            "fromTransactionCheck": "1" if from_check else "0", "msgId": msg_id, "transactionId": msg_id,
+            "bname": broker})
+
     def heartbeat_producer(self, group: str, client_id: str, broker_addr: str) -> None:
         """Register as a producer of ``group`` so the broker can check transactions back here."""
         body = json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": group}],
                            "consumerDataSet": []}).encode()
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), "heartbeat")
 
-    def consumer_ids(self, group: str, broker_addr: str) -> list[str]:
-        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                        ext_fields={"consumerGroup": group}),
-                           f"consumer list of group {group!r}")
+    def consumer_ids(self, group: str, broker_addr: str, broker_name: str = "") -> list[str]:
+        """Client ids of the group's online consumers on one broker ([] when none: brokers
+        answer that as SYSTEM_ERROR "no consumer for this group"). A 5.x proxy routes the
+        request by ``broker_name``."""
+        ext = {"consumerGroup": group, **({"bname": broker_name} if broker_name else {})}
+        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields=ext),
+                           f"consumer list of group {group!r}",
+                           ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if resp.code == ResponseCode.SYSTEM_ERROR:
+            # a broker's words for "none"; a 5.x proxy (5.3.3) answers a NullPointerException about
+            # the missing ConsumerGroupInfo instead
+            if (resp.remark or "").startswith("no consumer for this group") or '"consumerGroupInfo" is null' in (
+                    resp.remark or ""):
+                return []
+            raise broker_error(resp.code, resp.remark, address=broker_addr,
+                               operation=f"consumer list of group {group!r}")
         if not resp.body:
             return []
         ids = _object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])

@@ -212,6 +212,7 @@ def test_produce_draws_a_progress_bar_when_stderr_is_a_terminal(ns: str, client:
 def test_progress_table_and_json(ns: str, client: RemotingClient) -> None:
     assert run("produce", "-t", "CLI_PROG", "--count", "40", "-n", ns).returncode == 0
     qs = client.message_queues("CLI_PROG")
+    client.create_group("g_prog")
     for q in qs[:3]:
         client.update_consumer_offset("g_prog", q, 4)  # queue 3 never committed
     res = run("progress", "-g", "g_prog", "--json", "-n", ns)
@@ -256,6 +257,7 @@ def test_reset_offset_dry_run_writes_nothing_then_reset_writes_the_plan(ns: str,
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     assert run("produce", "-t", topic, "--count", "20", "-n", ns).returncode == 0
+    client.create_group(group)
     for q in client.message_queues(topic):
         client.update_consumer_offset(group, q, 10)
     before = _offsets(client, group, topic)

@@ -12,7 +12,7 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
-from rocketmq_spark.errors import RequestNotSupportedError, TopicNotFoundError
+from rocketmq_spark.errors import GroupNotFoundError, RequestNotSupportedError, TopicNotFoundError
 from rocketmq_spark.proto import pb, pb_grpc
 from rocketmq_spark.proto.messages import crc32_checksum, set_millis
 from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
@@ -104,6 +104,9 @@ def test_offsets_over_grpc_are_the_brokers(broker, client, gclient) -> None:
     assert gclient.search_offset(mq, int(time.time() * 1000) + 60_000) == 5
     assert gclient.search_offset(mq, 0) == 0
     assert gclient.query_consumer_offset("g_none", mq) is None  # OFFSET_NOT_FOUND
+    with pytest.raises(GroupNotFoundError):  # as over remoting: no offsets for an unknown group
+        gclient.update_consumer_offset("g_grpc", mq, 3)
+    client.create_group("g_grpc")
     gclient.update_consumer_offset("g_grpc", mq, 3)
     assert client.query_consumer_offset("g_grpc", mq) == 3
     client.update_consumer_offset("g_grpc", mq, 4)

@@ -39,6 +39,7 @@ def test_group_offsets_written_and_read_many_at_once(client: RemotingClient, top
     group = f"g_{topic}"
     assert set(client.query_consumer_offsets(group, qs).values()) == {None}
     wanted = {mq: mq.queue_id * 2 for mq in qs}
+    client.create_group(group)
     assert client.update_consumer_offsets(group, wanted) == {}
     assert client.query_consumer_offsets(group, qs) == wanted
     assert client.query_consumer_offset(group, qs[77]) == 154

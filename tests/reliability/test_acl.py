@@ -118,6 +118,7 @@ def test_signed_client_does_everything(signed: RemotingClient, topic: str) -> No
     assert signed.max_offsets(qs) == {qs[0]: 1, qs[1]: 5}
     assert signed.min_offsets(qs) == {qs[0]: 0, qs[1]: 0}
     assert signed.offset_ranges(qs) == {qs[0]: (0, 1), qs[1]: (0, 5)}
+    signed.create_group("g_acl")
     assert signed.update_consumer_offsets("g_acl", {qs[0]: 1, qs[1]: 4}) == {}
     assert signed.query_consumer_offsets("g_acl", qs) == {qs[0]: 1, qs[1]: 4}
     signed.update_consumer_offset("g_acl", qs[1], 5)
@@ -131,6 +132,7 @@ def test_offset_committer_listener_signs_its_commits(acl_broker: EmbeddedBroker,
     from rocketmq_spark import RocketMQOffsetCommitter
 
     signed.create_topic(topic, 2)
+    signed.create_group("g_listener")
     qs = signed.message_queues(topic, refresh=True)
     good = RocketMQOffsetCommitter(acl_broker.namesrv_addr, "g_listener", topics=[topic], measure_lag=False,
                                    access_key=AK, secret_key=SK)
