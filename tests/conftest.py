@@ -1,4 +1,8 @@
-"""Shared fixtures: an embedded broker on loopback and a client for it."""
+"""Shared fixtures: the brokers (embedded, and the real Apache RocketMQ), transports, clients.
+
+A module runs its tests on both brokers by setting ``BROKERS = ("embedded", "real")`` (see
+brokers.py); without it ``broker`` is an EmbeddedBroker as before.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,17 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 
+from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport
+from real_rocketmq import RealRocketMQ, java_available, provision
+
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip, except under CI=true: CI has java and mvn, so a skip there is a failure."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: nothing may be skipped)", pytrace=False)
+    pytest.skip(reason)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,11 +49,60 @@ def soak(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--soak"))
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``broker`` over the module's BROKERS, ``transport`` over every transport; the pairs a
+    broker does not serve are deselected in pytest_collection_modifyitems (not skipped)."""
+    kinds = getattr(metafunc.module, "BROKERS", None)
+    if kinds and "broker" in metafunc.fixturenames:
+        metafunc.parametrize("broker", list(kinds), indirect=True, scope="module")
+    if "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", list(ALL_TRANSPORTS), indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        kind = spec.params.get("broker", "embedded") if spec else "embedded"
+        name = spec.params.get("transport") if spec else None
+        table = getattr(item.module, "TRANSPORTS", READ_TRANSPORTS)
+        (drop if name is not None and name not in table.get(kind, ()) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def real_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
+    """Apache RocketMQ 5.x (name server, broker, proxy) from Maven Central, one per session."""
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
+    rmq = RealRocketMQ(provision(), tmp_path_factory.mktemp("rocketmq-real"))
+    rmq.start()
+    try:
+        yield rmq
+    finally:
+        rmq.stop(grace_s=5)
+
+
 @pytest.fixture(scope="module")
-def broker() -> Iterator[EmbeddedBroker]:
-    """One embedded broker per test module (temp data dir, ephemeral ports)."""
+def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker | Target]:
+    """One embedded broker per test module (temp data dir, ephemeral ports); in a module with
+    BROKERS, a :class:`Target`: that embedded broker or the session's real one."""
+    kind = getattr(request, "param", None)
+    if kind == "real":
+        yield Target.of_real(request.getfixturevalue("real_rocketmq"))
+        return
     with EmbeddedBroker() as mq:
-        yield mq
+        yield mq if kind is None else Target.of_embedded(mq)
+
+
+@pytest.fixture()
+def transport(request: pytest.FixtureRequest, broker: EmbeddedBroker | Target) -> Transport:
+    """Remoting (namesrvAddr) or gRPC (endpoints) to ``broker``."""
+    target = broker if isinstance(broker, Target) else Target.of_embedded(broker)
+    return Transport.over(request.param, target)
 
 
 @pytest.fixture()

@@ -29,22 +29,3 @@ def spark() -> Iterator[object]:
     rocketmq_spark.register(session)
     yield session
     session.stop()
-
-
-class Transport:
-    """How a test reaches the embedded broker: remoting (namesrvAddr) or gRPC (endpoints)."""
-
-    def __init__(self, name: str, options: dict[str, str]) -> None:
-        self.name = name
-        self.options = options
-
-    def __call__(self, text: str) -> str:
-        """A topic or group name unique to this transport."""
-        return f"{text}_{self.name.upper()}"
-
-
-@pytest.fixture(params=["remoting", "grpc"])
-def transport(request: pytest.FixtureRequest, broker: object) -> Transport:
-    if request.param == "grpc":
-        return Transport("grpc", {"endpoints": broker.grpc_endpoint})  # type: ignore[attr-defined]
-    return Transport("remoting", {"namesrvAddr": broker.namesrv_addr})  # type: ignore[attr-defined]

@@ -1,0 +1,457 @@
+"""Apache RocketMQ itself, from Maven Central, on loopback: the reference the tests compare with.
+
+    lib = provision("5.3.3")               # jars cached outside the repo (see cache_root)
+    with RealRocketMQ(lib, workdir) as rmq:  # name server + broker (+ 5.x proxy, cluster mode)
+        rmq.namesrv_addr, rmq.broker_addr, rmq.grpc_endpoint, rmq.proxy_remoting_addr
+        rmq.mqadmin("consumerProgress", "-g", "G")
+        rmq.restart_broker()
+
+Used by the tests' ``real_rocketmq`` fixture and by benchmarks/ (no pytest here). The JVMs
+get small heaps, their own ``user.home`` (logs and the store stay in ``workdir``), loopback
+addresses, and ports picked free; :meth:`RealRocketMQ.stop` ends them (SIGTERM, then SIGKILL)
+whatever happened.
+
+Facts this relies on, read from the broker's sources and checked here:
+- ``rocketmq.home.dir`` must be set, and each role is told its own logback file
+  (``rmq.<role>.logback.xml``, shipped in the role's jar) or it loads the proxy's;
+- a broker also listens on listenPort-2 (the "fast" remoting port) and on its HA port, which
+  binds every interface: all three must be free, and listenPort is never 0;
+- 4.9.x has no proxy and reads its logback XML from ``$ROCKETMQ_HOME/conf`` (written here);
+- ``mqadmin`` exits 0 on errors: callers read its output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["JavaMissing", "RealRocketMQ", "cache_root", "java_available", "provision"]
+
+#: the 5.x release the suite runs against (5.3.3 is the newest whose facts the docs were read from)
+VERSION = "5.3.3"
+#: the 4.9 line's newest release on Maven Central with namesrv and broker jars (4.9.8 has none)
+VERSION_4 = "4.9.7"
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+
+
+class JavaMissing(RuntimeError):
+    """java or mvn is not on PATH: the real broker cannot run here."""
+
+
+def java_available() -> str | None:
+    """None when java, javac and mvn are on PATH, else what is missing."""
+    missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
+    return f"{', '.join(missing)} not on PATH" if missing else None
+
+
+def cache_root() -> Path:
+    """Where the jars are cached: ``$ROCKETMQ_SPARK_CACHE``, else ``~/.cache/rocketmq-spark``
+    (outside the repository; never committed)."""
+    env = os.environ.get("ROCKETMQ_SPARK_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rocketmq-spark"
+
+
+def _pom(version: str) -> str:
+    artifacts = ["rocketmq-namesrv", "rocketmq-broker", "rocketmq-tools", "rocketmq-client"]
+    if not version.startswith("4."):
+        artifacts.append("rocketmq-proxy")
+    deps = "".join(
+        f"<dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
+        f"<version>{version}</version></dependency>" for a in artifacts)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            f"<groupId>rocketmq-spark.tests</groupId><artifactId>rocketmq-{version}</artifactId>"
+            f"<version>1</version><packaging>pom</packaging><dependencies>{deps}</dependencies></project>\n")
+
+
+def provision(version: str = VERSION, *, timeout_s: float = 900) -> Path:
+    """The directory of every runtime jar of RocketMQ ``version`` (name server, broker, proxy,
+    tools, client), fetched by Maven into the cache once; later calls return at once.
+    Safe across processes (a lock file); raises RuntimeError with Maven's output on failure."""
+    missing = java_available()
+    if missing:
+        raise JavaMissing(missing)
+    home = cache_root() / f"rocketmq-{version}"
+    lib = home / "lib"
+    done = home / ".complete"
+    if done.exists():
+        return lib
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return lib
+        (home / "pom.xml").write_text(_pom(version))
+        staging = Path(tempfile.mkdtemp(prefix="lib-", dir=home))
+        cmd = ["mvn", "-B", "-q", "-f", str(home / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            if run.returncode != 0:
+                raise RuntimeError(f"fetching Apache RocketMQ {version} from Maven Central failed "
+                                   f"({' '.join(cmd)}):\n{(run.stdout + run.stderr)[-3000:]}")
+            if lib.exists():
+                shutil.rmtree(lib)
+            staging.rename(lib)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        done.write_text(version + "\n")
+    return lib
+
+
+def _free_port(host: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
+    """A port free on ``host`` and on every interface (some RocketMQ sockets bind 0.0.0.0)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if avoid and port in avoid:
+            continue
+        if _bindable(port):
+            return port
+    raise RuntimeError("no free port found")
+
+
+def _bindable(port: int) -> bool:
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def _broker_port(avoid: set[int]) -> int:
+    """A listen port L with L-2 (the broker's fast remoting port) free too."""
+    for _ in range(200):
+        port = _free_port(avoid=avoid)
+        if port > 1026 and port - 2 not in avoid and _bindable(port - 2):
+            return port
+    raise RuntimeError("no free broker port pair found")
+
+
+_LOGBACK_49 = """<configuration>
+  <appender name="F" class="ch.qos.logback.core.FileAppender">
+    <file>${user.home}/logs/rocketmqlogs/%s.log</file>
+    <encoder><pattern>%%d{HH:mm:ss.SSS} %%-5p %%c{0} - %%m%%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="F"/></root>
+</configuration>
+"""
+
+
+@dataclass
+class _Jvm:
+    role: str
+    argv: list[str]
+    log: Path
+    ready: str
+    proc: subprocess.Popen[bytes] | None = None
+    #: where this run's output starts in ``log`` (a restart appends to it)
+    log_from: int = 0
+
+    def start(self, env: dict[str, str]) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.log_from = out.tell()
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+
+    def wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            text = self.output()
+            if self.ready in text:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the {self.role} exited with code {self.proc.returncode} before it was "
+                                   f"ready; the end of {self.log}:\n{_tail(text)}")
+            time.sleep(0.1)
+        raise RuntimeError(f"the {self.role} was not ready in time; the end of {self.log}:\n"
+                           f"{_tail(self.output())}")
+
+    def output(self) -> str:
+        """What this run of the JVM printed so far."""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_from)
+            return f.read().decode(errors="replace")
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    kept = [ln for ln in text.splitlines() if "|-INFO in" not in ln and "|-WARN in" not in ln]
+    return "\n".join(kept[-lines:])
+
+
+@dataclass
+class RealRocketMQ:
+    """A name server, one broker (``broker-a``) and, for 5.x, a proxy in cluster mode, all on
+    127.0.0.1 under ``workdir``. Broker settings differ from the defaults only where a test
+    machine needs it (small files and heaps) or a test would otherwise wait minutes
+    (``transactionCheckInterval``: the first check-back of an open half message comes after
+    ``transactionTimeOut`` = 3 s, then every 2 s, instead of 6 s / 30 s)."""
+
+    lib: Path
+    workdir: Path
+    version: str = VERSION
+    proxy: bool = True
+    java: str = "java"
+    namesrv_port: int = 0
+    broker_port: int = 0
+    ha_port: int = 0
+    grpc_port: int = 0
+    proxy_remoting_port: int = 0
+    broker_name: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    _jvms: dict[str, _Jvm] = field(default_factory=dict)
+
+    @property
+    def is_4x(self) -> bool:
+        return self.version.startswith("4.")
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """The 5.x proxy's gRPC endpoint (apache.rocketmq.v2)."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def proxy_remoting_addr(self) -> str:
+        """The 5.x proxy's remoting port: classic clients may use it as their name server."""
+        return f"127.0.0.1:{self.proxy_remoting_port}"
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> RealRocketMQ:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 120) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proxy = self.proxy and not self.is_4x
+        taken: set[int] = set()
+        for name in ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port"):
+            if not getattr(self, name):
+                port = _broker_port(taken) if name == "broker_port" else _free_port(avoid=taken)
+                setattr(self, name, port)
+            taken |= {getattr(self, name), getattr(self, name) - 2}
+        self._write_configs()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+        env["ROCKETMQ_HOME"] = str(self.workdir)
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._jvm("namesrv").start(env)
+            self._jvms["namesrv"].wait_ready(deadline)
+            self._jvm("broker").start(env)
+            self._jvms["broker"].wait_ready(deadline)
+            self._wait_registered(deadline)
+            if self.proxy:  # it creates system topics on the cluster as it starts: after the broker
+                self._jvm("proxy").start(env)
+                self._jvms["proxy"].wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stops every JVM (proxy, broker, name server): SIGTERM, SIGKILL after ``grace_s``
+        (a clean broker shutdown takes ~10 s here; a throw-away store need not wait for it)."""
+        for role in ("proxy", "broker", "namesrv"):
+            jvm = self._jvms.get(role)
+            if jvm is not None:
+                jvm.stop(grace_s)
+
+    def stop_broker(self, *, kill: bool = False) -> None:
+        """Stops the broker (SIGTERM and wait, or SIGKILL: a crash)."""
+        jvm = self._jvms["broker"]
+        if kill and jvm.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(jvm.proc.pid, signal.SIGKILL)
+            jvm.proc.wait(10)
+            jvm.proc = None
+        jvm.stop()
+
+    def start_broker(self, timeout_s: float = 90) -> None:
+        """Starts the broker again on its ports, with its store; returns once it serves."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+        env["ROCKETMQ_HOME"] = str(self.workdir)
+        deadline = time.monotonic() + timeout_s
+        jvm = self._jvms["broker"]
+        while not _bindable(self.ha_port) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the old process's sockets
+        jvm.start(env)
+        jvm.wait_ready(deadline)
+        self._wait_registered(deadline)
+
+    def restart_broker(self, *, kill: bool = False) -> None:
+        self.stop_broker(kill=kill)
+        self.start_broker()
+
+    def _wait_registered(self, deadline: float) -> None:
+        """Until the name server lists the broker (it registers right after its ready line)."""
+        from rocketmq_spark.client import RemotingClient
+
+        c = RemotingClient(self.namesrv_addr)
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(Exception):
+                    if c.cluster_brokers().get(self.broker_name) == self.broker_addr:
+                        return
+                time.sleep(0.1)
+        finally:
+            c.close()
+        raise RuntimeError(f"broker {self.broker_name} did not register with the name server {self.namesrv_addr}")
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def _jvm_argv(self, role: str, heap: str, main: str, *args: str) -> list[str]:
+        argv = [self.java, "-XX:+UseSerialGC", f"-Xms{heap}", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=256m",
+                f"-Duser.home={self.workdir}", f"-Drocketmq.home.dir={self.workdir}",
+                "-Djava.net.preferIPv4Stack=true"]
+        if not self.is_4x:
+            argv.append(f"-Drmq.logback.configurationFile=rmq.{role}.logback.xml")
+        return [*argv, "-cp", f"{self.lib}/*", main, *args]
+
+    def _jvm(self, role: str) -> _Jvm:
+        w = self.workdir
+        if role == "namesrv":
+            argv = self._jvm_argv(role, "128m", "org.apache.rocketmq.namesrv.NamesrvStartup",
+                                  "-c", str(w / "namesrv.conf"))
+            ready = "The Name Server boot success"
+        elif role == "broker":
+            argv = self._jvm_argv(role, "512m", "org.apache.rocketmq.broker.BrokerStartup",
+                                  "-c", str(w / "broker.conf"))
+            ready = "boot success"
+        else:
+            argv = self._jvm_argv(role, "256m", "org.apache.rocketmq.proxy.ProxyStartup", "-pm", "cluster",
+                                  "-pc", str(w / "rmq-proxy.json"), "-n", self.namesrv_addr)
+            ready = "rocketmq-proxy startup successfully"
+        jvm = _Jvm(role, argv, w / f"{role}.out", ready)
+        self._jvms[role] = jvm
+        return jvm
+
+    def _write_configs(self) -> None:
+        w = self.workdir
+        store = w / "store"
+        (w / "namesrv.conf").write_text(
+            f"listenPort={self.namesrv_port}\nbindAddress=127.0.0.1\nkvConfigPath={w / 'namesrv-kv.json'}\n")
+        broker = {
+            "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+            "namesrvAddr": self.namesrv_addr, "listenPort": self.broker_port, "haListenPort": self.ha_port,
+            "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
+            "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
+            "mappedFileSizeCommitLog": 64 * 1024 * 1024, "mappedFileSizeConsumeQueue": 600_000,
+            "maxHashSlotNum": 50_000, "maxIndexNum": 200_000,
+            "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true",
+            "enablePropertyFilter": "true", "warmMapedFileEnable": "false", "transientStorePoolEnable": "false",
+            "transactionTimeOut": 3000, "transactionCheckInterval": 2000,
+            # a test machine's disk may be fuller than a server's; the broker refuses writes past it
+            "diskMaxUsedSpaceRatio": 95,
+        }
+        (w / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in broker.items()))
+        if self.proxy:
+            (w / "rmq-proxy.json").write_text(json.dumps({
+                "rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv_addr,
+                "grpcServerPort": self.grpc_port, "remotingListenPort": self.proxy_remoting_port,
+                "localServeAddr": "127.0.0.1"}))
+        if self.is_4x:  # 4.x reads $ROCKETMQ_HOME/conf/logback_<role>.xml
+            conf = w / "conf"
+            conf.mkdir(exist_ok=True)
+            for role in ("namesrv", "broker", "tools"):
+                (conf / f"logback_{role}.xml").write_text(_LOGBACK_49 % role)
+
+    # -- the admin tool ---------------------------------------------------------------------
+
+    def mqadmin(self, *args: str, timeout_s: float = 120) -> str:
+        """Runs ``mqadmin <args>`` against this cluster (``-n`` added) and returns its output.
+        mqadmin exits 0 on most errors: a Java exception in the output is raised here."""
+        argv = [self.java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx256m",
+                f"-Duser.home={self.workdir}", f"-Drocketmq.home.dir={self.workdir}"]
+        if not self.is_4x:
+            argv.append("-Drmq.logback.configurationFile=rmq.tools.logback.xml")
+        argv += ["-cp", f"{self.lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
+                 "-n", self.namesrv_addr]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+        env["ROCKETMQ_HOME"] = str(self.workdir)
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+        out = run.stdout + run.stderr
+        if run.returncode != 0 or "Exception" in out:
+            raise RuntimeError(f"mqadmin {' '.join(args)} failed (exit {run.returncode}):\n{_tail(out)}")
+        return run.stdout
+
+    def topic_route_ready(self, topic: str, timeout_s: float = 30) -> None:
+        """Until the name server (and the proxy, when there is one) route ``topic``."""
+        from rocketmq_spark.client import RemotingClient
+
+        deadline = time.monotonic() + timeout_s
+        addrs = [self.namesrv_addr] + ([self.proxy_remoting_addr] if self.proxy else [])
+        for addr in addrs:
+            c = RemotingClient(addr)
+            try:
+                while True:
+                    try:
+                        if c.message_queues(topic, refresh=True):
+                            break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                    time.sleep(0.1)
+            finally:
+                c.close()
+
+
+def source_digest(*paths: Path) -> str:
+    """A short digest of files' contents (build caches key on it)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def running(version: str = VERSION, workdir: Path | None = None, **kw: object) -> Iterator[RealRocketMQ]:
+    """Provision ``version`` and run it for the ``with`` block (a temp workdir unless given)."""
+    lib = provision(version)
+    own = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix=f"rocketmq-{version}-")) if workdir is None else workdir
+    try:
+        with RealRocketMQ(lib, wd, version=version, **kw) as rmq:  # type: ignore[arg-type]
+            yield rmq
+    finally:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
