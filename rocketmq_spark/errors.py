@@ -47,6 +47,7 @@ __all__ = [
     "SystemBusyError",
     "TopicNotFoundError",
     "broker_error",
+    "explain",
 ]
 
 
@@ -183,4 +184,12 @@ def broker_error(
 ) -> BrokerError:
     """Build the exception for a non-success response code."""
     cls = BROKER_ERRORS.get(code, BrokerError)
-    return cls(code, remark, address=address, operation=operation)
+    return cls(code, explain(remark), address=address, operation=operation)
+
+
+def explain(remark: str | None) -> str | None:
+    """A server's remark with what to do about it, where the remark alone does not say."""
+    if remark and "TopicMessageType validate failed" in remark:  # a 5.x proxy's check
+        return remark + (" (a 5.x proxy takes FIFO, DELAY and TRANSACTION messages only on topics of that "
+                         "message.type, e.g. mqadmin updateTopic -t TOPIC -a +message.type=FIFO, or MIXED)")
+    return remark

@@ -5,8 +5,11 @@ Under ``<checkpointLocation>/rocketmq-sink/commits/<batchId>.json`` the driver's
 BEFORE ending any of them. From then on the record is the truth:
 
 - a replayed ``batchId`` (Spark re-runs a batch whose sink commit it did not see
-  finish) ends the recorded transactions with commit and rolls back the new ones,
-  so nothing is committed twice;
+  finish) rolls back the replay's new transactions and commits the recorded ones
+  only if the first commit did not finish sending them (``<batchId>.ended`` marks
+  that it did): a Java broker commits a half message again on every END_TRANSACTION
+  commit it gets (it does not remember that the half was ended), so a second commit
+  would be a duplicate;
 - a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
   it is in its batch's record, rollback if the batch is recorded without it (or a
   later batch is recorded), and unknown while the batch is still undecided.
@@ -57,6 +60,13 @@ class TxLog:
         atomic_write(self._path(batch_id), body)
         self._prune(batch_id)
 
+    def mark_ended(self, batch_id: int) -> None:
+        """Every transaction of the recorded batch has been ended (the brokers answered)."""
+        atomic_write(os.path.join(self.dir, f"{batch_id}.ended"), b"")
+
+    def ended(self, batch_id: int) -> bool:
+        return os.path.exists(os.path.join(self.dir, f"{batch_id}.ended"))
+
     def txns(self, batch_id: int) -> list[Txn]:
         with open(self._path(batch_id), "rb") as fh:
             return [Txn.from_list(t) for t in json.load(fh)["txns"]]
@@ -83,7 +93,8 @@ class TxLog:
         if cutoff <= 0:
             return
         for name in os.listdir(self.dir):
-            if name.endswith(".json") and name[:-5].isdigit() and int(name[:-5]) < cutoff:
+            stem, _, ext = name.partition(".")
+            if ext in ("json", "ended") and stem.isdigit() and int(stem) < cutoff:
                 try:
                     os.unlink(os.path.join(self.dir, name))
                 except FileNotFoundError:

@@ -104,7 +104,7 @@ class _Sender:
         self.rows = 0
         self.txns: list[Txn] = []
         self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch, int]] = deque()
-        self._buffers: dict[tuple[str, int | None], tuple[list[BatchEntry], int]] = {}
+        self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._registered: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
 
@@ -236,29 +236,32 @@ class _Sender:
                 self._buffer(t, g, entry)
 
     def _buffer(self, topic: str, group: str | None, entry: BatchEntry) -> None:
-        key = (topic, (java_string_hash(group) & 0x7FFFFFFF) if group else None)
+        key = (topic, group or None)  # one batch never mixes message groups
         entries, size = self._buffers.get(key, ([], 0))
         entries.append(entry)
         size += len(entry.body) + len(entry.properties) + 24
         if len(entries) >= self.opts.max_batch_messages or size >= self.opts.max_batch_bytes:
             self._buffers.pop(key, None)
-            self._flush_buffer(key, entries, group)
+            self._flush_buffer(key, entries)
         else:
             self._buffers[key] = (entries, size)
 
-    def _flush_buffer(self, key: tuple[str, int | None], entries: list[BatchEntry], group: str | None) -> None:
-        topic, ghash = key
-        if ghash is not None:
-            qs = self.queues(topic)
-            self._submit(qs[ghash % len(qs)], entries, 0, ordered=True)
+    def _flush_buffer(self, key: tuple[str, str | None], entries: list[BatchEntry]) -> None:
+        topic, group = key
+        if group is not None:
+            # the batch's own properties name its group: a 5.x proxy types a batch (FIFO) by them
+            self._submit(self._group_queue(topic, group), entries, 0, ordered=True,
+                         batch_properties=f"__SHARDINGKEY\x01{group}\x02")
         else:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
-    def _submit(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int, *, ordered: bool) -> None:
+    def _submit(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int, *, ordered: bool,
+                batch_properties: str = "") -> None:
         if ordered:
             # FIFO: the previous sends must have landed before this one goes out.
             self._drain(0)
-        req = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag)
+        req = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag,
+                                       batch_properties=batch_properties)
         try:
             fut = self.client.send_async(mq, req)
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
@@ -323,7 +326,7 @@ class _Sender:
 
     def finish(self) -> TaskReport:
         for key, (entries, _) in list(self._buffers.items()):
-            self._flush_buffer(key, entries, None)
+            self._flush_buffer(key, entries)
         self._buffers.clear()
         self._drain(0)
         self.client.close()
@@ -389,7 +392,7 @@ def end_transactions(client: BrokerClient, producer_group: str, txns: list[Txn],
     def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
         try:
             resp = fut.result(client.config.request_timeout_s)
-            if resp.code == 0 or "no open transaction" in (resp.remark or ""):
+            if resp.code == 0 or "Find prepared transaction message failed" in (resp.remark or ""):
                 return
         except RocketMQSparkError:
             pass
@@ -472,12 +475,16 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
             txlog.record(batch_id, txns)
             to_commit, to_rollback = txns, []
         else:
-            to_commit = txlog.txns(batch_id)
             to_rollback = [t for t in txns if t.msg_id not in recorded]
-            log.info("batch %d was already recorded: re-ending its %d transactions, rolling back %d from the "
-                     "replay", batch_id, len(to_commit), len(to_rollback))
+            # a broker commits a half again on every commit it is sent: once ended, never again
+            to_commit = [] if txlog.ended(batch_id) else txlog.txns(batch_id)
+            log.info("batch %d was already recorded: committing %d of its transactions again (%s), rolling back "
+                     "%d from the replay", batch_id, len(to_commit),
+                     "its first commit had finished" if not to_commit else "its first commit did not finish",
+                     len(to_rollback))
         end_transactions(client, opts.producer_group, to_commit, commit=True)
         end_transactions(client, opts.producer_group, to_rollback, commit=False)
+        txlog.mark_ended(batch_id)
     finally:
         client.close()
 

@@ -55,12 +55,13 @@ class Target:
     def is_real(self) -> bool:
         return self.kind == "real"
 
-    def create_topic(self, topic: str, queues: int = 4, *, perm: int = 6) -> str:
+    def create_topic(self, topic: str, queues: int = 4, *, perm: int = 6, message_type: str | None = None) -> str:
         """Creates ``topic`` (the real name server routes only topics that exist; the embedded
-        one would create it on first lookup) and waits until every way in routes it."""
+        one would create it on first lookup) and waits until every way in routes it.
+        ``message_type``: the topic's message.type (a 5.x proxy takes only that type)."""
         c = RemotingClient(self.namesrv_addr)
         try:
-            c.create_topic(topic, queues=queues, perm=perm)
+            c.create_topic(topic, queues=queues, perm=perm, message_type=message_type)
         finally:
             c.close()
         if self.real is not None:

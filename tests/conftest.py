@@ -66,6 +66,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = spec.params.get("broker", "embedded") if spec else "embedded"
         name = spec.params.get("transport") if spec else None
         table = getattr(item.module, "TRANSPORTS", READ_TRANSPORTS)
+        marker = item.get_closest_marker("transports")  # @pytest.mark.transports(real=("remoting",))
+        if marker is not None:
+            table = {**table, **marker.kwargs}
         (drop if name is not None and name not in table.get(kind, ()) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -177,6 +177,8 @@ class BrokerConfig:
     #: Java's autoCreateSubscriptionGroup: a consumer group comes into being on its first pull
     #: or consumer heartbeat; off, only UPDATE_AND_CREATE_SUBSCRIPTIONGROUP creates one
     auto_create_groups: bool = True
+    #: Java's enableMixedMessageType: topics of message.type MIXED may be created (off by default)
+    mixed_message_type: bool = False
     default_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
     #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
@@ -358,6 +360,43 @@ class Accepted:
         return [decode_properties(m.properties).get(PropertyKey.UNIQ_KEY, "") for m in self.messages]
 
 
+#: the values of a topic's ``message.type`` attribute (Java's TopicMessageType; NORMAL when unset)
+TOPIC_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})
+
+
+def _alter_attributes(current: dict[str, str], spec: str) -> dict[str, str]:
+    """Apply UPDATE_AND_CREATE_TOPIC's ``attributes`` (``+key=value,-key``) to ``current``."""
+    for item in filter(None, (i.strip() for i in spec.split(","))):
+        op, key, value = item[0], *item[1:].partition("=")[::2]
+        if op == "+" and key and value:
+            if key == "message.type" and value not in TOPIC_MESSAGE_TYPES:
+                raise ValueError(f"message.type {value!r}: one of {', '.join(sorted(TOPIC_MESSAGE_TYPES))} is accepted")
+            current[key] = value
+        elif op == "-" and key and not value:
+            current.pop(key, None)
+        else:
+            raise ValueError(f"attribute {item!r}: '+key=value' or '-key' is accepted")
+    return current
+
+
+def _join_props(props: str, more: str) -> str:
+    """Two properties strings (``k\\x01v\\x02...``) one after the other."""
+    if not more:
+        return props
+    return f"{props}\x02{more}" if props and not props.endswith("\x02") else props + more
+
+
+def message_type(properties: dict[str, str], sys_flag: int = 0) -> str:
+    """A message's TopicMessageType from its properties, as a 5.x proxy tells it."""
+    if properties.get(PropertyKey.TRAN_MSG) == "true" or (
+            sys_flag & SysFlag.TRANSACTION_MASK) == TransactionType.PREPARED:
+        return "TRANSACTION"
+    if any(k in properties for k in (PropertyKey.DELAY, PropertyKey.TIMER_DELIVER_MS, PropertyKey.TIMER_DELAY_SEC,
+                                     PropertyKey.TIMER_DELAY_MS)):
+        return "DELAY"
+    return "FIFO" if PropertyKey.SHARDING_KEY in properties else "NORMAL"
+
+
 class UniqIds:
     """Client message ids (UNIQ_KEY) in the layout Java's MessageClientIDSetter gives them, hex of:
     IPv4 address (4 bytes), pid (2), a per-process random (4), milliseconds since the start of
@@ -531,9 +570,16 @@ class Broker:
         if not (0 < read <= 1024 and 0 < write <= 1024):
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"queue numbers read={read} write={write}: 1..1024 are accepted")
+        old = self.topics.get(topic)
+        try:
+            attributes = _alter_attributes(dict(old.attributes) if old else {}, ext.get("attributes", ""))
+        except ValueError as exc:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"topic {topic!r}: {exc}")
+        if attributes.get("message.type") == "MIXED" and not self.config.mixed_message_type:
+            return req.response_to(ResponseCode.INVALID_PARAMETER, remark="MIXED message type is not supported.")
         cfg = TopicConfig(topic, read, write, _int(ext, "perm", 6),
                           ext.get("topicFilterType", "SINGLE_TAG"), _int(ext, "topicSysFlag", 0),
-                          _truthy(ext.get("order")))
+                          _truthy(ext.get("order")), attributes)
         self.topics.put(cfg)
         self._topics_changed()
         return req.response_to()
@@ -559,12 +605,13 @@ class Broker:
                 return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {exc}")
             if not entries:
                 return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            raw = [(e.body, e.properties, e.flag) for e in entries]
+            # Java brokers append the batch's own properties to each of its messages
+            extra = ext.get("properties", "")
+            raw = [(e.body, _join_props(e.properties, extra), e.flag) for e in entries]
         else:
             props_s = ext.get("properties", "")
             if "UNIQ_KEY\x01" not in props_s:  # as a 5.x broker does for a single send
-                props_s = f"{props_s}{'' if not props_s or props_s.endswith(chr(2)) else chr(2)}" \
-                          f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02"
+                props_s = _join_props(props_s, f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02")
             raw = [(req.body, props_s, _int(ext, "flag", 0))]
         try:
             acc = self.put_messages(
@@ -599,7 +646,7 @@ class Broker:
         """A batch of plain messages (no delay, timer or transaction) stored in one vectorised
         pass (:meth:`MessageStore.put_batch`); None: take the per-message path."""
         sys_flag = _int(ext, "sysFlag", 0)
-        if sys_flag & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED or not req.body:
+        if sys_flag & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED or not req.body or ext.get("properties"):
             return None
         topic = ext.get("topic", "")
         cfg = self.topics.get(topic)
@@ -1116,26 +1163,32 @@ class Broker:
         return resp
 
     def finish_transaction(self, commit_log_offset: int, half_offset: int, *, commit: bool) -> None:
-        """End the open transaction of the half message at ``commit_log_offset`` (its half
-        queue offset ``half_offset`` is a hint): commit makes a visible copy, both record an
-        op marker. Raises :class:`SendRejected` when no such transaction is open."""
+        """End the transaction of the half message at ``commit_log_offset`` (its half queue
+        offset ``half_offset`` is a hint): commit makes a visible copy, both record an op marker.
+
+        As on Java brokers (EndTransactionProcessor), an END for a half message that was already
+        ended is applied again as long as the half is still in the commit log: a second commit
+        stores a second copy. Raises :class:`SendRejected` when there is no half message there."""
         pos = commit_log_offset
         pending = self.pending_tx.get(half_offset)
         if pending is None or pending.commit_log_offset != pos:
             pending = next((p for p in self.pending_tx.values() if p.commit_log_offset == pos), None)
-        if pending is None:
+        raw = self._read_record_at(pos)
+        rec = decode_record(raw) if raw is not None else None
+        if rec is None or rec.topic != HALF_TOPIC or (pending is None and 0 <= half_offset != rec.queue_offset):
             raise SendRejected(ResponseCode.SYSTEM_ERROR,
-                               f"no open transaction for commitLogOffset {pos} (already ended or unknown)")
-        raw = self._read_record_at(pending.commit_log_offset)
-        if raw is None:
-            raise SendRejected(ResponseCode.SYSTEM_ERROR, f"half message at {pos} is unreadable")
+                               f"Find prepared transaction message failed: no half message at commitLogOffset {pos}")
+        if pending is None:
+            log.info("END_TRANSACTION (%s) for the already ended half message at %d: applied again",
+                     "commit" if commit else "rollback", pos)
         messages: list[NewMessage] = []
         if commit:
-            messages.append(self._committed_copy(decode_record(raw), pending.checks))
-        messages.append(NewMessage(OP_TOPIC, 0, str(pending.half_offset).encode(), "TAGS\x01d\x02",
+            messages.append(self._committed_copy(rec, pending.checks if pending else 0))
+        messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
                                    born_timestamp=int(time.time() * 1000), born_host=self._store_host))
         self.store.put(messages)
-        del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
+        if pending is not None:
+            del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
 
     def _committed_copy(self, rec: MessageRecord, checks: int = 0) -> NewMessage:
         """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,

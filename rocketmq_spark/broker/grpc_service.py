@@ -38,7 +38,7 @@ from ..proto.messages import message_to_properties, millis, record_to_message, s
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.message import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
-from .broker import Broker, SendRejected
+from .broker import Broker, SendRejected, message_type
 from .state import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,12 @@ _SEND_CODES: dict[int, int] = {
     ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
 }
 _ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+_TYPE_OF = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
+
+
+def _topic_type(cfg: TopicConfig | None) -> str:
+    return (cfg.attributes or {}).get("message.type", "NORMAL") if cfg is not None else "NORMAL"
+
 #: Longest invisible duration a POP receive may ask for (Java's default maximum: 12 h).
 _MAX_INVISIBLE_MS = 12 * 3600_000
 
@@ -163,7 +169,9 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         return cfg
 
     def _queue(self, topic: str, queue_id: int, perm: int) -> pb.MessageQueue:
-        mq = pb.MessageQueue(id=queue_id, permission=perm, accept_message_types=_ACCEPTED_TYPES)
+        kind = _topic_type(self.broker.topics.get(topic))
+        accepted = _ACCEPTED_TYPES if kind == "MIXED" else (_TYPE_OF.get(kind, pb.MESSAGE_TYPE_UNSPECIFIED),)
+        mq = pb.MessageQueue(id=queue_id, permission=perm, accept_message_types=accepted)
         mq.topic.name = topic
         mq.broker.name = self.broker.config.broker_name
         mq.broker.id = 0
@@ -279,6 +287,12 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 entries[i] = pb.SendResultEntry(status=_status(pb.BAD_REQUEST, str(exc)))
                 continue
             cfg = self._topic(topic)
+            expected, actual = _topic_type(cfg), message_type(props, sys_flag)
+            if actual != expected and expected != "MIXED":  # what a 5.x proxy checks
+                entries[i] = pb.SendResultEntry(status=_status(
+                    pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"TopicMessageType validate failed, the expected type is "
+                                                            f"{expected}, but actual type is {actual}"))
+                continue
             writable = cfg.writeQueueNums if cfg is not None else 1
             group = msg.system_properties.message_group if msg.system_properties.HasField("message_group") else ""
             queue = ((java_string_hash(group) & 0x7FFFFFFF) if group else round_robin) % max(1, writable)
@@ -309,6 +323,11 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         except Exception as exc:  # the flush failed: nothing is acknowledged as durable
             return pb.SendMessageResponse(status=_status(pb.MASTER_PERSISTENCE_TIMEOUT, f"flush failed: {exc}"))
         done = [e for e in entries if e is not None]  # every message has its entry by now
+        if len(done) > 1 and len(runs) == 1 and all(e.status.code == pb.OK for e in done):
+            # a 5.x proxy stores a request's messages as one batch and answers it with one entry:
+            # the first offset, the message ids comma-joined
+            done = [pb.SendResultEntry(status=_status(pb.OK), message_id=",".join(e.message_id for e in done),
+                                       transaction_id=done[0].transaction_id, offset=done[0].offset)]
         bad = [e.status for e in done if e.status.code != pb.OK]
         if not bad:
             status = _status(pb.OK)

@@ -45,6 +45,7 @@ from ..errors import (
     RocketMQSparkError,
     SystemBusyError,
     TopicNotFoundError,
+    explain,
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..proto import pb, pb_grpc
@@ -88,9 +89,9 @@ def parse_endpoints(value: str | Sequence[str]) -> list[str]:
 
 
 def _status_error(status: pb.Status, *, address: str, operation: str) -> BrokerError:
+    name = pb.Code.Name(status.code) if status.code in pb.Code.values() else status.code
     cls = STATUS_ERRORS.get(status.code, BrokerError)
-    return cls(int(status.code), f"{pb.Code.Name(status.code) if status.code in pb.Code.values() else status.code}: "
-                                 f"{status.message}", address=address, operation=operation)
+    return cls(int(status.code), explain(f"{name}: {status.message}"), address=address, operation=operation)
 
 
 def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) -> RocketMQSparkError:
@@ -358,7 +359,7 @@ class GrpcClient(SequentialManyQueueCalls):
     # -- sending ----------------------------------------------------------------------
 
     def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
-                     sys_flag: int = 0, born_ts: int | None = None) -> pb.SendMessageRequest:
+                     sys_flag: int = 0, born_ts: int | None = None, batch_properties: str = "") -> pb.SendMessageRequest:
         """A SendMessage request with one message per entry (properties as remoting writes
         them). gRPC proxies pick the queue themselves (a message group's by hash)."""
         prepared = (sys_flag & SysFlag.TRANSACTION_MASK) == TransactionType.PREPARED
@@ -375,10 +376,71 @@ class GrpcClient(SequentialManyQueueCalls):
         return req
 
     def send_async(self, mq: MessageQueue, request: pb.SendMessageRequest) -> Future[Any]:
-        """Send without waiting; resolve with :meth:`send_results` (or check ``.status``)."""
+        """Send without waiting; resolve with :meth:`send_results` (or check ``.status``).
+
+        Each message goes in a SendMessage call of its own (all in flight at once), as the
+        official SDKs send: a 5.x proxy (5.3.3) turns a multi-message request into a batch whose
+        header carries the first message's properties, which the broker appends to every
+        message (each gets the first one's tag, keys and UNIQ_KEY)."""
         addr = self.broker_addr(mq.broker, mq.topic)
-        return self.stub(addr).SendMessage.future(request, timeout=self.config.request_timeout_s,
-                                                  metadata=self.metadata())
+        stub, meta, timeout = self.stub(addr), self.metadata(), self.config.request_timeout_s
+
+        def call(m: pb.Message) -> Any:
+            return stub.SendMessage.future(pb.SendMessageRequest(messages=[m]), timeout=timeout, metadata=meta)
+
+        messages = list(request.messages)
+        if len(messages) == 1:
+            return call(messages[0])  # type: ignore[no-any-return]
+        merged: Future[Any] = Future()
+        answers: list[Any] = [None] * len(messages)
+
+        def finish() -> None:
+            resp = pb.SendMessageResponse()
+            bad = [a.status for a in answers if a.status.code != pb.OK]
+            resp.status.CopyFrom(bad[0] if bad else answers[0].status)
+            for a in answers:
+                resp.entries.extend(a.entries)
+            merged.set_result(resp)
+
+        if any(m.system_properties.message_group for m in messages):
+            # a message group's messages are sent one after the other: the proxy keeps their order
+            # only if each has landed before the next is sent
+            def chain(i: int, fut: Any) -> None:
+                try:
+                    answers[i] = fut.result()
+                except Exception as exc:  # grpc.RpcError: the caller maps and retries it
+                    merged.set_exception(exc)
+                    return
+                if answers[i].status.code != pb.OK or i + 1 == len(messages):
+                    answers[i + 1:] = []
+                    del messages[i + 1:]
+                    finish()
+                    return
+                nxt = call(messages[i + 1])
+                nxt.add_done_callback(lambda f: chain(i + 1, f))
+
+            first = call(messages[0])
+            first.add_done_callback(lambda f: chain(0, f))
+            return merged
+        calls = [call(m) for m in messages]
+        left = [len(calls)]
+        lock = threading.Lock()
+
+        def done(_: Any) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                answers[:] = [c.result() for c in calls]
+            except Exception as exc:  # grpc.RpcError: the caller maps and retries it
+                merged.set_exception(exc)
+                return
+            finish()
+
+        for c in calls:
+            c.add_done_callback(done)
+        return merged
 
     def send_results(self, mq: MessageQueue, count: int, resp: Any) -> list[SendResult]:
         addr = self._broker_endpoints.get(mq.broker, "?")
@@ -389,6 +451,12 @@ class GrpcClient(SequentialManyQueueCalls):
             if e.status.code != pb.OK:
                 raise _status_error(e.status, address=addr, operation=f"send to {mq}")
             out.append(SendResult(e.message_id, mq, int(e.offset), e.transaction_id))
+        if len(out) == 1 and count > 1:
+            # a 5.x proxy answers a batch with one entry per broker answer: the batch's first
+            # offset and its message ids comma-joined
+            first, ids = out[0], out[0].msg_id.split(",")
+            out = [SendResult(ids[i] if len(ids) == count else first.msg_id, mq, first.queue_offset + i,
+                              first.transaction_id) for i in range(count)]
         if len(out) != count:
             raise BrokerError(-1, f"{count} messages sent, {len(out)} results", address=addr,
                               operation=f"send to {mq}")
@@ -397,9 +465,13 @@ class GrpcClient(SequentialManyQueueCalls):
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
                    sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
         req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
-        resp = self._call(self.broker_addr(mq.broker, mq.topic), "SendMessage", req, f"send to {mq}",
-                          ok=tuple(pb.Code.values()))
-        return self.send_results(mq, len(entries), resp)
+        addr = self.broker_addr(mq.broker, mq.topic)
+        out: list[SendResult] = []
+        for m in req.messages:  # one message per call (see send_async)
+            resp = self._call(addr, "SendMessage", pb.SendMessageRequest(messages=[m]), f"send to {mq}",
+                              ok=tuple(pb.Code.values()))
+            out.extend(self.send_results(mq, 1, resp))
+        return out
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", **kw: Any) -> SendResult:
         return self.send_batch(mq, [BatchEntry(body, properties)], **kw)[0]

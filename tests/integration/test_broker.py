@@ -220,13 +220,18 @@ def test_transaction_half_messages_are_invisible_until_committed(client: Remotin
     recs = decode_records(client.pull(q, 0, 32).body)
     assert [r.payload() for r in recs] == [b"tx-commit"]
     assert recs[0].sys_flag & TransactionType.COMMIT
-    # ending it twice does not commit twice
+    # as Java brokers do, a second commit of the same half message stores it again: a producer
+    # must end each half message once
     _, pos = parse_offset_msg_id(commit.msg_id)
-    with pytest.raises(Exception, match="no open transaction"):
+    client.invoke(addr, RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
+        "producerGroup": "PG_TX", "tranStateTableOffset": str(commit.queue_offset),
+        "commitLogOffset": str(pos), "commitOrRollback": "8"}), "end transaction")
+    assert [r.payload() for r in decode_records(client.pull(q, 0, 32).body)] == [b"tx-commit", b"tx-commit"]
+    # an END for a position that holds no half message is refused
+    with pytest.raises(Exception, match="Find prepared transaction message failed"):
         client.invoke(addr, RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-            "producerGroup": "PG_TX", "tranStateTableOffset": str(commit.queue_offset),
-            "commitLogOffset": str(pos), "commitOrRollback": "8"}), "end transaction")
-    assert client.max_offset(q) == 1
+            "producerGroup": "PG_TX", "tranStateTableOffset": "0",
+            "commitLogOffset": str(recs[0].physical_offset), "commitOrRollback": "8"}), "end transaction")
 
 
 def test_open_transaction_is_checked_back_and_survives_restart(tmp_path) -> None:

@@ -53,7 +53,17 @@ def test_route_lists_read_write_queues_of_broker_zero_with_endpoints(broker, stu
     assert q.permission == pb.READ_WRITE and q.broker.id == 0 and q.broker.name == broker.broker_name
     host, port = broker.grpc_endpoint.rsplit(":", 1)
     assert (q.broker.endpoints.addresses[0].host, q.broker.endpoints.addresses[0].port) == (host, int(port))
-    assert set(q.accept_message_types) == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+    # as a 5.x proxy routes it: a topic takes the messages of its message.type (NORMAL when unset)
+    assert list(q.accept_message_types) == [pb.NORMAL]
+    RemotingClient(broker.namesrv_addr).create_topic("G_ROUTE_FIFO", message_type="FIFO")
+    fifo = stub.QueryRoute(pb.QueryRouteRequest(topic=pb.Resource(name="G_ROUTE_FIFO")))
+    assert list(fifo.message_queues[0].accept_message_types) == [pb.FIFO]
+    # and refuses the others, naming both types
+    msg = pb.Message(topic=pb.Resource(name="G_ROUTE_FIFO"), body=b"x")
+    msg.system_properties.message_id = "ID1"
+    sent = stub.SendMessage(pb.SendMessageRequest(messages=[msg]))
+    assert sent.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "expected type is FIFO, but actual type is NORMAL" in sent.status.message
 
 
 def test_telemetry_answers_settings_with_body_size_and_backoff(broker, stub) -> None:
@@ -79,13 +89,14 @@ def test_sent_over_grpc_read_over_remoting_and_the_reverse(broker, client, gclie
     rec = recs[0]
     assert (rec.body, rec.tags, rec.keys, rec.msg_id) == (b"from-grpc", "tg", ["k1", "k2"], "GRPC-1")
     assert rec.user_properties() == {"color": "red"}
-    # the reverse: a remoting send (compressed body) pulled over gRPC
-    rq = client.message_queues(topic)[1]
+    # the reverse: a remoting send (compressed body) pulled over gRPC, on a queue the gRPC send (the
+    # broker picked its queue) did not use
+    rq = next(m for m in client.message_queues(topic) if m.queue_id != rec.queue_id)
     import zlib
 
     big = b"q" * 5000
     client.send(rq, zlib.compress(big), encode_properties({"TAGS": "z", "p": "1"}), sys_flag=1)
-    res = gclient.pull(gclient.message_queues(topic)[1], 0, 10)
+    res = gclient.pull(gclient.message_queues(topic)[rq.queue_id], 0, 10)
     assert res.status == "FOUND" and res.next_offset == 1
     msg = res.messages[0]
     assert msg.body == big and msg.system_properties.body_encoding == pb.IDENTITY
@@ -187,7 +198,7 @@ def test_transaction_check_back_over_telemetry(tmp_path) -> None:
         producer = GrpcClient(mq.grpc_endpoint or "")
         try:
             topic = "G_TX_CHECK"
-            remoting.create_topic(topic, queues=1)
+            remoting.create_topic(topic, queues=1, message_type="TRANSACTION")
             asked: list[tuple[str, str]] = []
 
             def decide(props: dict[str, str], msg_id: str) -> bool:
