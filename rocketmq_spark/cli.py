@@ -42,6 +42,7 @@ from .errors import (
     TopicNotFoundError,
 )
 from .model import MessageQueue
+from .names import topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -439,6 +440,9 @@ def _perm_text(perm: int) -> str:
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
+    problem = topic_problem(args.name)
+    if problem:
+        raise CliError(f"topic {args.name!r}: {problem}")
     ns = _namesrv(args)
     client = _client(ns, args)
     try:
@@ -845,9 +849,10 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("dry run: nothing was written; run again without --dry-run to apply it")
     else:
-        print(f"done: {len(plan)} queues written; {online} connected consumer(s) of {args.group} were told to "
-              "restart from them (a Spark query resumes from its checkpoint instead; the group's offsets "
-              "apply to a query started on a new checkpoint)")
+        print(f"done: {len(plan)} queues written; {online} online consumer(s) of {args.group} move there (on a 5.x "
+              "broker at their next pull of each queue, a 4.x broker tells them at once). A running Spark query "
+              "stops with an error naming the reset; its checkpoint keeps its own offsets: the group's offsets "
+              "apply to a query started on a new checkpoint")
     return 0
 
 

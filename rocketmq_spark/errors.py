@@ -18,6 +18,7 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     │   └── MessageIllegalError         MESSAGE_ILLEGAL (13)
     ├── BrokerUnavailableError      a broker's queues stayed unreachable past the bound
     ├── GroupInUseError             other clients consume in the consumer group
+    ├── OffsetResetError            the group's offsets were reset while the query read them
     └── DataLossError               planned offsets were deleted by retention
 
 Broker errors carry the response ``code``, the peer ``address``, the ``operation``
@@ -39,6 +40,7 @@ __all__ = [
     "MessageIllegalError",
     "NoPermissionError",
     "OffsetNotFoundError",
+    "OffsetResetError",
     "OptionError",
     "ProtocolError",
     "RequestNotSupportedError",
@@ -161,6 +163,12 @@ class BrokerUnavailableError(RocketMQSparkError):
 class GroupInUseError(RocketMQSparkError):
     """Other clients consume in the consumer group; their commits would interleave with
     Spark's (option allowSharedGroup=true accepts that)."""
+
+
+class OffsetResetError(RocketMQSparkError):
+    """The broker moved the consumer group's offset of a queue a read task was reading: an
+    offset reset (mqadmin resetOffsetByTime, ``rocketmq-spark reset-offset``) made while the
+    query runs, which a 5.x broker hands to the group's next pull of the queue."""
 
 
 class DataLossError(RocketMQSparkError):

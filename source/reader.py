@@ -34,6 +34,7 @@ from ..errors import (
     ConnectionFailedError,
     DataLossError,
     GroupInUseError,
+    OffsetResetError,
     ProtocolError,
 )
 from ..model import MessageQueue, PullResult
@@ -444,6 +445,15 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
     """A pull inside the planned range found no message: retention deleted them (fail, or
     with failOnDataLoss=false log the skip), or they were never there (always fail)."""
     mq = part.mq
+    if res.status == "OFFSET_ILLEGAL" and part.group and 0 <= res.min_offset <= offset < res.max_offset:
+        # not retention (the offset is on the broker): a 5.x broker moves the group's next pull of
+        # a queue to the offset an operator reset the group to
+        raise OffsetResetError(
+            f"{mq}: the broker moved consumer group {part.group}'s offset from {offset} to {res.next_offset}: an "
+            f"offset reset (mqadmin resetOffsetByTime, rocketmq-spark reset-offset) made while this query reads "
+            f"the queue. The query keeps its own offsets in its checkpoint and does not follow resets: restart it "
+            f"on a new checkpoint (startingOffsets=group) to start from the reset offsets, or on this one to go on "
+            f"from where it was")
     if res.status == "OFFSET_ILLEGAL":
         if res.next_offset > offset and not part.fail_on_data_loss:
             log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",

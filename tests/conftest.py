@@ -69,7 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("transports")  # @pytest.mark.transports(real=("remoting",))
         if marker is not None:
             table = {**table, **marker.kwargs}
-        (drop if name is not None and name not in table.get(kind, ()) else keep).append(item)
+        only = item.get_closest_marker("brokers")  # @pytest.mark.brokers("embedded")
+        wrong_kind = spec is not None and "broker" in spec.params and only is not None and kind not in only.args
+        (drop if wrong_kind or (name is not None and name not in table.get(kind, ())) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -179,6 +179,11 @@ class BrokerConfig:
     auto_create_groups: bool = True
     #: Java's enableMixedMessageType: topics of message.type MIXED may be created (off by default)
     mixed_message_type: bool = False
+    #: Java 5.x's useServerSideResetOffset (on by default): a reset by time writes the group's offsets,
+    #: ignores its commits of those queues until its next pull of each, which is answered
+    #: PULL_OFFSET_MOVED to the reset offset; nothing is pushed. Off: the 4.x way, the offsets are
+    #: written and pushed to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET)
+    server_side_reset: bool = True
     default_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
     #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
@@ -813,6 +818,12 @@ class Broker:
         if group and not self.knows_group(group):
             return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                    remark=f"subscription group [{group}] does not exist")
+        reset = self.offsets.take_reset(topic, group, queue_id) if group and self.config.server_side_reset else None
+        if reset is not None:  # the group's offset was reset: its next pull of the queue moves there
+            return req.response_to(ResponseCode.PULL_OFFSET_MOVED, {
+                "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
+                "minOffset": str(self.store.min_offset(topic, queue_id)),
+                "maxOffset": str(self.store.max_offset(topic, queue_id))}, remark="OFFSET_RESET")
         if ext.get("expressionType", "TAG").upper() not in ("TAG", ""):
             return req.response_to(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                    remark="only TAG subscriptions are supported by the embedded broker")
@@ -929,6 +940,8 @@ class Broker:
                                    remark="UPDATE_CONSUMER_OFFSET needs topic and consumerGroup")
         if group not in self.groups:  # an offset update never creates a group (Java alike)
             return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"Group {group} not exist!")
+        if self.config.server_side_reset and self.offsets.is_reset(topic, group, _int(ext, "queueId")):
+            return req.response_to(remark="Offset has been previously reset")  # ignored, as Java does
         offset = _int(ext, "commitOffset")
         if offset >= 0:  # some clients send -1 for "nothing consumed yet"
             self.offsets.commit(topic, group, _int(ext, "queueId"), offset, conn.peer)
@@ -1000,11 +1013,17 @@ class Broker:
         cfg = self.topics.get(topic)
         if cfg is None:
             return req.response_to(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+        server_side = self.config.server_side_reset
+        if server_side and group not in self.groups:
+            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"Group {group} does not exist")
         table: dict[int, int] = {}
         for q in range(cfg.readQueueNums):
             off = self.store.max_offset(topic, q) if ts < 0 else self.store.offset_by_time(topic, q, ts)
             table[q] = off
-            self.offsets.commit(topic, group, q, off, conn.peer)
+            if server_side:
+                self.offsets.reset(topic, group, q, off)
+            else:
+                self.offsets.commit(topic, group, q, off, conn.peer)
         # fastjson writes MessageQueue keys as objects; mimic it so Java tools can read it.
         items = ",".join(
             '{"brokerName":%s,"queueId":%d,"topic":%s}:%d'
@@ -1012,7 +1031,7 @@ class Broker:
             for q, off in table.items()
         )
         body = ('{"offsetTable":{' + items + "}}").encode()
-        for consumer, _ in self.clients.consumers(group):
+        for consumer, _ in self.clients.consumers(group) if not server_side else ():
             consumer.push(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
                           {"topic": topic, "group": group, "timestamp": str(ts), "isForce": "true"}, body)
         return req.response_to(body=body)

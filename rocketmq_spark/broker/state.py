@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..files import atomic_write
+from ..names import topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ __all__ = [
     "valid_topic_name",
 ]
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: Topics the broker itself uses; never auto-created from a client's send.
 SYSTEM_TOPICS = frozenset({"TBW102", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "SCHEDULE_TOPIC_XXXX"})
@@ -42,13 +41,7 @@ SYSTEM_TOPICS = frozenset({"TBW102", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_
 
 def valid_topic_name(topic: str) -> str | None:
     """None when ``topic`` is acceptable, else why not (Java's TopicValidator rules)."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > 127:
-        return f"the topic name is {len(topic)} characters long; at most 127 are accepted"
-    if not _TOPIC_RE.match(topic):
-        return "the topic name may contain only letters, digits, '%', '|', '_' and '-'"
-    return None
+    return topic_problem(topic)
 
 
 @dataclass(slots=True)
@@ -121,6 +114,9 @@ class ConsumerOffsets:
         self.path = os.path.join(config_dir, "consumerOffset.json")
         os.makedirs(config_dir, exist_ok=True)
         self.table: dict[str, dict[int, int]] = {}
+        #: server-side resets not yet picked up by a pull of the group (``topic@group`` -> queue ->
+        #: offset): commits of those queues are ignored until then (Java's resetOffsetTable)
+        self.resets: dict[str, dict[int, int]] = {}
         self.dirty = False
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
@@ -144,6 +140,18 @@ class ConsumerOffsets:
                      topic, group, queue_id, old, offset, client or "?")
         queues[queue_id] = offset
         self.dirty = True
+
+    def reset(self, topic: str, group: str, queue_id: int, offset: int) -> None:
+        """A server-side reset: the offset is written, and held until the group's next pull."""
+        self.commit(topic, group, queue_id, offset, "reset")
+        self.resets.setdefault(self.key(topic, group), {})[queue_id] = offset
+
+    def is_reset(self, topic: str, group: str, queue_id: int) -> bool:
+        return queue_id in self.resets.get(self.key(topic, group), {})
+
+    def take_reset(self, topic: str, group: str, queue_id: int) -> int | None:
+        """The pending reset of the queue, removed (a pull of the group picks it up)."""
+        return self.resets.get(self.key(topic, group), {}).pop(queue_id, None)
 
     def groups_of(self, topic: str) -> list[str]:
         suffix_groups = []

@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -40,6 +41,10 @@ __all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"
 
 T = TypeVar("T")
 
+#: the topic whose route producers use for a topic that does not exist yet (brokers create it on send)
+AUTO_CREATE_TOPIC = "TBW102"
+#: queues a topic created on send gets (the send's defaultTopicQueueNums)
+DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
 _WINDOW = 256
 #: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
@@ -195,7 +200,16 @@ class RemotingClient:
         return route
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
-        route = self.route(topic, refresh=refresh)
+        """The topic's readable queues, or with ``writable`` the ones to send to. A producer
+        (``writable``) of a topic the name servers do not know uses the route of the brokers'
+        auto-create topic TBW102, as the Java producer does: a broker with
+        autoCreateTopicEnable then creates the topic on the first send."""
+        try:
+            route = self.route(topic, refresh=refresh)
+        except TopicNotFoundError:
+            if not writable:
+                raise
+            route = self._auto_create_route(topic)
         out: list[MessageQueue] = []
         for q in route.queue_datas:
             if route.broker_addr(q.broker_name) is None:
@@ -206,6 +220,25 @@ class RemotingClient:
             elif q.readable:
                 out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
         return sorted(out)
+
+    def _auto_create_route(self, topic: str) -> TopicRouteData:
+        try:
+            base = self.route(AUTO_CREATE_TOPIC)
+        except TopicNotFoundError:
+            raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"no route for topic {topic!r}, and its brokers do not create topics on a send "
+                                     f"(no {AUTO_CREATE_TOPIC} route: autoCreateTopicEnable is off); create it first",
+                                     address=self.namesrv_addrs[self._ns_index],
+                                     operation=f"route lookup of topic {topic!r}") from None
+        queues = tuple(replace(q, write_queue_nums=min(q.write_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS),
+                               read_queue_nums=min(q.read_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS))
+                       for q in base.queue_datas if q.writable)
+        route = replace(base, queue_datas=queues)
+        # asked again soon: the real route shows once a broker has created the topic
+        self._routes[topic] = (time.monotonic() - self.config.route_refresh_s + 1.0, route)
+        log.info("topic %s has no route yet: sending with the route of %s (%d brokers); the broker creates it",
+                 topic, AUTO_CREATE_TOPIC, len(queues))
+        return route
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         addr = self._broker_addrs.get(broker)
@@ -583,7 +616,8 @@ class RemotingClient:
             flag, props = entries[0].flag, batch_properties if batch else entries[0].properties
             body = encode_batch(entries) if batch else entries[0].body
         ext = {
-            "a": producer_group, "b": mq.topic, "c": "TBW102", "d": "4", "e": str(mq.queue_id),
+            "a": producer_group, "b": mq.topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+            "e": str(mq.queue_id),
             "f": str(sys_flag), "g": str(born_ts if born_ts is not None else int(time.time() * 1000)),
             "h": str(flag), "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
             "n": mq.broker,

@@ -23,6 +23,9 @@ from rocketmq_spark.remoting.frame import RemotingCommand
 
 pytestmark = pytest.mark.integration
 
+#: the topic, produce, progress and reset-offset commands run against both brokers
+BROKERS = ("embedded", "real")
+
 CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
 DEAD_ADDR = "127.0.0.1:1"  # nothing listens on port 1
 
@@ -59,8 +62,8 @@ def _read_all(client: RemotingClient, topic: str) -> list:
 
 
 @pytest.fixture()
-def ns(broker: EmbeddedBroker) -> str:
-    return broker.namesrv_addr
+def ns(broker) -> str:  # type: ignore[no-untyped-def]
+    return broker.namesrv_addr  # type: ignore[no-any-return]
 
 
 # -- broker -------------------------------------------------------------------------
@@ -162,8 +165,8 @@ def test_produce_json_lines_from_file_and_stdin(ns: str, client: RemotingClient,
     assert recs[b'{"order":1}'].keys == ["k3"] and recs[b'{"order":1}'].tags is None
 
 
-def test_produce_bad_json_line_is_one_line_and_sends_nothing(ns: str, client: RemotingClient) -> None:
-    client.message_queues("CLI_BADJSON")  # exists (auto-created), empty
+def test_produce_bad_json_line_is_one_line_and_sends_nothing(ns: str, client: RemotingClient, broker) -> None:
+    broker.create_topic("CLI_BADJSON")  # exists, empty
     stdin = '{"body": "ok"}\n{"body": "x", "tags": "oops"}\n'
     line = _one_error_line(run("produce", "-t", "CLI_BADJSON", "-f", "-", "-n", ns, stdin=stdin))
     assert "line 2" in line and "tags" in line
@@ -233,8 +236,8 @@ def test_progress_table_and_json(ns: str, client: RemotingClient) -> None:
     assert lines[5].split()[:6] == ["CLI_PROG", "broker-a", "3", "10", "-", "10"]
 
 
-def test_progress_of_a_missing_group_is_one_line(ns: str, client: RemotingClient) -> None:
-    client.message_queues("CLI_PROG_MISSING")
+def test_progress_of_a_missing_group_is_one_line(ns: str, client: RemotingClient, broker) -> None:
+    broker.create_topic("CLI_PROG_MISSING")
     line = _one_error_line(run("progress", "-g", "no_such_group", "-n", ns))
     assert "no_such_group" in line and "no committed offsets" in line
     line = _one_error_line(run("progress", "-g", "no_such_group", "-t", "CLI_PROG_MISSING", "-n", ns))
@@ -285,7 +288,28 @@ def test_reset_offset_dry_run_writes_nothing_then_reset_writes_the_plan(ns: str,
     assert _offsets(client, group, topic) == [10, 10, 10, 10]
 
 
-def test_reset_offset_notifies_connected_consumers(ns: str, broker: EmbeddedBroker) -> None:
+def test_reset_is_applied_at_the_groups_next_pull(ns: str, client: RemotingClient, broker) -> None:
+    """As a 5.x broker resets (useServerSideResetOffset, the default): the offsets are written, the
+    group's commits of those queues are ignored until its next pull of each, which moves there."""
+    topic, group = broker.create_topic("CLI_RESET_PULL", queues=1), "g_reset_pull"
+    assert run("produce", "-t", topic, "--count", "12", "-n", ns).returncode == 0
+    (q,) = client.message_queues(topic)
+    assert client.pull(q, 0, 32, group=group).status == "FOUND"  # the group exists once it pulled
+    client.update_consumer_offset(group, q, 9)
+    res = run("reset-offset", "-g", group, "-t", topic, "--timestamp", "earliest", "-n", ns)
+    assert res.returncode == 0, res.stderr
+    assert client.query_consumer_offset(group, q) == 0
+    client.update_consumer_offset(group, q, 9)  # a consumer that has not pulled since: ignored
+    assert client.query_consumer_offset(group, q) == 0
+    moved = client.pull(q, 9, 32, group=group)  # its next pull is moved to the reset offset
+    assert (moved.status, moved.next_offset) == ("OFFSET_ILLEGAL", 0)
+    client.update_consumer_offset(group, q, 3)  # from then on its commits count again
+    assert client.query_consumer_offset(group, q) == 3
+
+
+@pytest.mark.brokers("embedded")
+def test_reset_offset_notifies_connected_consumers_of_a_4x_broker(tmp_path) -> None:
+    """With server-side resets off (the 4.x way) online consumers are told at once."""
     topic, group = "CLI_RESET_NOTIFY", "g_notify"
     pushed: list[RemotingCommand] = []
     got = threading.Event()
@@ -295,20 +319,21 @@ def test_reset_offset_notifies_connected_consumers(ns: str, broker: EmbeddedBrok
             pushed.append(cmd)
             got.set()
 
-    consumer = RemotingClient(ns, on_request=on_request)
-    try:
-        consumer.message_queues(topic)
-        body = json.dumps({"clientID": "cli-test@1", "producerDataSet": [], "consumerDataSet": [
-            {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}]})
-        consumer.invoke(broker.broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body.encode()), "heartbeat")
-        res = run("reset-offset", "-g", group, "-t", topic, "--timestamp", "earliest", "-n", ns)
-        assert res.returncode == 0, res.stderr
-        assert "1 connected consumer(s)" in res.stdout
-        assert got.wait(10)
-        assert pushed[0].ext_fields["group"] == group and pushed[0].ext_fields["topic"] == topic
-    finally:
-        consumer.close()
+    with EmbeddedBroker(str(tmp_path), server_side_reset=False) as mq:
+        consumer = RemotingClient(mq.namesrv_addr, on_request=on_request)
+        try:
+            consumer.create_topic(topic)
+            body = json.dumps({"clientID": "cli-test@1", "producerDataSet": [], "consumerDataSet": [
+                {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                 "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [], "unitMode": False}]})
+            consumer.invoke(mq.broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body.encode()), "heartbeat")
+            res = run("reset-offset", "-g", group, "-t", topic, "--timestamp", "earliest", "-n", mq.namesrv_addr)
+            assert res.returncode == 0, res.stderr
+            assert "1 online consumer(s)" in res.stdout
+            assert got.wait(10)
+            assert pushed[0].ext_fields["group"] == group and pushed[0].ext_fields["topic"] == topic
+        finally:
+            consumer.close()
 
 
 def test_reset_offset_bad_timestamp_and_missing_topic(ns: str) -> None:
@@ -410,6 +435,7 @@ def test_demo_runs_the_main_job_end_to_end(demo_output: str) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.brokers("embedded")
 def test_demo_against_a_named_cluster_reads_only_its_own_orders(ns: str, client: RemotingClient) -> None:
     assert run("produce", "-t", "demo_orders_cluster", "--count", "50", "-n", ns).returncode == 0  # not orders
     res = run("demo", "-n", ns, "--topic", "demo_orders_cluster", "--group", "g_demo_cluster",

@@ -11,10 +11,12 @@ from rocketmq_spark.remoting import BatchEntry
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
+BROKERS = ("embedded", "real")
+
 
 def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, broker, client, tmp_path,
                                                                       transport) -> None:
-    topic, group = transport("LISTEN_END"), transport("g_listen")
+    topic, group = broker.create_topic(transport("LISTEN_END")), transport("g_listen")
     qs = client.message_queues(topic)
     for i in range(40):
         client.send_batch(qs[i % 4], [BatchEntry(b"m%d" % i)])

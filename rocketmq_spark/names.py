@@ -1,0 +1,36 @@
+"""RocketMQ's rules for topic and group names (the Java client's Validators, TopicValidator).
+
+One home for them: the embedded broker refuses bad names with them, the CLI and the Spark
+options check them before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["GROUP_MAX_LENGTH", "NAME_CHARS", "TOPIC_MAX_LENGTH", "group_problem", "topic_problem"]
+
+#: the characters a topic or group name may use
+NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+
+
+def _problem(kind: str, name: str, max_length: int) -> str | None:
+    if not name:
+        return f"the {kind} name is empty"
+    if len(name) > max_length:
+        return f"the {kind} name is {len(name)} characters long; at most {max_length} are accepted"
+    if not NAME_CHARS.match(name):
+        return f"the {kind} name may contain only letters, digits, '%', '|', '_' and '-'"
+    return None
+
+
+def topic_problem(topic: str) -> str | None:
+    """None when ``topic`` is a valid topic name, else what is wrong with it."""
+    return _problem("topic", topic, TOPIC_MAX_LENGTH)
+
+
+def group_problem(group: str) -> str | None:
+    """None when ``group`` is a valid consumer or producer group name, else what is wrong."""
+    return _problem("group", group, GROUP_MAX_LENGTH)
