@@ -9,6 +9,8 @@ nothing here opens a socket in ``__init__``.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from ..errors import (
     GroupInUseError,
     OffsetResetError,
     ProtocolError,
+    TopicNotFoundError,
 )
 from ..model import MessageQueue, PullResult
 from .arrow import columns_to_batch, decode_to_batch, only_subscribed
@@ -108,6 +111,8 @@ class Planner:
         #: max offsets fetched with the min offsets by check_data_loss, for the next latest() only
         self._highs: dict[MessageQueue, int] = {}
         self._group_checked = False
+        #: topics seen with a route (one gone later means its brokers are down, see queues())
+        self._routed: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -131,9 +136,21 @@ class Planner:
         return self._store
 
     def queues(self) -> list[MessageQueue]:
+        """The topics' queues the routes list now. A topic that had queues and has no route
+        now is not an error: name servers drop a broker's routes when its connection closes
+        (a restart), so its planned queues wait for it like any down broker's (see
+        :meth:`_unavailable`). A topic never seen with a route raises TopicNotFoundError."""
         out: list[MessageQueue] = []
         for topic in self.options.topics:
-            out.extend(self.client.message_queues(topic, refresh=True))
+            try:
+                queues = self.client.message_queues(topic, refresh=True)
+            except TopicNotFoundError:
+                if topic not in self._routed:
+                    raise
+                log.debug("topic %s has no route now (its brokers restarting?); its queues wait", topic)
+                continue
+            self._routed.add(topic)
+            out.extend(queues)
         return sorted(out)
 
     def latest(self) -> Offsets:
@@ -351,17 +368,25 @@ class Planner:
 
     def _make_group_known(self, client: RemotingClient, group: str) -> None:
         """Brokers refuse offset commits of a consumer group they do not know and create one
-        only on its first pull or heartbeat (autoCreateSubscriptionGroup). A broker whose
-        queues get no data would never see a pull, so each is pulled from once here, at one
-        queue's max offset (an empty answer, nothing read). Where the broker does not create
-        groups this fails at once with :class:`GroupNotFoundError` naming the group."""
+        only on a consumer's heartbeat or pull (autoCreateSubscriptionGroup), its retry topic
+        %RETRY%<group> (which mqadmin consumerProgress needs) only on a heartbeat. A broker
+        whose queues get no data would never see either, so each broker gets one consumer
+        heartbeat here, unregistered at once (the query does not stay listed as an online
+        consumer), then one pull at a queue's max offset (an empty answer, nothing read):
+        where the broker does not create groups that fails at once with
+        :class:`GroupNotFoundError` naming the group."""
+        client_id = f"rocketmq-spark@{socket.gethostname()}@{os.getpid()}"
+        subs = {t: self.options.sub_expression for t in self.options.topics}
         seen: set[str] = set()
         for topic in self.options.topics:
             for mq in client.message_queues(topic):
                 if mq.broker in seen:
                     continue
                 seen.add(mq.broker)
+                addr = client.broker_addr(mq.broker, topic)
                 try:
+                    client.heartbeat_consumer(group, client_id, addr, subs)
+                    client.unregister_consumer(group, client_id, addr)
                     client.pull(mq, client.max_offset(mq), 1, group=group, subscription=self.options.sub_expression)
                 except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
                     log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)

@@ -19,17 +19,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 
-from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport
+from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, skip_or_fail
 from real_rocketmq import RealRocketMQ, java_available, provision
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip, except under CI=true: CI has java and mvn, so a skip there is a failure."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: nothing may be skipped)", pytrace=False)
-    pytest.skip(reason)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

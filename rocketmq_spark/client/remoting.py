@@ -30,7 +30,7 @@ from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.acl import Credentials, sign_request
-from ..remoting.message import BatchEntry, EncodedBatch, decode_records, encode_batch
+from ..remoting.message import BatchEntry, EncodedBatch, decode_records, encode_batch, java_string_hash
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying
@@ -241,13 +241,22 @@ class RemotingClient:
         return route
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        """The master address of ``broker`` (looked up in ``topic``'s route when not known yet).
+
+        A broker that is in no route now cannot be reached: :class:`ConnectionFailedError`. Name
+        servers drop a broker's routes as soon as its connection to them closes (a restart,
+        a crash), so this is what a broker that is down looks like before it registers again."""
         addr = self._broker_addrs.get(broker)
         if addr is None and topic is not None:
-            self.route(topic, refresh=True)
+            try:
+                self.route(topic, refresh=True)
+            except TopicNotFoundError as exc:
+                raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker} of topic {topic!r}",
+                                            f"the topic has no route now: {exc.remark}") from None
             addr = self._broker_addrs.get(broker)
         if addr is None:
-            raise BrokerError(ResponseCode.SYSTEM_ERROR, f"broker {broker!r} is not in any known route",
-                              address="?", operation="find broker")
+            raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
+                                        "it is in no route the name servers give now (stopped or restarting?)")
         return addr
 
     def topic_list(self) -> list[str]:
@@ -682,6 +691,29 @@ class RemotingClient:
         body = json.dumps({"clientID": client_id, "producerDataSet": [{"groupName": group}],
                            "consumerDataSet": []}).encode()
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), "heartbeat")
+
+    def heartbeat_consumer(self, group: str, client_id: str, broker_addr: str,
+                           subscriptions: dict[str, str]) -> None:
+        """HEART_BEAT as a consumer of ``group`` (CLUSTERING, pulling itself) subscribed to
+        ``subscriptions`` (topic -> tag expression). Brokers create the group (with
+        autoCreateSubscriptionGroup) and its retry topic %RETRY%<group>, which RocketMQ's tools
+        (mqadmin consumerProgress) need; until UNREGISTER_CLIENT or the connection closes, the
+        client is listed as an online consumer of the group."""
+        subs = []
+        for topic, expr in sorted(subscriptions.items()):
+            tags = sorted({t.strip() for t in expr.split("||") if t.strip()} - {"*"})
+            subs.append({"topic": topic, "subString": expr or "*", "tagsSet": tags,
+                         "codeSet": [java_string_hash(t) for t in tags], "subVersion": int(time.time() * 1000),
+                         "expressionType": "TAG", "classFilterMode": False})
+        body = json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": subs, "unitMode": False}]}).encode()
+        self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), f"heartbeat of group {group!r}")
+
+    def unregister_consumer(self, group: str, client_id: str, broker_addr: str) -> None:
+        """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker."""
+        self.invoke(broker_addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
+            "clientID": client_id, "consumerGroup": group}), f"unregister from group {group!r}")
 
     def consumer_ids(self, group: str, broker_addr: str, broker_name: str = "") -> list[str]:
         """Client ids of the group's online consumers on one broker ([] when none: brokers

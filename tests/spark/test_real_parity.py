@@ -1,0 +1,305 @@
+"""What a real Apache RocketMQ showed about RocketMQ, checked on both brokers (and on 4.9.7).
+
+Each test here is a behaviour where the embedded broker once differed from the real one, or
+where RocketMQ's own tools are the judge of what the Spark source did.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rocketmq_spark import RocketMQOffsetCommitter
+from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.remoting import BatchEntry, RemotingCommand, RequestCode, ResponseCode, encode_properties
+from rocketmq_spark.remoting.message import decode_records, java_string_hash
+from rocketmq_spark.sink import WriterOptions
+from rocketmq_spark.sink.txlog import TxLog
+from rocketmq_spark.sink.writer import _txns, answer_check, write_rows
+
+from brokers import skip_or_fail, wait_until
+from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+BROKERS = ("embedded", "real")
+CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
+
+
+def _send(client: RemotingClient, topic: str, items: list[tuple[int, bytes, str]]) -> None:
+    """(queue index, body, tag) each, one message per send, in order."""
+    qs = client.message_queues(topic)
+    for qi, body, tag in items:
+        client.send_batch(qs[qi], [BatchEntry(body, encode_properties({"TAGS": tag}) if tag else "")])
+
+
+def _available_now(spark, where: dict[str, str], topic: str, name: str, ckpt: str, **opts: str):  # type: ignore[no-untyped-def]
+    reader = spark.readStream.format("rocketmq").options(**where).option("topic", topic)
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    q = (reader.load().writeStream.format("memory").queryName(name).option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    return spark.sql(f"select * from {name}").collect()
+
+
+def _committed_through_listener(spark, where: dict[str, str], topic: str, group: str, ckpt: str,
+                                client: RemotingClient, **opts: str):  # type: ignore[no-untyped-def]
+    """An AvailableNow run with the offset committer listener; returns the rows once the
+    broker holds the group's offsets at every queue's max offset (the last batch included)."""
+    committer = RocketMQOffsetCommitter(where.get("namesrvAddr"), group, topics=[topic])
+    spark.streams.addListener(committer)
+    try:
+        rows = _available_now(spark, where, topic, f"q_{group}", ckpt, consumerGroup=group, **opts)
+        qs = client.message_queues(topic)
+        maxes = [client.max_offset(q) for q in qs]
+        assert wait_until(lambda: [client.query_consumer_offset(group, q) for q in qs] == maxes, 30)
+        return rows
+    finally:
+        spark.streams.removeListener(committer)
+
+
+# -- tag filtering: brokers compare hash codes, the reader compares strings -------------
+
+
+def test_a_tag_whose_hash_collides_is_delivered_by_the_broker_and_dropped_by_the_reader(
+        spark, broker, client, tmp_path) -> None:
+    assert java_string_hash("Aa") == java_string_hash("BB")
+    topic = broker.create_topic("PAR_TAGS", queues=2)
+    # each queue: Aa, BB, Aa, BB, ... ending with BB (so committed offsets must pass BB messages)
+    items = [((i // 2) % 2, b"m%d-%s" % (i, b"Aa" if i % 2 == 0 else b"BB"), "Aa" if i % 2 == 0 else "BB")
+             for i in range(16)]
+    _send(client, topic, items + [(0, b"other", "x")] + [(0, b"m-last-BB", "BB")])
+    # the broker filters by hash: "BB" comes with an "Aa" subscription (on both brokers)
+    q0 = client.message_queues(topic)[0]
+    pulled = decode_records(client.pull(q0, 0, 32, subscription="Aa").body)
+    assert {r.tags for r in pulled} == {"Aa", "BB"}
+    want = sorted(body for _, body, tag in items if tag == "Aa")
+    batch = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+             .option("subExpression", "Aa").load().collect())
+    assert sorted(bytes(r.body) for r in batch) == want and {r.tag for r in batch} == {"Aa"}
+    stream = _committed_through_listener(spark, {"namesrvAddr": broker.namesrv_addr}, topic, "g_par_tags",
+                                         str(tmp_path / "ck"), client, subExpression="Aa",
+                                         startingOffsets="earliest")
+    assert sorted(bytes(r.body) for r in stream) == want  # and the group's offsets passed every BB
+
+
+# -- a new consumer group on a young topic ----------------------------------------------
+
+
+def test_a_new_group_with_consume_from_latest_starts_at_the_latest_offsets(spark, broker, client, tmp_path) -> None:
+    topic, group = broker.create_topic("PAR_NEWGROUP", queues=2), "g_par_new"
+    _send(client, topic, [(i % 2, b"old-%d" % i, "") for i in range(8)])
+    q = client.message_queues(topic)[0]
+    # what the broker itself answers a new group on a young queue: offset 0 (a push consumer with
+    # CONSUME_FROM_LAST_OFFSET would read everything)
+    raw = client.invoke(broker.broker_addr, RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={
+        "topic": topic, "consumerGroup": group, "queueId": "0"}), "query offset")
+    assert (raw.code, raw.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "0")
+    assert client.query_consumer_offset(group, q) is None  # the client tells it apart: never committed
+    out = str(tmp_path / "out")
+
+    def run() -> None:  # consumeFromWhere=latest is the stream default
+        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+             .option("consumerGroup", group).load().select("body").writeStream.format("parquet")
+             .option("path", out).option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None, q.exception()
+
+    run()
+    _send(client, topic, [(i % 2, b"new-%d" % i, "") for i in range(4)])
+    run()
+    rows = spark.read.parquet(out).collect()
+    assert sorted(bytes(r.body) for r in rows) == [b"new-0", b"new-1", b"new-2", b"new-3"]
+
+
+# -- RocketMQ's own tools as the judge ----------------------------------------------------
+
+
+def _mqadmin_progress(rmq: RealRocketMQ, group: str, topic: str) -> dict[int, tuple[int, int]]:
+    """queueId -> (broker offset, consumer offset) from ``mqadmin consumerProgress``."""
+    out: dict[int, tuple[int, int]] = {}
+    for line in rmq.mqadmin("consumerProgress", "-g", group).splitlines():
+        cols = line.split()
+        if cols and cols[0] == topic:
+            out[int(cols[2])] = (int(cols[3]), int(cols[4]))
+    return out
+
+
+@pytest.mark.brokers("real")
+def test_mqadmin_and_our_progress_show_the_offsets_the_query_committed(spark, broker, client, tmp_path) -> None:
+    topic, group = broker.create_topic("PAR_PROGRESS", queues=2), "g_par_progress"
+    _send(client, topic, [(i % 2, b"p%d" % i, "") for i in range(30)])
+    _committed_through_listener(spark, {"namesrvAddr": broker.namesrv_addr}, topic, group, str(tmp_path / "ck"),
+                                client, startingOffsets="earliest", maxMessagesPerTrigger="10")
+    _send(client, topic, [(0, b"late", "")])  # one message behind
+    ends = {q.queue_id: client.query_consumer_offset(group, q) for q in client.message_queues(topic)}
+    assert ends == {0: 15, 1: 15}
+    assert _mqadmin_progress(broker.real, group, topic) == {0: (16, 15), 1: (15, 15)}
+    ours = json.loads(subprocess.run([*CLI, "progress", "-g", group, "-t", topic, "--json", "-n",
+                                      broker.namesrv_addr], capture_output=True, text=True, check=True).stdout)
+    assert {r["queueId"]: (r["brokerOffset"], r["consumerOffset"]) for r in ours["queues"]} == {
+        0: (16, 15), 1: (15, 15)}
+
+
+@pytest.mark.brokers("real")
+def test_our_reset_offset_plan_and_mqadmin_reset_offset_by_time_agree(broker, client) -> None:
+    topic, group = broker.create_topic("PAR_RESET", queues=2), "g_par_reset"
+    _send(client, topic, [(i % 2, b"a%d" % i, "") for i in range(10)])
+    qs = client.message_queues(topic)
+    middle = client.store_time_at(qs[0], 3)  # the 4th message of queue 0: offsets 3 (q0) and 3 or 4 (q1)
+    assert middle is not None
+    _send(client, topic, [(i % 2, b"b%d" % i, "") for i in range(10)])
+    client.create_group(group)
+    for q in qs:
+        client.update_consumer_offset(group, q, 9)
+    plan = json.loads(subprocess.run(
+        [*CLI, "reset-offset", "-g", group, "-t", topic, "--timestamp", str(middle), "--dry-run", "--json", "-n",
+         broker.namesrv_addr], capture_output=True, text=True, check=True).stdout)
+    ours = {r["queueId"]: r["new"] for r in plan["queues"]}
+    out = broker.real.mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", str(middle))
+    theirs = {int(m[1]): int(m[2]) for m in re.finditer(r"^broker-a\s+(\d+)\s+(\d+)\s*$", out, re.M)}
+    assert ours == theirs == {q.queue_id: client.query_consumer_offset(group, q) for q in qs}
+    assert ours[0] == 3
+
+
+# -- exactly-once: a half message left open is committed by the broker's check-back ---------
+
+
+def test_open_half_messages_are_decided_by_check_backs_answered_from_the_record(broker, client, tmp_path) -> None:
+    topic = broker.create_topic("PAR_CHECKBACK", queues=2, message_type="TRANSACTION")
+    opts = WriterOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic, "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+    kept = write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"a0", b"a1", b"a2"]})]), 5)
+    dropped = write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 6)
+    txlog = TxLog(str(tmp_path))
+    # the driver recorded batch 5 and died before ending it; batch 6 was replayed without these rows
+    txlog.record(5, _txns([kept]))
+    txlog.record(6, [])
+    answered: dict[str, bool] = {}
+
+    class Spy:  # the connection the check came on: records what answer_check replies
+        def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
+            self.conn = conn
+
+        def reply(self, cmd: RemotingCommand) -> None:
+            answered[cmd.ext_fields["msgId"]] = cmd.ext_fields["commitOrRollback"] == "8"
+            self.conn.reply(cmd)
+
+    def on_request(conn, cmd) -> None:  # type: ignore[no-untyped-def]
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            answer_check(Spy(conn), cmd, txlog, opts.producer_group)  # type: ignore[arg-type]
+
+    checker = RemotingClient(broker.namesrv_addr, on_request=on_request)
+    try:
+        checker.heartbeat_producer(opts.producer_group, "par-checker@1", broker.broker_addr)
+        # a real broker first checks after transactionTimeOut (3 s here), the embedded one after 6 s
+        assert wait_until(lambda: len(answered) == 5, 60), answered
+    finally:
+        checker.close()
+    assert sorted(answered.values()) == [False, False, True, True, True]
+    qs = client.message_queues(topic)
+    want = [b"a0", b"a1", b"a2"]
+
+    def bodies() -> list[bytes]:
+        return sorted(r.payload() for q in qs for r in decode_records(client.pull(q, 0, 100).body))
+
+    assert wait_until(lambda: bodies() == want, 15)
+    assert bodies() == want
+
+
+# -- gRPC against a released proxy ------------------------------------------------------
+
+
+@pytest.mark.brokers("real")
+def test_reading_over_grpc_from_a_released_proxy_fails_naming_namesrvaddr(spark, broker) -> None:
+    topic = broker.create_topic("PAR_GRPC_READ")
+    with pytest.raises(Exception, match=r"does not implement .*namesrvAddr"):
+        (spark.read.format("rocketmq").option("endpoints", broker.grpc_endpoint).option("topic", topic)
+         .load().collect())
+
+
+# -- a broker restart mid-stream (last: it restarts the session's broker) -------------------
+
+
+@pytest.mark.brokers("real")
+def test_a_broker_killed_and_restarted_mid_stream_loses_and_repeats_nothing(spark, broker, client, tmp_path) -> None:
+    topic = broker.create_topic("PAR_RESTART", queues=2)
+    sent = [b"r%03d" % i for i in range(300)]
+    qs = client.message_queues(topic)
+    for i in range(0, 300, 50):
+        client.send_batch(qs[(i // 50) % 2], [BatchEntry(b) for b in sent[i:i + 50]])
+    got: list[bytes] = []
+    restarted = threading.Event()
+
+    def sink(df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        got.extend(bytes(r.body) for r in df.select("body").collect())
+        if batch_id == 1 and not restarted.is_set():
+            broker.real.stop_broker(kill=True)  # a crash between batches; back a few seconds later
+            threading.Thread(target=lambda: (broker.real.start_broker(), restarted.set()), daemon=True).start()
+
+    q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+         .option("consumerGroup", "g_par_restart").option("startingOffsets", "earliest")
+         .option("maxMessagesPerTrigger", "50").option("brokerDownTimeoutMs", "120000").load()
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+    assert restarted.is_set()
+    assert sorted(got) == sent  # nothing lost, nothing twice
+
+
+# -- Apache RocketMQ 4.9 --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rocketmq_49() -> Iterator[RealRocketMQ]:
+    """Apache RocketMQ 4.9.7 (name server and broker; 4.9 has no proxy) for this module."""
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"Apache RocketMQ {VERSION_4} cannot run here: {missing}")
+    workdir = Path(tempfile.mkdtemp(prefix="rocketmq-49-"))
+    rmq = RealRocketMQ(provision(VERSION_4), workdir, version=VERSION_4)
+    rmq.start()
+    try:
+        yield rmq
+    finally:
+        rmq.stop(grace_s=5)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_on_4_9_a_new_group_starts_where_consume_from_where_says(spark, rocketmq_49, tmp_path) -> None:
+    c = RemotingClient(rocketmq_49.namesrv_addr)
+    try:
+        c.create_topic("PAR_49", queues=2)
+        (q0, q1) = c.message_queues("PAR_49", refresh=True)
+        for i in range(4):
+            c.send_batch(q0, [BatchEntry(b"m%d" % i)])
+        # 4.9 answers 0 to a new group on a young queue AND on an empty one, and ignores setZeroIfNotFound
+        for qid in (0, 1):
+            raw = c.invoke(rocketmq_49.broker_addr, RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={
+                "topic": "PAR_49", "consumerGroup": "g49", "queueId": str(qid), "setZeroIfNotFound": "false"}), "q")
+            assert (raw.code, raw.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "0")
+        assert c.query_consumer_offsets("g49", [q0, q1]) == {q0: None, q1: None}  # the offset table tells
+        where = {"namesrvAddr": rocketmq_49.namesrv_addr}
+        assert _available_now(spark, where, "PAR_49", "q_par49_latest", str(tmp_path / "a"),
+                              consumerGroup="g49") == []
+        rows = _available_now(spark, where, "PAR_49", "q_par49_earliest", str(tmp_path / "b"),
+                              consumerGroup="g49_e", consumeFromWhere="earliest")
+        assert sorted(bytes(r.body) for r in rows) == [b"m0", b"m1", b"m2", b"m3"]
+        c.update_consumer_offset("g49", q1, 0)  # a committed 0 stays a committed 0
+        assert c.query_consumer_offsets("g49", [q0, q1]) == {q0: None, q1: 0}
+    finally:
+        c.close()
