@@ -470,6 +470,7 @@ class Broker:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
@@ -591,6 +592,11 @@ class Broker:
 
     def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.response_to(body=json.dumps(self.topics.to_json()).encode())
+
+    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET (43): ``{"offsetTable": {"topic@group": {"queueId": offset}}}``."""
+        table = {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.offsets.table.items())}
+        return req.response_to(body=json.dumps({"offsetTable": table}).encode())
 
     # -- send -----------------------------------------------------------------------
 

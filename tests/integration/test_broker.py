@@ -151,6 +151,10 @@ def test_consumer_offsets(client: RemotingClient, topic: str) -> None:
     assert client.query_consumer_offset("g1", q) == 7
     client.update_consumer_offset("g1", q, 3)  # lower is accepted (offset resets)
     assert client.query_consumer_offset("g1", q) == 3
+    # the whole table, as Java brokers answer it (slaves and 4.x offset checks read it)
+    table = client.invoke(client.broker_addr(q.broker), RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET),
+                          "offset table")
+    assert json.loads(table.body)["offsetTable"][f"{q.topic}@g1"] == {str(q.queue_id): 3}
     assert client.query_consumer_offset("g2", q) is None
 
 
