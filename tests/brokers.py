@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from real_rocketmq import RealRocketMQ
+
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
-
-from real_rocketmq import RealRocketMQ
 
 #: the transports a reading test runs over on each broker: released 5.x proxies serve sends and
 #: transactions over gRPC, not pulls or offsets (the reader then fails naming namesrvAddr; a

@@ -16,11 +16,11 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from rocketmq_spark.broker import EmbeddedBroker
-from rocketmq_spark.client import RemotingClient
-
 from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, skip_or_fail
 from real_rocketmq import RealRocketMQ, java_available, provision
+
+from rocketmq_spark.broker import EmbeddedBroker
+from rocketmq_spark.client import RemotingClient
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

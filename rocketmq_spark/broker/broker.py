@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProtocolError
+from ..files import atomic_write
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
@@ -29,13 +30,14 @@ from ..remoting.message import (
     decode_batch,
     decode_properties,
     decode_record,
-    iter_records,
     encode_properties,
+    iter_records,
     java_string_hash,
     offset_msg_id,
     split_host,
 )
 from ..remoting.route import loads_lenient
+from .batchput import offset_msg_ids, parse_batch
 from .connection import Connection, HandlerResult
 from .state import (
     SYSTEM_TOPICS,
@@ -46,8 +48,6 @@ from .state import (
     TopicConfigs,
     valid_topic_name,
 )
-from ..files import atomic_write
-from .batchput import offset_msg_ids, parse_batch
 from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_matches
 
 log = logging.getLogger(__name__)

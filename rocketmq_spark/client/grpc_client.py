@@ -359,7 +359,8 @@ class GrpcClient(SequentialManyQueueCalls):
     # -- sending ----------------------------------------------------------------------
 
     def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
-                     sys_flag: int = 0, born_ts: int | None = None, batch_properties: str = "") -> pb.SendMessageRequest:
+                     sys_flag: int = 0, born_ts: int | None = None,
+                     batch_properties: str = "") -> pb.SendMessageRequest:
         """A SendMessage request with one message per entry (properties as remoting writes
         them). gRPC proxies pick the queue themselves (a message group's by hash)."""
         prepared = (sys_flag & SysFlag.TRANSACTION_MASK) == TransactionType.PREPARED
@@ -390,7 +391,7 @@ class GrpcClient(SequentialManyQueueCalls):
 
         messages = list(request.messages)
         if len(messages) == 1:
-            return call(messages[0])  # type: ignore[no-any-return]
+            return call(messages[0])
         merged: Future[Any] = Future()
         answers: list[Any] = [None] * len(messages)
 

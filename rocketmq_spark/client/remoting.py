@@ -13,8 +13,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import (
@@ -27,9 +27,9 @@ from ..errors import (
     broker_error,
 )
 from ..model import MessageQueue, PullResult, SendResult
+from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.acl import Credentials, sign_request
 from ..remoting.message import BatchEntry, EncodedBatch, decode_records, encode_batch, java_string_hash
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
@@ -333,8 +333,9 @@ class RemotingClient:
                     continue
                 try:
                     conn = self._conn(addr, f"{operation} of {calls[chunk[0]][0]}")
-                    futs = conn.send_many([RemotingCommand(calls[i][1], ext_fields={**calls[i][2], "bname": calls[i][0].broker})
-                                           for i in chunk])
+                    futs = conn.send_many([
+                        RemotingCommand(calls[i][1], ext_fields={**calls[i][2], "bname": calls[i][0].broker})
+                        for i in chunk])
                 except ConnectionFailedError as exc:
                     futs = []
                     for _ in chunk:

@@ -13,23 +13,21 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from brokers import skip_or_fail, wait_until
+from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
+from rocketmq_spark.sink import WriterOptions
+from rocketmq_spark.sink.txlog import TxLog
+from rocketmq_spark.sink.writer import _txns, answer_check, write_rows
 
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.remoting import BatchEntry, RemotingCommand, RequestCode, ResponseCode, encode_properties
 from rocketmq_spark.remoting.message import decode_records, java_string_hash
-from rocketmq_spark.sink import WriterOptions
-from rocketmq_spark.sink.txlog import TxLog
-from rocketmq_spark.sink.writer import _txns, answer_check, write_rows
-
-from brokers import skip_or_fail, wait_until
-from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -183,7 +181,7 @@ def test_open_half_messages_are_decided_by_check_backs_answered_from_the_record(
     opts = WriterOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic, "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
     kept = write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"a0", b"a1", b"a2"]})]), 5)
-    dropped = write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 6)
+    write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 6)  # half messages too
     txlog = TxLog(str(tmp_path))
     # the driver recorded batch 5 and died before ending it; batch 6 was replayed without these rows
     txlog.record(5, _txns([kept]))
