@@ -12,7 +12,8 @@ BEFORE ending any of them. From then on the record is the truth:
   would be a duplicate;
 - a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
   it is in its batch's record, rollback if the batch is recorded without it (or a
-  later batch is recorded), and unknown while the batch is still undecided.
+  later batch is recorded), and not at all while the batch is still undecided or
+  once its ENDs were answered (the broker asks again later).
 """
 
 from __future__ import annotations
@@ -79,7 +80,13 @@ class TxLog:
         return max(ids) if ids else None
 
     def decide(self, batch_id: int, msg_id: str) -> bool | None:
-        """Check-back answer: True commit, False rollback, None unknown (still undecided)."""
+        """Check-back answer: True commit, False rollback, None no answer (the broker asks again).
+
+        None while the batch is undecided, and once it is ended: its ENDs were answered, but a
+        broker records ended transactions in batches (transactionOpBatchInterval, 3 s) and may
+        check one in between; answering commit again would store the message twice."""
+        if self.ended(batch_id):
+            return None
         recorded = self.read(batch_id)
         if recorded is not None:
             return msg_id in recorded
