@@ -25,8 +25,9 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..client import BrokerClient, connect
-from ..errors import RocketMQSparkError
+from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
+from ..options import group_name, topic_name
 from ..remoting.acl import Credentials
 from .offset_store import BrokerOffsetStore
 
@@ -89,7 +90,11 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                  access_key: str | None = None, secret_key: str | None = None,
                  security_token: str | None = None) -> None:
         if not namesrv_addr and not endpoints:
-            raise ValueError("RocketMQOffsetCommitter needs namesrv_addr (remoting) or endpoints (gRPC)")
+            raise OptionError("namesrv_addr", None, "RocketMQOffsetCommitter needs namesrv_addr (remoting) or "
+                                                    "endpoints (gRPC)")
+        group_name("consumer_group", consumer_group)
+        for t in topics or ():
+            topic_name("topics", ",".join(topics or ()), t)
         creds = None
         if access_key or secret_key or security_token:
             # the same credentials the query's accessKey/secretKey options give its reader

@@ -42,7 +42,7 @@ from .errors import (
     TopicNotFoundError,
 )
 from .model import MessageQueue
-from .names import topic_problem
+from .names import group_problem, topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,20 @@ def _namesrv_arg(value: str) -> str:
     if not addrs:
         raise argparse.ArgumentTypeError("empty name server list; pass host:port")
     return ";".join(addrs)
+
+
+def _topic_arg(value: str) -> str:
+    problem = topic_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} (at most 127 characters)")
+    return value
+
+
+def _group_arg(value: str) -> str:
+    problem = group_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} (at most 255 characters)")
+    return value
 
 
 def _positive_int(value: str) -> int:
@@ -440,9 +454,6 @@ def _perm_text(perm: int) -> str:
 
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
-    problem = topic_problem(args.name)
-    if problem:
-        raise CliError(f"topic {args.name!r}: {problem}")
     ns = _namesrv(args)
     client = _client(ns, args)
     try:
@@ -1123,7 +1134,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("topic", help="create, list or describe topics")
     tsub = t.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     tc = tsub.add_parser("create", parents=[client], help="create (or update) a topic on every broker")
-    tc.add_argument("name")
+    tc.add_argument("name", type=_topic_arg)
     tc.add_argument("-q", "--queues", type=_positive_int, default=4, help="read and write queues (default 4)")
     tc.add_argument("--broker", help="only on this broker (name, e.g. broker-a)")
     tc.add_argument("--perm", choices=("rw", "r", "w"), default="rw", help="permissions (default rw)")
@@ -1132,7 +1143,7 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("-a", "--all", action="store_true", help="include system topics (TBW102, %%RETRY%%...)")
     tl.set_defaults(func=_cmd_topic_list)
     td = tsub.add_parser("describe", parents=[client, js], help="a topic's queues with min/max offsets per broker")
-    td.add_argument("name")
+    td.add_argument("name", type=_topic_arg)
     td.set_defaults(func=_cmd_topic_describe)
 
     p = sub.add_parser("produce", parents=[client], help="send generated messages or JSON lines from a file/stdin",
@@ -1140,7 +1151,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "on stderr (when it is a terminal). JSON lines: one object per line with "
                                    "body (string, or any JSON value sent as JSON text), tag, keys (string or "
                                    "list), properties (object).")
-    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-t", "--topic", required=True, type=_topic_arg)
     p.add_argument("-c", "--count", type=_positive_int, default=None, help="messages to generate (default 1000)")
     p.add_argument("-s", "--size", type=_positive_int, default=None, help="body bytes per generated message (256)")
     p.add_argument("--tags", default="TagA,TagB", help="tags of generated messages, cycled (default TagA,TagB; "
@@ -1153,14 +1164,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("progress", parents=[client, js],
                        help="a consumer group's offsets and lag per queue (mqadmin consumerProgress)")
-    g.add_argument("-g", "--group", required=True)
-    g.add_argument("-t", "--topic", help="only this topic (default: every topic the group has offsets on)")
+    g.add_argument("-g", "--group", required=True, type=_group_arg)
+    g.add_argument("-t", "--topic", type=_topic_arg, help="only this topic (default: every topic the group has offsets on)")
     g.set_defaults(func=_cmd_progress)
 
     r = sub.add_parser("reset-offset", parents=[client, js],
                        help="set a group's offsets to the first message at/after a time (mqadmin resetOffsetByTime)")
-    r.add_argument("-g", "--group", required=True)
-    r.add_argument("-t", "--topic", required=True)
+    r.add_argument("-g", "--group", required=True, type=_group_arg)
+    r.add_argument("-t", "--topic", required=True, type=_topic_arg)
     r.add_argument("--timestamp", required=True, type=_timestamp_arg,
                    help="epoch milliseconds, ISO-8601 (local time unless it has a zone), 'now', 'earliest' "
                         "or 'latest'")
@@ -1175,8 +1186,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "progress and the totals per customer.")
     d.add_argument("-n", "--namesrv", type=_namesrv_arg, default=None, metavar="HOST:PORT[;HOST:PORT]",
                    help="run against this cluster instead of an embedded broker (default: embedded, temp dir)")
-    d.add_argument("--topic", default="orders")
-    d.add_argument("--group", default="demo-etl")
+    d.add_argument("--topic", default="orders", type=_topic_arg)
+    d.add_argument("--group", default="demo-etl", type=_group_arg)
     d.add_argument("--messages", type=_positive_int, default=10_000, help="orders to produce (default 10000)")
     d.add_argument("--max-messages-per-trigger", type=_positive_int, default=None,
                    help="admission control per micro-batch (default: a quarter of --messages)")
@@ -1256,6 +1267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args.verbose, args.command)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # gRPC's fork handlers (read when grpc loads, later) print a line into our output each time
+    # this process starts a subprocess (Spark's JVM, workers) while the broker's gRPC server runs;
+    # nothing here forks into gRPC code, so they are not needed
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     func: Callable[[argparse.Namespace], int | None] = args.func
     try:
         return int(func(args) or 0)

@@ -13,6 +13,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .errors import OptionError
 from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
 from .source import SCHEMA_DDL, ReaderOptions, RocketMQBatchReader, RocketMQStreamReader
 
@@ -36,18 +37,25 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
         return RocketMQBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
         if opts.exactly_once and not opts.checkpoint_location:
-            from .errors import OptionError
-
             raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
         return RocketMQStreamWriter(opts)
+
+
+def _no_overwrite(overwrite: bool) -> None:
+    """A topic is a log: nothing in it can be replaced (as Spark's Kafka sink says too)."""
+    if overwrite:
+        raise OptionError("mode", "overwrite", "a RocketMQ topic cannot be overwritten, only appended to: "
+                                               "accepted save mode: append (.mode(\"append\"))")
 
 
 def register(spark: Any) -> None:

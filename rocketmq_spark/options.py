@@ -5,14 +5,16 @@ Every error names the option, the value and what is accepted (:class:`OptionErro
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
+from .names import NAME_CHARS, group_problem, topic_problem
 from .remoting.acl import Credentials
 
-__all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "namesrv_list", "parse_bool",
-           "positive_int"]
+__all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name", "namesrv_list",
+           "parse_bool", "positive_int", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -32,9 +34,29 @@ def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
         canon = known.get(key.lower())
         if canon is None:
             shown = "***" if any(w in key.lower() for w in _SECRET_WORDS) else value
-            raise OptionError(key, shown, f"unknown option; accepted: {sorted(names)}")
+            listed = sorted(names)
+            near = difflib.get_close_matches(key.lower(), [n.lower() for n in listed], n=1, cutoff=0.6)
+            hint = f"did you mean {known[near[0]]}? " if near else ""
+            raise OptionError(key, shown, f"unknown option; {hint}accepted: {listed}")
         out[canon] = str(value)
     return out
+
+
+def topic_name(name: str, raw: str, topic: str) -> str:
+    """``topic`` (one name given by option or column ``name`` as ``raw``) if RocketMQ accepts it."""
+    problem = topic_problem(topic)
+    if problem:
+        raise OptionError(name, raw, f"{topic!r}: {problem} (RocketMQ's rule: {NAME_CHARS.pattern}, at most "
+                                     "127 characters)")
+    return topic
+
+
+def group_name(name: str, raw: str) -> str:
+    """The consumer or producer group given by option ``name`` if RocketMQ accepts it."""
+    problem = group_problem(raw)
+    if problem:
+        raise OptionError(name, raw, f"{problem} (RocketMQ's rule: {NAME_CHARS.pattern}, at most 255 characters)")
+    return raw
 
 
 def parse_bool(name: str, raw: str) -> bool:

@@ -22,8 +22,10 @@ from ..options import (
     canonical_options,
     credentials,
     endpoint_list,
+    group_name,
     namesrv_list,
     positive_int,
+    topic_name,
 )
 from ..remoting.acl import Credentials
 
@@ -68,6 +70,10 @@ class WriterOptions:
         if not producer_group.strip():
             raise OptionError("producerGroup", producer_group, "accepted: a non-empty producer group name "
                               "(default rocketmq-spark-producer)")
+        group_name("producerGroup", producer_group)
+        topic_raw = (opts.get("topic") or "").strip()
+        if topic_raw:
+            topic_name("topic", opts["topic"], topic_raw)
         return cls(
             namesrv_addr=namesrv,
             endpoints=";".join(endpoint_list(endpoints)) if endpoints else None,

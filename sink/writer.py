@@ -35,6 +35,7 @@ from ..client import BrokerClient, RemotingClient, connect
 from ..client.connection import RemotingConnection
 from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
+from ..options import topic_name
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
 from ..remoting.message import BatchEntry, EncodedBatch, decode_records, java_string_hash, parse_offset_msg_id
@@ -105,6 +106,7 @@ class _Sender:
         self.txns: list[Txn] = []
         self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch, int]] = deque()
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
+        self._checked_topics: set[str] = set()
         self._registered: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
 
@@ -197,6 +199,9 @@ class _Sender:
                 raise OptionError("column topic", None,
                                   f"partition {self.partition} row {row_index}: no topic (column null and no "
                                   "option topic)")
+            if t not in self._checked_topics:  # each distinct name once, before anything of it is sent
+                topic_name("column topic", t, t)
+                self._checked_topics.add(t)
             parts = []
             tg = tag[i]
             if tg:
@@ -466,7 +471,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
 def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     """Record the batch (once), then end its transactions; a replay commits nothing twice."""
-    assert opts.checkpoint_location, "exactly-once streaming needs a checkpointLocation"
+    if not opts.checkpoint_location:
+        raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
     txlog = TxLog(opts.checkpoint_location)
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
     try:

@@ -17,9 +17,11 @@ from ..options import (
     canonical_options,
     credentials,
     endpoint_list,
+    group_name,
     namesrv_list,
     parse_bool,
     positive_int,
+    topic_name,
 )
 from ..remoting.acl import Credentials
 
@@ -115,11 +117,13 @@ class ReaderOptions:
                                   "not both")
             endpoints = ";".join(endpoint_list(endpoints))
         topic_raw = opts.get("topic", "")
-        topics = tuple(t.strip() for t in topic_raw.split(",") if t.strip())
+        topics = tuple(topic_name("topic", topic_raw, t.strip()) for t in topic_raw.split(",") if t.strip())
         if not topics:
             raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
         group_raw = opts.get("consumerGroup")
         group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
+        if group is not None:
+            group_name("consumerGroup", group)
         starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
         low = starting_raw.strip().lower()
         starting_json = None

@@ -37,6 +37,7 @@ from ..errors import (
     DataLossError,
     GroupInUseError,
     OffsetResetError,
+    OptionError,
     ProtocolError,
     TopicNotFoundError,
 )
@@ -130,8 +131,10 @@ class Planner:
 
     @property
     def store(self) -> BrokerOffsetStore:
+        """The consumer group's offsets on the brokers (only planned with a consumerGroup)."""
         if self._store is None:
-            assert self.options.consumer_group
+            if not self.options.consumer_group:
+                raise OptionError("consumerGroup", None, "required to read or commit a group's offsets")
             self._store = BrokerOffsetStore(self.client, self.options.consumer_group)
         return self._store
 
@@ -609,6 +612,14 @@ def _read_grpc(part: QueueRange, c: GrpcClient) -> Iterator[pa.RecordBatch]:
                 yield batch
 
 
+def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A planned queue range; any other partition is the one Spark makes up when partitions()
+    found nothing to read (an empty topic): it reads as no rows."""
+    if isinstance(partition, QueueRange):
+        return read_range(partition)
+    return iter(())
+
+
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReaderOptions) -> None:
         self.planner = Planner(options)
@@ -636,11 +647,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.partitions(offsets_from_json(start), offsets_from_json(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_range(partition)
+        return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
         self.planner.commit(offsets_from_json(end))
+
+
+def _check_ending(given: Offsets, start: Offsets, latest: Offsets) -> None:
+    """endingOffsets must lie within each queue's range: past its end nothing is lost, the
+    request is wrong; say so at planning time rather than fail reading."""
+    for mq, off in sorted(given.items()):
+        if off in (-1, -2) or mq not in latest:
+            continue
+        lo = start.get(mq, 0)
+        if off > latest[mq] or off < lo:
+            raise OptionError("endingOffsets", f"{mq.key}: {off}",
+                              f"{mq} holds offsets [{lo}, {latest[mq]}) to read from here (its next message will "
+                              f"be offset {latest[mq]}): accepted: an offset in {lo}..{latest[mq]}, -1 (latest) "
+                              "or -2 (earliest)")
 
 
 class RocketMQBatchReader(DataSourceReader):
@@ -655,6 +679,7 @@ class RocketMQBatchReader(DataSourceReader):
                 given = offsets_from_json(self.options.ending_json or {})
                 latest = planner.latest()
                 end = {mq: (latest[mq] if given.get(mq, -1) == -1 else given[mq]) for mq in latest}
+                _check_ending(given, start, latest)
             else:
                 end = planner.latest()
             return planner.partitions(start, end)
@@ -662,5 +687,4 @@ class RocketMQBatchReader(DataSourceReader):
             planner.client.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_range(partition)
+        return _read_partition(partition)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
+    NoPermissionError,
     ProtocolError,
     RequestTimeoutError,
     RocketMQSparkError,
@@ -57,6 +58,12 @@ _PULL_STATUS: dict[int, str] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
     ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
 }
+
+
+def _perm_text(perm: int) -> str:
+    """A topic permission as brokers' 4 read / 2 write bits: "read-only (4)"."""
+    kind = {6: "read-write", 4: "read-only", 2: "write-only", 0: "none"}.get(perm & 6, "?")
+    return f"{kind} ({perm})"
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
@@ -211,14 +218,25 @@ class RemotingClient:
                 raise
             route = self._auto_create_route(topic)
         out: list[MessageQueue] = []
+        refused: list[int] = []
         for q in route.queue_datas:
             if route.broker_addr(q.broker_name) is None:
                 continue
             if writable:
                 if q.writable:
                     out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.write_queue_nums))
+                else:
+                    refused.append(q.perm)
             elif q.readable:
                 out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
+            else:
+                refused.append(q.perm)
+        if not out and refused:
+            what = "written to" if writable else "read"
+            raise NoPermissionError(ResponseCode.NO_PERMISSION,
+                                    f"topic {topic!r} cannot be {what}: its queues' permission is "
+                                    f"{'/'.join(sorted({_perm_text(p) for p in refused}))} on every broker",
+                                    address=self.namesrv_addrs[self._ns_index], operation=f"route of topic {topic!r}")
         return sorted(out)
 
     def _auto_create_route(self, topic: str) -> TopicRouteData:
