@@ -12,7 +12,7 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
-from rocketmq_spark.errors import GroupNotFoundError, RequestNotSupportedError, TopicNotFoundError
+from rocketmq_spark.errors import GroupNotFoundError, NoPermissionError, RequestNotSupportedError, TopicNotFoundError
 from rocketmq_spark.proto import pb, pb_grpc
 from rocketmq_spark.proto.messages import crc32_checksum, set_millis
 from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
@@ -255,3 +255,16 @@ def test_proxy_without_pull_rpcs_fails_naming_namesrv_addr() -> None:
             c.close()
     finally:
         server.stop(0)
+
+
+def test_a_pull_of_a_write_only_topic_is_refused_over_grpc_as_over_remoting(client, gclient) -> None:
+    client.create_topic("G_WRITE_ONLY", queues=1, perm=2)
+    client.create_topic("G_WRITE_ONLY", queues=1, perm=6)  # readable for a moment: route both clients
+    mq = client.message_queues("G_WRITE_ONLY")[0]
+    client.send(mq, b"hidden")
+    gmq = gclient.message_queues("G_WRITE_ONLY")[0]
+    client.create_topic("G_WRITE_ONLY", queues=1, perm=2)  # write-only from here on
+    with pytest.raises(NoPermissionError, match="pulling is forbidden"):
+        client.pull(mq, 0, 32)
+    with pytest.raises(NoPermissionError, match="pulling is forbidden"):
+        gclient.pull(gmq, 0, 32)
