@@ -406,8 +406,8 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
 
     async def PullMessage(self, request: pb.PullMessageRequest, context: Any) -> AsyncIterator[pb.PullMessageResponse]:
         mq = request.message_queue
-        bad, cfg = self._readable(mq)
-        if bad is None and cfg is not None and not cfg.perm & 4:  # as a remoting pull is refused
+        bad, topic_cfg = self._readable(mq)
+        if bad is None and topic_cfg is not None and not topic_cfg.perm & 4:  # as a remoting pull is refused
             bad = _status(pb.FORBIDDEN, f"the topic[{mq.topic.name}] pulling is forbidden")
         if bad is None and request.group.name and not self.broker.knows_group(request.group.name):
             bad = _status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name!r} does not exist")
