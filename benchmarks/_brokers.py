@@ -89,7 +89,8 @@ class CliBroker(BrokerHandle):
 
     def __init__(self, data_dir: str, config: dict[str, Any]) -> None:
         cmd = [sys.executable, "-m", "rocketmq_spark.cli", "broker", "--namesrv-port", "0",
-               "--broker-port", "0", "--grpc-port", "0", "--data-dir", data_dir, "--flush", config.get("flush", "async")]
+               "--broker-port", "0", "--grpc-port", "0", "--data-dir", data_dir,
+               "--flush", config.get("flush", "async")]
         if config.get("max_pull_messages"):
             cmd += ["--max-pull-messages", str(config["max_pull_messages"])]
         unknown = set(config) - {"flush", "max_pull_messages"}

@@ -180,7 +180,8 @@ class PullTotals:
     short_pulls: int = 0
 
 
-def pull_sequential(c: RemotingClient, qs: list[MessageQueue], max_nums: int, *, decode: bool = False) -> tuple[float, PullTotals]:
+def pull_sequential(c: RemotingClient, qs: list[MessageQueue], max_nums: int, *,
+                    decode: bool = False) -> tuple[float, PullTotals]:
     """Read every queue from offset 0 to its end, one pull at a time."""
     tot = PullTotals()
     t0 = time.perf_counter()
@@ -503,7 +504,8 @@ def format_table(rows: list[Row]) -> str:
     left = {0, 1, 2}
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     out = [line(head), line(["-" * w for w in widths])]
     prev = None
@@ -701,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="a smoke run: 200 single sends and 10,000 batched per scenario, one pull run")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 200 single sends and 10,000 batched per scenario, one pull run")
     p.add_argument("--broker", choices=("process", "thread", "both"), default=None,
                    help="where the broker runs: a child process (as users run it), a thread of the "
                         "benchmark process (shared GIL), or both (default: both; process with --quick)")
@@ -753,7 +756,8 @@ def run(args: argparse.Namespace) -> int:
               + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
         if noise:
             print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
-                  f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): figures are skewed when that is high")
+                  f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): "
+                  "figures are skewed when that is high")
         print(f"total {total:.1f}s")
         write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total,
                    path=_report.results_path(args, "broker"), baseline={"loopback_tcp_rtt_us": rtt}, machine=mi)

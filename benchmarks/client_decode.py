@@ -46,14 +46,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from rocketmq_spark.remoting import BatchEntry, encode_properties, encode_record
 from rocketmq_spark.source.arrow import (
     ARROW_SCHEMA,
     SMALL_INPUT_BYTES,
     decode_to_batch,
     decode_to_batch_reference,
 )
-
-from rocketmq_spark.remoting import BatchEntry, encode_properties, encode_record
 
 from . import _report
 from ._brokers import start_broker
@@ -219,9 +219,8 @@ MAX_PULL = 1024
 def pull_decode_end_to_end(n: int, repeat: int, workdir: str) -> tuple[Row, Row]:
     """Preload ``n`` messages into one queue of a broker in a child process, then time the
     reader's partition path over them and the socket floor for the bytes its pulls carried."""
-    from rocketmq_spark.source.reader import QueueRange, _read_remoting
-
     from rocketmq_spark.client import RemotingClient
+    from rocketmq_spark.source.reader import QueueRange, _read_remoting
 
     topic = "BenchDecode"
     rnd = random.Random(11)
@@ -399,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
           "reference decoder inside decode_to_batch: it is faster on so few records")
     best = max((r.msgs_per_s for r in rows if r.scenario == "fast"), default=0.0)
     print(f"end to end: pull + decode {e2e.msgs_per_s:,.0f} msgs/s ({e2e.mb_s:.1f} MB/s) vs the same bytes from a "
-          f"socket {sock.msgs_per_s:,.0f} msgs/s ({sock.mb_s:.1f} MB/s): {100 * e2e.mb_s / sock.mb_s:.1f}% of the limit")
+          f"socket {sock.msgs_per_s:,.0f} msgs/s ({sock.mb_s:.1f} MB/s): "
+          f"{100 * e2e.mb_s / sock.mb_s:.1f}% of the limit")
     print(f"target {TARGET:,} msgs/s: best fast scenario {best:,.0f} msgs/s; total {total:.1f}s")
     doc = {
         "benchmark": "client_decode",

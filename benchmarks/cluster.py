@@ -46,6 +46,7 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
 
 def _write(ns: str, topic: str, rows: int) -> dict[str, Any]:
     import pyarrow as pa
+
     from rocketmq_spark.sink import WriterOptions
     from rocketmq_spark.sink.writer import write_rows
 
@@ -74,6 +75,7 @@ def _write(ns: str, topic: str, rows: int) -> dict[str, Any]:
 
 def _plan(ns: str, topic: str, triggers: int) -> dict[str, Any]:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
+
     from rocketmq_spark.source import Planner, ReaderOptions
 
     planner = Planner(ReaderOptions.parse({"namesrvAddr": ns, "topic": topic, "consumerGroup": "bench-cluster",
@@ -189,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
                       [_report.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
                        for i, (k, v) in enumerate(phases.items())]),
         _report.Panel("read of the live queues (client)", "msgs/s",
-                      [_report.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0) for i, (k, v) in enumerate(phases.items())]),
+                      [_report.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0)
+                       for i, (k, v) in enumerate(phases.items())]),
     ])
     return 0
 

@@ -64,6 +64,7 @@ def _row(scenario: str, side: str, transport: str, n: int, elapsed: float, cpu: 
 
 def our_send(namesrv: str, endpoint: str | None, topic: str, n: int) -> dict[str, Any]:
     import pyarrow as pa
+
     from rocketmq_spark.sink import WriterOptions
     from rocketmq_spark.sink.writer import write_rows
 
@@ -79,9 +80,8 @@ def our_send(namesrv: str, endpoint: str | None, topic: str, n: int) -> dict[str
 
 
 def our_receive(namesrv: str, endpoint: str | None, topic: str, n: int) -> dict[str, Any]:
-    from rocketmq_spark.source.reader import QueueRange, read_range
-
     from rocketmq_spark.client import RemotingClient
+    from rocketmq_spark.source.reader import QueueRange, read_range
 
     c = RemotingClient(namesrv)
     try:

@@ -3,8 +3,8 @@
     planning    the stream reader's latestOffset (data-loss check + end offsets over every queue)
                 and partitions(start, end), per trigger, for topics of 8, 64, 512 and 4096 queues;
                 (4096 queues: four topics of 1024, one subscription, as the embedded broker takes
-                at most 1024 queues per topic); every queue gets one new message before each trigger (the worst case: every queue
-                has a partition and an offset to commit)
+                at most 1024 queues per topic); every queue gets one new message before each
+                trigger (the worst case: every queue has a partition and an offset to commit)
     commit      the stream reader's commit(end): the group's offset of every queue written to the
                 broker (the min-unconsumed-offset rule applied first)
     memory      one partition read (the executor's read(), no Spark) of a queue holding D and then
@@ -62,10 +62,10 @@ def _fill(c: Any, qs: list[Any], per_queue: int = 1, body: bytes = b"x" * 100, w
 
 def planning(namesrv: str, queues: int, triggers: int, log: Any) -> dict[str, Any]:
     from pyspark.sql.datasource import ReadAllAvailable
-    from rocketmq_spark.source.options import ReaderOptions
-    from rocketmq_spark.source.reader import RocketMQStreamReader
 
     from rocketmq_spark.client import RemotingClient
+    from rocketmq_spark.source.options import ReaderOptions
+    from rocketmq_spark.source.reader import RocketMQStreamReader
 
     # the embedded broker (like mqadmin's defaults) takes up to 1024 queues per topic: more
     # queues are spread over several topics of one subscription
@@ -135,9 +135,8 @@ def _peak_rss_kb() -> int:
 def _read_child(namesrv: str, topic: str, n: int, conn: Any) -> None:
     """In a fresh process: read the whole queue as an executor task does, batches dropped as
     they come (the noop sink); the process's peak RSS."""
-    from rocketmq_spark.source.reader import QueueRange, read_range
-
     from rocketmq_spark.client import RemotingClient
+    from rocketmq_spark.source.reader import QueueRange, read_range
 
     mq = RemotingClient(namesrv).message_queues(topic)[0]
     part = QueueRange(mq, 0, n, (namesrv,), None, "", "*", 1024, True)
@@ -147,9 +146,8 @@ def _read_child(namesrv: str, topic: str, n: int, conn: Any) -> None:
 
 def _baseline_child(namesrv: str, topic: str, conn: Any) -> None:
     """The same imports and one tiny read: the executor's footprint without the data."""
-    from rocketmq_spark.source.reader import QueueRange, read_range
-
     from rocketmq_spark.client import RemotingClient
+    from rocketmq_spark.source.reader import QueueRange, read_range
 
     mq = RemotingClient(namesrv).message_queues(topic)[0]
     part = QueueRange(mq, 0, 1, (namesrv,), None, "", "*", 1024, True)

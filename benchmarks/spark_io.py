@@ -62,11 +62,11 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import BatchEntry, encode_properties
+from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 from . import _report
 from ._brokers import BrokerHandle, cli_available, start_broker
@@ -429,9 +429,8 @@ def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_s
 
 def client_pull_decode_grpc(endpoint: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """As :func:`client_pull_decode`, over the gRPC endpoint (PullMessage streams)."""
-    from rocketmq_spark.source.arrow import columns_to_batch
-
     from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
+    from rocketmq_spark.source.arrow import columns_to_batch
 
     g = GrpcClient(endpoint)
     rows = pulls = 0

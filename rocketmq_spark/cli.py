@@ -1165,7 +1165,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("progress", parents=[client, js],
                        help="a consumer group's offsets and lag per queue (mqadmin consumerProgress)")
     g.add_argument("-g", "--group", required=True, type=_group_arg)
-    g.add_argument("-t", "--topic", type=_topic_arg, help="only this topic (default: every topic the group has offsets on)")
+    g.add_argument("-t", "--topic", type=_topic_arg,
+                   help="only this topic (default: every topic the group has offsets on)")
     g.set_defaults(func=_cmd_progress)
 
     r = sub.add_parser("reset-offset", parents=[client, js],

@@ -72,7 +72,8 @@ def _uniq_keys(prefix: str, first_seq: int, n: int) -> pa.Array:
 
 
 def encode_plain_rows(batch: pa.RecordBatch, *, uniq_prefix: str, first_seq: int, compress_threshold: int,
-                      max_message_size: int, max_batch_messages: int, max_batch_bytes: int) -> list[EncodedBatch] | None:
+                      max_message_size: int, max_batch_messages: int,
+                      max_batch_bytes: int) -> list[EncodedBatch] | None:
     """Batch-send bodies for ``batch``'s rows (UNIQ_KEY sequence from ``first_seq``), or
     None when a row needs the per-row path (see the module docstring)."""
     n = batch.num_rows

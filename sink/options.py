@@ -58,7 +58,8 @@ class WriterOptions:
         ns = opts.get("namesrvAddr")
         endpoints = opts.get("endpoints")
         if ns and endpoints:
-            raise OptionError("endpoints", endpoints, "give either namesrvAddr (remoting) or endpoints (gRPC), not both")
+            raise OptionError("endpoints", endpoints,
+                              "give either namesrvAddr (remoting) or endpoints (gRPC), not both")
         if not ns and not endpoints:
             raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) unless "
                               "endpoints (gRPC host:port) is given")

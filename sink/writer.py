@@ -38,7 +38,14 @@ from ..model import MessageQueue
 from ..options import topic_name
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import BatchEntry, EncodedBatch, decode_records, java_string_hash, parse_offset_msg_id
+from ..remoting.message import (
+    BatchEntry,
+    EncodedBatch,
+    batch_entries,
+    decode_records,
+    java_string_hash,
+    parse_offset_msg_id,
+)
 from .encode import encode_plain_rows
 from .options import WriterOptions
 from .txlog import TxLog, Txn
@@ -104,7 +111,9 @@ class _Sender:
         self._seq = 0
         self.rows = 0
         self.txns: list[Txn] = []
-        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch, int]] = deque()
+        #: sends in flight: (answer, queue, messages, sysFlag)
+        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch,
+                                    int]] = deque()
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._registered: set[str] = set()
@@ -159,7 +168,8 @@ class _Sender:
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
-        if not self.opts.exactly_once and not self.grpc and self.opts.topic:
+        option_topic = self.opts.topic
+        if not self.opts.exactly_once and not self.grpc and option_topic:
             opts = self.opts
             encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
                                         compress_threshold=opts.compress_threshold,
@@ -170,7 +180,7 @@ class _Sender:
                 self._seq += n
                 self.rows += n
                 for sends in encoded:
-                    self._submit(self._next_queue(opts.topic), sends, 0, ordered=False)
+                    self._submit(self._next_queue(option_topic), sends, 0, ordered=False)
                 return
         body = _Column(batch, "body")
         topic = _Column(batch, "topic")
@@ -289,7 +299,7 @@ class _Sender:
                 log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
                 results = self._retry(mq, entries, sys_flag, exc)
             if prepared:
-                for r, e in zip(results, entries):
+                for r, e in zip(results, batch_entries(entries)):
                     uniq = e.property_map().get("UNIQ_KEY", "")
                     if self.grpc:  # named by the proxy's transaction id
                         self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, 0, uniq,

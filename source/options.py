@@ -134,8 +134,8 @@ class ReaderOptions:
             starting = "json"
         commit = parse_bool("commitOffsets", opts.get("commitOffsets", "true"))
         if stream and not group:
-            raise OptionError("consumerGroup", group_raw or None, "required for streaming reads (offsets are kept for it "
-                              "on the broker)")
+            raise OptionError("consumerGroup", group_raw or None,
+                              "required for streaming reads (offsets are kept for it on the broker)")
         if starting == "group" and not group:
             raise OptionError("startingOffsets", starting_raw, "group needs the option consumerGroup")
         cfw = opts.get("consumeFromWhere", "latest" if stream else "earliest").strip().lower()

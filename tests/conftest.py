@@ -18,7 +18,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, skip_or_fail
 from real_rocketmq import RealRocketMQ, java_available, provision
-
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 

@@ -428,8 +428,8 @@ class RealRocketMQ:
             c = RemotingClient(addr)
             try:
                 while True:
-                    try:
-                        if c.message_queues(topic, refresh=True):
+                    try:  # the route itself: a write-only topic has no queue to read but is routed
+                        if c.route(topic, refresh=True).queue_datas:
                             break
                     except Exception:
                         if time.monotonic() > deadline:

@@ -984,8 +984,8 @@ class Broker:
         for q in range(max(cfg.readQueueNums, cfg.writeQueueNums)):
             lo, hi = self.store.min_offset(topic, q), self.store.max_offset(topic, q)
             ts = self.store.store_time(topic, q, hi - 1) if hi > lo else 0
-            items.append('{"brokerName":%s,"queueId":%d,"topic":%s}:{"lastUpdateTimestamp":%d,"maxOffset":%d,'
-                         '"minOffset":%d}' % (name, q, t, ts, hi, lo))
+            items.append(f'{{"brokerName":{name},"queueId":{q},"topic":{t}}}:{{"lastUpdateTimestamp":{ts},'
+                         f'"maxOffset":{hi},"minOffset":{lo}}}')
         return req.response_to(body=('{"offsetTable":{' + ",".join(items) + "}}").encode())
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -1032,8 +1032,7 @@ class Broker:
                 self.offsets.commit(topic, group, q, off, conn.peer)
         # fastjson writes MessageQueue keys as objects; mimic it so Java tools can read it.
         items = ",".join(
-            '{"brokerName":%s,"queueId":%d,"topic":%s}:%d'
-            % (json.dumps(self.config.broker_name), q, json.dumps(topic), off)
+            f'{{"brokerName":{json.dumps(self.config.broker_name)},"queueId":{q},"topic":{json.dumps(topic)}}}:{off}'
             for q, off in table.items()
         )
         body = ('{"offsetTable":{' + items + "}}").encode()

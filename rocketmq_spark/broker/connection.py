@@ -7,7 +7,6 @@ import inspect
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Union
 
 from ..errors import ProtocolError
 from ..remoting.codes import ResponseCode
@@ -17,7 +16,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Connection", "Handler", "HandlerResult"]
 
-HandlerResult = Union[RemotingCommand, None, Awaitable[RemotingCommand | None]]
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 _U32 = struct.Struct(">I")
 

@@ -670,8 +670,8 @@ class _ParseGuard(grpc.aio.ServerInterceptor):
         parse = handler.request_deserializer
         method = details.method
 
-        owner = getattr(parse, "__self__", None)
-        expected = owner.DESCRIPTOR.full_name if hasattr(owner, "DESCRIPTOR") else "the method's request message"
+        descriptor = getattr(getattr(parse, "__self__", None), "DESCRIPTOR", None)
+        expected = descriptor.full_name if descriptor is not None else "the method's request message"
 
         def reason(exc: Exception) -> str:
             return f"{method}: the request does not parse as {expected} ({exc})"
@@ -690,18 +690,19 @@ class _ParseGuard(grpc.aio.ServerInterceptor):
                         return
                     yield item
 
-            if inspect.isasyncgenfunction(inner):
-                async def streamed(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                    async for out in inner(parsed(request_iterator), context):
-                        yield out
-                    if bad:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
-            else:
-                async def streamed(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-                    result = await inner(parsed(request_iterator), context)
-                    if bad:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
-                    return result
+            async def streamed_out(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                async for out in inner(parsed(request_iterator), context):
+                    yield out
+                if bad:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+
+            async def answered(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+                result = await inner(parsed(request_iterator), context)
+                if bad:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad[0])
+                return result
+
+            streamed: Any = streamed_out if inspect.isasyncgenfunction(inner) else answered
             make = grpc.stream_stream_rpc_method_handler if handler.response_streaming \
                 else grpc.stream_unary_rpc_method_handler
             return make(streamed, None, handler.response_serializer)

@@ -50,7 +50,6 @@ from ..remoting.message import (
     decode_record,
     java_string_hash,
 )
-
 from .batchput import BatchLayout, pack_records
 
 log = logging.getLogger(__name__)
@@ -682,8 +681,8 @@ class MessageStore:
         now = max(int(time.time() * 1000), self._last_ts)
         cq = self.queue(topic, queue_id)
         packed = pack_records(layout, topic=topic, queue_id=queue_id, first_offset=cq.max_offset,
-                              first_pos=cl.write_pos, sys_flag=self._host_flags(sys_flag, born_host), born_ts=born_ts, born_host=born_host,
-                              store_ts=now, store_host=self.store_host, reconsume=reconsume,
+                              first_pos=cl.write_pos, sys_flag=self._host_flags(sys_flag, born_host), born_ts=born_ts,
+                              born_host=born_host, store_ts=now, store_host=self.store_host, reconsume=reconsume,
                               cluster_prop=cluster_prop)
         if packed is None:
             return None

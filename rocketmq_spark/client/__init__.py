@@ -12,8 +12,8 @@ from .remoting import ClientConfig, Credentials, RemotingClient, parse_namesrv_a
 if TYPE_CHECKING:
     from .grpc_client import GrpcClient
 
-__all__ = ["BrokerClient", "ClientConfig", "Credentials", "GrpcClient", "RemotingClient", "RemotingConnection", "connect",
-           "parse_namesrv_addr"]
+__all__ = ["BrokerClient", "ClientConfig", "Credentials", "GrpcClient", "RemotingClient", "RemotingConnection",
+           "connect", "parse_namesrv_addr"]
 
 #: Either transport: both offer the operations the reader, writer and offset side use.
 BrokerClient = Union[RemotingClient, "GrpcClient"]

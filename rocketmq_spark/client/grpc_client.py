@@ -52,7 +52,7 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import SysFlag, TransactionType
-from ..remoting.message import BatchEntry, decode_properties
+from ..remoting.message import BatchEntry, EncodedBatch, batch_entries, decode_properties
 from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
@@ -229,7 +229,8 @@ class GrpcClient(SequentialManyQueueCalls):
             addrs = q.broker.endpoints.addresses
             if addrs:
                 a = addrs[0]
-                self._broker_endpoints[q.broker.name] = f"[{a.host}]:{a.port}" if ":" in a.host else f"{a.host}:{a.port}"
+                self._broker_endpoints[q.broker.name] = (f"[{a.host}]:{a.port}" if ":" in a.host
+                                                         else f"{a.host}:{a.port}")
         self._routes[topic] = (now, queues)
         return queues
 
@@ -358,7 +359,7 @@ class GrpcClient(SequentialManyQueueCalls):
 
     # -- sending ----------------------------------------------------------------------
 
-    def send_request(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
+    def send_request(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "",
                      sys_flag: int = 0, born_ts: int | None = None,
                      batch_properties: str = "") -> pb.SendMessageRequest:
         """A SendMessage request with one message per entry (properties as remoting writes
@@ -367,7 +368,7 @@ class GrpcClient(SequentialManyQueueCalls):
         born = born_ts if born_ts is not None else int(time.time() * 1000)
         host = socket.gethostname()
         req = pb.SendMessageRequest()
-        for e in entries:
+        for e in batch_entries(entries):
             body = zlib.decompress(e.body) if sys_flag & SysFlag.COMPRESSED else e.body
             props = decode_properties(e.properties)
             if not props.get("UNIQ_KEY"):
@@ -463,7 +464,7 @@ class GrpcClient(SequentialManyQueueCalls):
                               operation=f"send to {mq}")
         return out
 
-    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry], *, producer_group: str = "",
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "",
                    sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
         req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
         addr = self.broker_addr(mq.broker, mq.topic)

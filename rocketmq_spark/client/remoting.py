@@ -670,8 +670,9 @@ class RemotingClient:
         txid = resp.ext_fields.get("transactionId", "")
         return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(count)]
 
-    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "rocketmq-spark",
-                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
+                   producer_group: str = "rocketmq-spark", sys_flag: int = 0,
+                   born_ts: int | None = None) -> list[SendResult]:
         """Send one message (single send) or several (batch send) to one queue, with retries."""
         req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
         addr = self.broker_addr(mq.broker, mq.topic)

@@ -44,6 +44,7 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "iter_records",
+    "batch_entries",
     "java_string_hash",
     "offset_msg_id",
     "parse_offset_msg_id",
@@ -415,6 +416,15 @@ class EncodedBatch:
 
     def __len__(self) -> int:
         return self.count
+
+    def entries(self) -> list[BatchEntry]:
+        """The messages one by one (for a transport that does not send batch bodies)."""
+        return decode_batch(self.body)
+
+
+def batch_entries(entries: list[BatchEntry] | EncodedBatch) -> list[BatchEntry]:
+    """``entries`` as a list, an :class:`EncodedBatch` decoded."""
+    return entries.entries() if isinstance(entries, EncodedBatch) else entries
 
 
 def encode_batch(entries: list[BatchEntry]) -> bytes:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from alions_support import (
     SYS_FLAG_COMPRESSED,
     _unique,
@@ -29,7 +30,6 @@ from alions_support import (
     alions_produce,
     ensure_alions,
 )
-
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.model import MessageQueue

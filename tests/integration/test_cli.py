@@ -71,7 +71,8 @@ def ns(broker) -> str:  # type: ignore[no-untyped-def]
 
 def test_broker_command_prints_addresses_as_json_first_and_stops_on_sigterm(tmp_path) -> None:
     proc = subprocess.Popen([*CLI, "broker", "--data-dir", str(tmp_path / "data"), "--namesrv-port", "0",
-                             "--broker-port", "0", "--grpc-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--broker-port", "0", "--grpc-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
@@ -98,7 +99,7 @@ def test_topic_create_list_describe(ns: str, client: RemotingClient) -> None:
 
     listed = run("topic", "list", "-n", ns)
     assert listed.returncode == 0
-    line = next(l for l in listed.stdout.splitlines() if l.startswith("CLI_TOPIC"))
+    line = next(row for row in listed.stdout.splitlines() if row.startswith("CLI_TOPIC"))
     assert line.split() == ["CLI_TOPIC", "broker-a", "3", "3", "RW"]
     assert "TBW102" not in listed.stdout
     assert "TBW102" in run("topic", "list", "--all", "-n", ns).stdout
@@ -417,7 +418,7 @@ def test_demo_runs_the_main_job_end_to_end(demo_output: str) -> None:
     out = res.stdout
     assert "[1/5] embedded broker up" in out
     assert "[2/5] produced 10,000 orders" in out
-    batches = [l for l in out.splitlines() if l.strip().startswith("batch ")]
+    batches = [out_line for out_line in out.splitlines() if out_line.strip().startswith("batch ")]
     assert len(batches) == 4 and batches[-1].endswith("lag 0")
     assert "total lag 0" in out
     table = out.split("[5/5]", 1)[1]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
-from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 
+from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.broker.broker import SCHEDULE_TOPIC
 from rocketmq_spark.client import RemotingClient

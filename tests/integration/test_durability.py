@@ -9,8 +9,8 @@ import threading
 import time
 
 import pytest
-from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 
+from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import RocketMQSparkError

@@ -78,6 +78,7 @@ def test_parse_topic_stats_reads_fastjson_object_keys() -> None:
     body = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:{"lastUpdateTimestamp":17,'
             b'"maxOffset":9,"minOffset":2},{"brokerName":"broker-a","queueId":1,"topic":"T"}:'
             b'{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}}}')
-    assert parse_topic_stats(body) == {MessageQueue("T", "broker-a", 0): (2, 9), MessageQueue("T", "broker-a", 1): (0, 0)}
+    assert parse_topic_stats(body) == {MessageQueue("T", "broker-a", 0): (2, 9),
+                                       MessageQueue("T", "broker-a", 1): (0, 0)}
     assert parse_topic_stats(b"") == {}
     assert parse_topic_stats(b'{"offsetTable":{{"queueId":"x"}:{"maxOffset":1}}}') == {}

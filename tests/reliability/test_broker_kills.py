@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from broker_support import start_broker_process
 
+from broker_support import start_broker_process
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import RocketMQSparkError
 from rocketmq_spark.remoting import BatchEntry, decode_records
@@ -64,7 +64,8 @@ def test_sigkill_during_pulls_and_offset_commits_keeps_messages_and_offsets(tmp_
             pulled = [0]
             lock = threading.Lock()
 
-            def consume(q) -> None:  # type: ignore[no-untyped-def]
+            # this round's broker, stop flag and counters, bound now (not looked up when a thread runs)
+            def consume(q, *, addrs=addrs, stop=stop, lock=lock, pulled=pulled) -> None:  # type: ignore[no-untyped-def]
                 cc = RemotingClient(addrs["namesrv"], ClientConfig(retries=1, request_timeout_s=5))
                 off = best = committed.get(q.queue_id, 0)
                 try:

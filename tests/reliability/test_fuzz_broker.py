@@ -19,13 +19,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from fuzz_frames import OPAQUE_LIMIT, FuzzFrame, frames
 from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.remoting import BatchEntry, decode_records
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand, decode_frame
-
-from fuzz_frames import OPAQUE_LIMIT, FuzzFrame, frames
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -156,7 +155,8 @@ def _fuzz(addr: str, batch: list[FuzzFrame], stats: Counter[str], probe_opaque: 
 def test_malformed_frames_do_not_hurt_the_broker(fuzz_broker: EmbeddedBroker, soak: bool,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     total = 100_000 if soak else 10_000
-    caplog.set_level(logging.CRITICAL, logger="rocketmq_spark")  # tens of thousands of expected warnings; crashes are caught below
+    # tens of thousands of expected warnings; crashes are caught below
+    caplog.set_level(logging.CRITICAL, logger="rocketmq_spark")
     caplog.set_level(logging.CRITICAL, logger="asyncio")
     crashes = HandlerCrashes()
     for name in ("rocketmq_spark.broker", "asyncio"):

@@ -133,7 +133,8 @@ def test_fuzzed_grpc_requests_are_answered_and_the_endpoint_keeps_serving(grpc_b
                     key = f"{m.name} held open"  # Telemetry, long polls: the client hangs up
                 else:
                     key = f"{m.name} {code.name}"
-                    if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE,
+                                grpc.StatusCode.DEADLINE_EXCEEDED):
                         unknown.append(f"#{i} {m.name} {'garbage' if garbage else 'fuzzed'}: {code.name} "
                                        f"{exc.details()} request={req[:200]!r}")
             statuses[key] = statuses.get(key, 0) + 1

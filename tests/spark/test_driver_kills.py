@@ -27,7 +27,8 @@ def _produce(client: RemotingClient, topic: str, first: int, n: int) -> None:
     qs = client.message_queues(topic)
     for i in range(first, first + n, 250):
         client.send_batch(qs[(i // 250) % len(qs)],
-                          [BatchEntry(b"k-%07d" % j, encode_properties({"TAGS": "k"})) for j in range(i, min(first + n, i + 250))])
+                          [BatchEntry(b"k-%07d" % j, encode_properties({"TAGS": "k"}))
+                           for j in range(i, min(first + n, i + 250))])
 
 
 def _batches_planned(ckpt: str) -> int:

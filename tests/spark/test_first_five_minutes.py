@@ -112,7 +112,7 @@ def _read_only_topic(c: Ctx) -> int:
 def _ending_past_the_end(c: Ctx) -> int:
     topic = c.topic("ENDING", queues=1)
     c.write([("a",), ("b",)], "body STRING", topic=topic)
-    return c.read(topic=topic, endingOffsets='{"%s":{"broker-a:0":999}}' % topic)
+    return c.read(topic=topic, endingOffsets=f'{{"{topic}":{{"broker-a:0":999}}}}')
 
 
 def _committer(group: str, topics: list[str] | None = None) -> Callable[[Ctx], int]:

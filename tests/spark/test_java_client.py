@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
+import java_peer
+from brokers import Target, skip_or_fail, wait_until
+from real_rocketmq import cache_root, java_available, provision
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import decode_records
 from rocketmq_spark.remoting.codes import SysFlag
-
-import java_peer
-from brokers import Target, skip_or_fail, wait_until
-from real_rocketmq import cache_root, java_available, provision
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.interop]
 

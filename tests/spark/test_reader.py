@@ -10,7 +10,6 @@ import time
 import zlib
 
 import pytest
-
 from pyspark.sql import functions as F
 
 from rocketmq_spark.broker import EmbeddedBroker
@@ -114,7 +113,7 @@ def test_batch_read_with_ending_offsets(spark, broker, client, transport) -> Non
     _produce(client, topic, 12)
     df = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic)
           .option("startingOffsets", "earliest")
-          .option("endingOffsets", '{"%s":{"broker-a:0":2,"broker-a:1":-1}}' % topic).load())
+          .option("endingOffsets", f'{{"{topic}":{{"broker-a:0":2,"broker-a:1":-1}}}}').load())
     rows = df.collect()
     by_q: dict[int, int] = {}
     for r in rows:
@@ -151,7 +150,7 @@ def test_starting_timestamp_and_consume_from_where(spark, broker, client, tmp_pa
     _stream(spark, broker, topic, t("g_ts"), str(tmp_path / "ck1"), t, startingTimestamp=str(cut)).stop()
     got = sorted(bytes(r.body) for r in spark.sql(f"select body from q_{t('g_ts')}").collect())
     assert got == sorted(b"msg-%d" % i for i in range(8, 16))
-    iso = dt.datetime.fromtimestamp(cut / 1000, dt.timezone.utc).isoformat()
+    iso = dt.datetime.fromtimestamp(cut / 1000, dt.UTC).isoformat()
     _stream(spark, broker, topic, t("g_iso"), str(tmp_path / "ck2"), t, startingTimestamp=iso).stop()
     assert spark.sql(f"select count(*) c from q_{t('g_iso')}").collect()[0].c == 8
     # a group with no committed offsets: latest (stream default) reads nothing already there
@@ -194,8 +193,8 @@ def test_fail_on_data_loss(spark, tmp_path) -> None:
             low = c.min_offset(c.message_queues(topic)[0])
             assert low > 0
             reader = (spark.read.format("rocketmq").option("namesrvAddr", mq.namesrv_addr).option("topic", topic)
-                      .option("startingOffsets", '{"%s":{"broker-a:0":0}}' % topic))
-            with pytest.raises(Exception, match=r"SPARK_LOSS/broker-a:0: offsets \[0, %d\) were deleted" % low):
+                      .option("startingOffsets", f'{{"{topic}":{{"broker-a:0":0}}}}'))
+            with pytest.raises(Exception, match=rf"SPARK_LOSS/broker-a:0: offsets \[0, {low}\) were deleted"):
                 reader.load().collect()
             rows = reader.option("failOnDataLoss", "false").load().collect()
             assert sorted(r.queueOffset for r in rows) == list(range(low, 100))

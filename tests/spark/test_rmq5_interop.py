@@ -47,9 +47,9 @@ def test_official_producer_messages_read_by_spark_over_both_transports(spark, br
 
     def read(**where: str):
         return (spark.read.format("rocketmq").options(**where).option("topic", topic).load()
-                .select(F.col("body").cast("string").alias("body"), "messageId", "tag", F.array_sort("keys").alias("keys"),
-                        "properties", "queueId", "queueOffset", "bornTimestamp", "storeTimestamp", "bornHost",
-                        "storeHost"))
+                .select(F.col("body").cast("string").alias("body"), "messageId", "tag",
+                        F.array_sort("keys").alias("keys"), "properties", "queueId", "queueOffset", "bornTimestamp",
+                        "storeTimestamp", "bornHost", "storeHost"))
 
     over_remoting = read(namesrvAddr=broker.namesrv_addr)
     over_grpc = read(endpoints=broker.grpc_endpoint)

@@ -9,12 +9,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from brokers import WRITE_TRANSPORTS, wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.remoting import decode_records
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.sink.writer import abort_batch, commit_batch, write_rows
-
-from brokers import WRITE_TRANSPORTS, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -75,9 +74,10 @@ def test_topic_column_and_fifo_message_groups(spark, broker, client, transport) 
 
 def test_delivery_timestamp_sets_the_timer_property(spark, broker, client) -> None:
     topic = broker.create_topic("W_DELAY", queues=1, message_type="DELAY")
-    due = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)  # already due: readable at once
-    spark.createDataFrame([("late", due)], "body STRING, deliveryTimestamp TIMESTAMP").write.mode("append").format("rocketmq") \
-        .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save()
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)  # already due: readable at once
+    (spark.createDataFrame([("late", due)], "body STRING, deliveryTimestamp TIMESTAMP")
+     .write.mode("append").format("rocketmq")
+     .option("namesrvAddr", broker.namesrv_addr).option("topic", topic).save())
     q = client.message_queues(topic)[0]
     deadline = time.monotonic() + 10
     while client.max_offset(q) == 0 and time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def test_delayed_rows_are_not_readable_before_their_time(spark, broker, client, 
     # a 5.x proxy takes delayed messages only on a DELAY topic, and refuses to create MIXED ones: every
     # row here has a delivery time ("now" is due at once)
     topic = broker.create_topic(transport("W_DELAY_FUTURE"), queues=1, message_type="DELAY")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     due = now + dt.timedelta(seconds=3)
     spark.createDataFrame([("soon", due), ("now", now)], "body STRING, deliveryTimestamp TIMESTAMP") \
         .write.mode("append").format("rocketmq").options(**transport.options) \

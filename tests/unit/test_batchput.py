@@ -189,8 +189,9 @@ def test_tag_hashes_equal_the_per_message_ones() -> None:
     from rocketmq_spark.broker.store import tag_hash
 
     rng = random.Random(11)
-    props = ["", "TAGS\x01a", "TAGS\x01", "TAGS\x01\x02", "XTAGS\x01no\x02TAGS\x01yes\x02", "k\x01TAGS\x01v\x02TAGS\x01w",
-             "UNIQ_KEY\x01A\x02TAGS\x01tag-1\x02KEYS\x01k", "TAGS\x01" + "z~" * 3000 + "\x02", "a\x01b\x02"]
+    props = ["", "TAGS\x01a", "TAGS\x01", "TAGS\x01\x02", "XTAGS\x01no\x02TAGS\x01yes\x02",
+             "k\x01TAGS\x01v\x02TAGS\x01w", "UNIQ_KEY\x01A\x02TAGS\x01tag-1\x02KEYS\x01k",
+             "TAGS\x01" + "z~" * 3000 + "\x02", "a\x01b\x02"]
     for _ in range(1000):
         items = ["\x01".join([rng.choice(["TAGS", "XTAGS", "KEYS", "T"]),
                               "".join(rng.choice("ab\x01 Z~") for _ in range(rng.randrange(30)))])

@@ -44,7 +44,8 @@ def _frames() -> list[dict]:
 GOLDEN = [f for f in _frames() if f.get("raw_hex")]
 
 
-@pytest.mark.parametrize("frame", GOLDEN, ids=lambda f: f"{f.get('language', f.get('req'))}-{f.get('name', f.get('req'))}-{f['dir']}")
+@pytest.mark.parametrize("frame", GOLDEN,
+                         ids=lambda f: f"{f.get('language', f.get('req'))}-{f.get('name', f.get('req'))}-{f['dir']}")
 def test_golden_frames_decode(frame: dict) -> None:
     raw = bytes.fromhex(frame["raw_hex"])
     cmd = decode_frame(raw)
@@ -138,10 +139,10 @@ def test_java_string_hash_matches_java() -> None:
 
 
 def _record(**over: object) -> bytes:
-    base = dict(topic="orders", queue_id=3, queue_offset=42, body=b"payload", properties={"TAGS": "A", "KEYS": "k1 k2", "u": "v"},
-                flag=5, sys_flag=0, physical_offset=1234, born_timestamp=1700000000123, born_host="10.1.2.3:5555",
-                store_timestamp=1700000000456, store_host="127.0.0.1:10911", reconsume_times=2,
-                prepared_transaction_offset=9)
+    base = dict(topic="orders", queue_id=3, queue_offset=42, body=b"payload",
+                properties={"TAGS": "A", "KEYS": "k1 k2", "u": "v"}, flag=5, sys_flag=0, physical_offset=1234,
+                born_timestamp=1700000000123, born_host="10.1.2.3:5555", store_timestamp=1700000000456,
+                store_host="127.0.0.1:10911", reconsume_times=2, prepared_transaction_offset=9)
     base.update(over)
     return encode_record(**base)  # type: ignore[arg-type]
 
@@ -192,14 +193,16 @@ def test_record_crc_and_bounds_are_checked() -> None:
 
 
 def test_batch_round_trip_and_overrun() -> None:
-    entries = [BatchEntry(b"one", "TAGS\x01A\x02"), BatchEntry(b"", ""), BatchEntry(b"three" * 100, "k\x01v\x02", flag=3)]
+    entries = [BatchEntry(b"one", "TAGS\x01A\x02"), BatchEntry(b"", ""),
+               BatchEntry(b"three" * 100, "k\x01v\x02", flag=3)]
     assert decode_batch(encode_batch(entries)) == entries
     with pytest.raises(ProtocolError):
         decode_batch(encode_batch(entries)[:-2])
 
 
-@given(st.dictionaries(st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1),
-                       st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))))
+@given(st.dictionaries(
+    st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1),
+    st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)))))
 def test_properties_round_trip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
 

@@ -25,12 +25,12 @@ from pyspark.sql.types import (
     TimestampNTZType,
     TimestampType,
 )
+
+from rocketmq_spark.errors import OptionError, RocketMQSparkError
 from rocketmq_spark.sink import options as sink_options
 from rocketmq_spark.sink.options import WriterOptions, check_columns
 from rocketmq_spark.source import options as source_options
 from rocketmq_spark.source.options import ReaderOptions
-
-from rocketmq_spark.errors import OptionError, RocketMQSparkError
 
 NS = "127.0.0.1:9876"
 READER_BASE = {"namesrvAddr": NS, "topic": "t", "consumerGroup": "g"}

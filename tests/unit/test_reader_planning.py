@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from rocketmq_spark.sink import WriterOptions
-from rocketmq_spark.source import Planner, ReaderOptions
-from rocketmq_spark.source.reader import offsets_from_json, offsets_to_json
 
 from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.sink import WriterOptions
+from rocketmq_spark.source import Planner, ReaderOptions
+from rocketmq_spark.source.reader import offsets_from_json, offsets_to_json
 
 
 class FakeClient(SequentialManyQueueCalls):
@@ -189,7 +189,6 @@ class FlakyBrokerClient(FakeClient):
 
 def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it(monkeypatch) -> None:
     import rocketmq_spark.source.reader as reader_mod
-
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
@@ -252,7 +251,6 @@ def test_a_down_broker_is_warned_about_once_per_interval_not_every_trigger(monke
 
 def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_queues(monkeypatch) -> None:
     import rocketmq_spark.source.reader as reader_mod
-
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
@@ -285,7 +283,6 @@ def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_que
 
 def test_a_query_starting_while_a_broker_is_down_waits_for_it_then_fails(monkeypatch) -> None:
     import rocketmq_spark.source.reader as reader_mod
-
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from rocketmq_spark.checkpoints import BrokerOffsetStore, InFlightTracker
 
+from rocketmq_spark.checkpoints import BrokerOffsetStore, InFlightTracker
 from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import ConnectionFailedError
 from rocketmq_spark.model import MessageQueue

@@ -53,11 +53,12 @@ def _sender(opts: WriterOptions) -> Any:
     s.client = _FakeClient()
     s._queues, s._rr, s._uniq_prefix, s._seq, s.rows = {}, 0, "0123456789ABCDEF012345", 41, 0
     s.txns, s._inflight, s._buffers, s._registered, s._paused = [], collections.deque(), {}, set(), {}
+    s._checked_topics = set()
     return s
 
 
-def _send(batches: list[pa.RecordBatch], opts: WriterOptions, *, fast: bool,
-          monkeypatch: pytest.MonkeyPatch, encoded: list[bool] | None = None) -> tuple[list[tuple[int, bytes, int]], int]:
+def _send(batches: list[pa.RecordBatch], opts: WriterOptions, *, fast: bool, monkeypatch: pytest.MonkeyPatch,
+          encoded: list[bool] | None = None) -> tuple[list[tuple[int, bytes, int]], int]:
     def spy(*a: Any, **k: Any) -> Any:
         out = encode_plain_rows(*a, **k) if fast else None
         if encoded is not None:
