@@ -253,6 +253,12 @@ class RealRocketMQ:
         """The 5.x proxy's remoting port: classic clients may use it as their name server."""
         return f"127.0.0.1:{self.proxy_remoting_port}"
 
+    def _env(self) -> dict[str, str]:
+        """The JVMs' environment: ours without ROCKETMQ_* (a user's settings must not leak in)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+        env["ROCKETMQ_HOME"] = str(self.workdir)
+        return env
+
     # -- life cycle -----------------------------------------------------------------------
 
     def __enter__(self) -> RealRocketMQ:
@@ -272,8 +278,7 @@ class RealRocketMQ:
                 setattr(self, name, port)
             taken |= {getattr(self, name), getattr(self, name) - 2}
         self._write_configs()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
-        env["ROCKETMQ_HOME"] = str(self.workdir)
+        env = self._env()
         deadline = time.monotonic() + timeout_s
         try:
             self._jvm("namesrv").start(env)
@@ -308,8 +313,7 @@ class RealRocketMQ:
 
     def start_broker(self, timeout_s: float = 90) -> None:
         """Starts the broker again on its ports, with its store; returns once it serves."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
-        env["ROCKETMQ_HOME"] = str(self.workdir)
+        env = self._env()
         deadline = time.monotonic() + timeout_s
         jvm = self._jvms["broker"]
         while not _bindable(self.ha_port) and time.monotonic() < deadline:
@@ -410,8 +414,7 @@ class RealRocketMQ:
             argv.append("-Drmq.logback.configurationFile=rmq.tools.logback.xml")
         argv += ["-cp", f"{self.lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
                  "-n", self.namesrv_addr]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
-        env["ROCKETMQ_HOME"] = str(self.workdir)
+        env = self._env()
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
         out = run.stdout + run.stderr
         if run.returncode != 0 or "Exception" in out:
