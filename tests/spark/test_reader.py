@@ -119,6 +119,12 @@ def test_batch_read_with_ending_offsets(spark, broker, client, transport) -> Non
     for r in rows:
         by_q[r.queueId] = by_q.get(r.queueId, 0) + 1
     assert by_q == {0: 2, 1: 3, 2: 3, 3: 3}
+    # startingOffsets as JSON: a given offset, -2 (earliest), -1 (latest), and queues not named start
+    # at their earliest
+    df = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic)
+          .option("startingOffsets", f'{{"{topic}":{{"broker-a:0":1,"broker-a:1":-2,"broker-a:2":-1}}}}').load())
+    offsets = sorted((r.queueId, r.queueOffset) for r in df.collect())
+    assert offsets == [(0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (3, 0), (3, 1), (3, 2)]
 
 
 def test_unknown_option_names_option_value_and_accepted(spark, broker) -> None:
