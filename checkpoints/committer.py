@@ -14,7 +14,6 @@ behind (now minus the store time of the oldest unread message), logged and kept 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..client import BrokerClient, connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
+from ..offsets import Offsets, OffsetsFormatError
 from ..options import group_name, topic_name
 from ..remoting.acl import Credentials
 from .offset_store import BrokerOffsetStore
@@ -59,19 +59,13 @@ def queue_lag(client: BrokerClient, mq: MessageQueue, offset: int, now_ms: int |
 
 
 def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
-    obj = json.loads(raw) if isinstance(raw, str) else raw
-    out: dict[MessageQueue, int] = {}
-    if not isinstance(obj, dict):
-        return out
-    for topic, queues in obj.items():
-        if not isinstance(queues, dict):
-            return {}
-        for key, off in queues.items():
-            try:
-                out[MessageQueue.from_key(topic, key)] = int(off)
-            except (ValueError, TypeError):
-                return {}  # not a rocketmq source's offsets
-    return out
+    """A source's end offsets from Spark's progress, or {} when they are not in the rocketmq
+    offsets form (the progress of every source of the query comes here)."""
+    try:
+        return dict(Offsets.from_json(raw))
+    except OffsetsFormatError as exc:
+        log.debug("end offsets not in the rocketmq form, not committed (%s): %.200s", exc, raw)
+        return {}
 
 
 class RocketMQOffsetCommitter(StreamingQueryListener):

@@ -43,6 +43,7 @@ from .errors import (
 )
 from .model import MessageQueue
 from .names import group_problem, topic_problem
+from .offsets import Offsets
 
 log = logging.getLogger(__name__)
 
@@ -970,7 +971,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             for addr in brokers.values():
                 client.create_topic(topic, 4, broker_addr=addr)
         queues = client.message_queues(topic, refresh=True)
-        start = {mq_.key: client.max_offset(mq_) for mq_ in queues}
+        start = Offsets({mq_: client.max_offset(mq_) for mq_ in queues})
         expected: dict[str, list[int]] = {}  # customer -> [orders, refunds, net cents]
 
         def orders() -> Iterator[_Message]:
@@ -1001,7 +1002,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         stack.callback(committer.client.close)
         stack.callback(spark.streams.removeListener, committer)
         # earliest on a fresh broker; on a cluster, where this run's orders start
-        starting = "earliest" if not cluster else json.dumps({topic: start})
+        starting = "earliest" if not cluster else start.dumps()
         source = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
                   .option("consumerGroup", group).option("startingOffsets", starting)
                   .option("maxMessagesPerTrigger", str(per_trigger)).load())

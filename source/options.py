@@ -6,12 +6,12 @@ naming the option, the value and what is accepted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..errors import OptionError
+from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
     canonical_options,
@@ -52,29 +52,19 @@ def _timestamp(name: str, raw: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str) -> dict[str, dict[str, int]]:
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        obj = None
+def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str) -> Offsets:
     shape = 'JSON like {"topic":{"broker-a:0":42}} (-2 = earliest, -1 = latest)'
-    if not isinstance(obj, dict):
-        raise OptionError(name, raw, f"accepted: {keywords} or {shape}")
-    out: dict[str, dict[str, int]] = {}
-    for topic, queues in obj.items():
+    try:
+        offsets = Offsets.from_json(raw, special=True)
+    except OffsetsFormatError as exc:
+        if exc.queue_key is None:
+            raise OptionError(name, raw, f"accepted: {keywords} or {shape}") from None
+        raise OptionError(name, raw, f"{exc}; accepted: {shape}") from None
+    for topic in offsets.topics:
         if topic not in topics:
             raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: topics of the option topic "
                                           f"{list(topics)}")
-        if not isinstance(queues, dict):
-            raise OptionError(name, raw, f"accepted: {shape}")
-        for key, off in queues.items():
-            broker, sep, qid = str(key).rpartition(":")
-            bad_qid = not (qid.isascii() and qid.isdigit())
-            bad_off = isinstance(off, bool) or not isinstance(off, int) or off < -2
-            if not sep or not broker or bad_qid or bad_off:
-                raise OptionError(name, raw, f"queue {key!r}: accepted: {shape}")
-        out[topic] = {str(k): int(v) for k, v in queues.items()}
-    return out
+    return offsets
 
 
 @dataclass(frozen=True)
@@ -85,11 +75,11 @@ class ReaderOptions:
     consumer_group: str | None
     sub_expression: str
     starting: str  # group | earliest | latest | json
-    starting_json: dict[str, dict[str, int]] | None
+    starting_json: Offsets | None
     starting_timestamp: int | None
     consume_from_where: str  # earliest | latest
     ending: str  # latest | json
-    ending_json: dict[str, dict[str, int]] | None
+    ending_json: Offsets | None
     max_messages_per_trigger: int | None
     commit_offsets: bool
     fail_on_data_loss: bool

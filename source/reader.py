@@ -42,6 +42,7 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..model import MessageQueue, PullResult
+from ..offsets import Offsets
 from .arrow import columns_to_batch, decode_to_batch, only_subscribed
 from .options import ReaderOptions
 
@@ -50,10 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "offsets_from_json",
-           "offsets_to_json", "read_range", "subscribed_tags"]
+__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range", "subscribed_tags"]
 
-Offsets = dict[MessageQueue, int]
+QueueOffsets = dict[MessageQueue, int]
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
@@ -65,16 +65,14 @@ _REPROBE_S = 2.0
 _WARN_EVERY_S = 10.0
 
 
-def offsets_to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
-    """Canonical form: topics sorted, then queues by (broker, queueId)."""
-    out: dict[str, dict[str, int]] = {}
-    for mq in sorted(offsets):
-        out.setdefault(mq.topic, {})[mq.key] = int(offsets[mq])
-    return out
+def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
+    """Offsets as Spark keeps them in its checkpoint (the canonical form, see :mod:`..offsets`)."""
+    return Offsets(offsets).to_json()
 
 
-def offsets_from_json(obj: Mapping[str, Mapping[str, int]]) -> Offsets:
-    return {MessageQueue.from_key(t, k): int(v) for t, qs in obj.items() for k, v in qs.items()}
+def _from_json(obj: Mapping[str, Any]) -> QueueOffsets:
+    """Offsets from Spark's checkpoint, as a dict the planner updates."""
+    return dict(Offsets.from_json(obj))
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,7 @@ class Planner:
         self._client = client
         self.tracker = InFlightTracker()
         self._store: BrokerOffsetStore | None = None
-        self.target: Offsets | None = None  # AvailableNow cap
+        self.target: QueueOffsets | None = None  # AvailableNow cap
         #: broker -> (monotonic time it was first found unavailable, why)
         self._down: dict[str, tuple[float, str]] = {}
         self._warned: dict[str, float] = {}
@@ -156,7 +154,7 @@ class Planner:
             out.extend(queues)
         return sorted(out)
 
-    def latest(self) -> Offsets:
+    def latest(self) -> QueueOffsets:
         """Max offsets of the queues the routes list now, without the brokers that do not
         answer (see :meth:`_ask_brokers`)."""
         return self._ask_brokers(self.queues(), self._highs_of)
@@ -179,13 +177,13 @@ class Planner:
         return kept
 
     def _ask_brokers(self, queues: list[MessageQueue],
-                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, int]]) -> Offsets:
+                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, int]]) -> QueueOffsets:
         """``ask(queues of one broker)`` for every broker (the client pipelines the per-queue
         requests); a broker that fails (after the client's bounded retries) is noted as down
         and the caller reads on with the rest (see :meth:`_unavailable`). A broker known to
         be down is asked again only every ``_REPROBE_S``, so its retries do not slow every
         trigger down."""
-        out: Offsets = {}
+        out: QueueOffsets = {}
         failed: dict[str, str] = {}
         now = time.monotonic()
         by_broker: dict[str, list[MessageQueue]] = {}
@@ -239,7 +237,7 @@ class Planner:
             return self.client.max_offset(mq)
         raise AssertionError(how)
 
-    def initial(self) -> Offsets:
+    def initial(self) -> QueueOffsets:
         """Start offsets of every queue (startingTimestamp, startingOffsets, or the group's
         offsets with consumeFromWhere). A queue's start cannot be guessed, so a broker that
         is down is waited for (polling, up to brokerDownTimeoutMs), then the query fails."""
@@ -274,7 +272,7 @@ class Planner:
             committed = self.store.read(mq)
             return committed if committed is not None else self._start_for(mq, o.consume_from_where)
         if o.starting == "json":
-            given = (o.starting_json or {}).get(mq.topic, {}).get(mq.key)
+            given = o.starting_json.get(mq) if o.starting_json is not None else None
             if given is None or given == -2:
                 return self.client.min_offset(mq)
             if given == -1:
@@ -282,7 +280,7 @@ class Planner:
             return given
         return self._start_for(mq, o.starting)
 
-    def check_data_loss(self, start: Offsets) -> Offsets:
+    def check_data_loss(self, start: QueueOffsets) -> QueueOffsets:
         """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""
         fixed = dict(start)
         self._highs.clear()
@@ -301,7 +299,7 @@ class Planner:
                 fixed[mq] = low
         return fixed
 
-    def next_end(self, start: Offsets, limit: ReadLimit) -> Offsets:
+    def next_end(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:
         """The end offsets of the next batch (registered as in flight).
 
         Queues of a broker that is down or gone from the routes keep their start offsets
@@ -315,7 +313,7 @@ class Planner:
                 self._unavailable(missing)  # raises once the broker has been away too long
             if self.target is not None:
                 latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
-            begin: Offsets = {}
+            begin: QueueOffsets = {}
             for mq, hi in latest.items():
                 s = start.get(mq)
                 if s is None:  # a new queue: from its earliest offset
@@ -395,7 +393,7 @@ class Planner:
                     log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)
 
     @staticmethod
-    def _admit(begin: Offsets, end: Offsets, budget: int) -> Offsets:
+    def _admit(begin: QueueOffsets, end: QueueOffsets, budget: int) -> QueueOffsets:
         """Split ``budget`` messages across queues in proportion to their backlog."""
         backlog = {mq: end[mq] - begin[mq] for mq in end}
         total = sum(backlog.values())
@@ -411,7 +409,7 @@ class Planner:
                 left -= 1
         return {mq: begin[mq] + share[mq] for mq in end}
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[QueueRange]:
+    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
         o = self.options
         ranges = []
         for mq in sorted(end):
@@ -434,10 +432,10 @@ class Planner:
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials)
                 for mq, s, e in ranges]
 
-    def commit(self, end: Offsets) -> None:
+    def commit(self, end: QueueOffsets) -> None:
         if not self.options.commit_offsets or not self.options.consumer_group:
             return
-        committable: Offsets = {}
+        committable: QueueOffsets = {}
         for mq, off in end.items():
             self.tracker.complete_through(mq, off)
             c = self.tracker.committable(mq)
@@ -626,7 +624,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         self.planner.check_group()
-        return offsets_to_json(self.planner.initial())
+        return _to_json(self.planner.initial())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.planner.options.max_messages_per_trigger
@@ -634,26 +632,26 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self.planner.check_group()
-        begin = self.planner.check_data_loss(offsets_from_json(start))
-        return offsets_to_json(self.planner.next_end(begin, limit))
+        begin = self.planner.check_data_loss(_from_json(start))
+        return _to_json(self.planner.next_end(begin, limit))
 
     def reportLatestOffset(self) -> dict | None:
-        return offsets_to_json(self.planner.latest())
+        return _to_json(self.planner.latest())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.target = self.planner.latest()
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        return self.planner.partitions(offsets_from_json(start), offsets_from_json(end))
+        return self.planner.partitions(_from_json(start), _from_json(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        self.planner.commit(offsets_from_json(end))
+        self.planner.commit(_from_json(end))
 
 
-def _check_ending(given: Offsets, start: Offsets, latest: Offsets) -> None:
+def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets) -> None:
     """endingOffsets must lie within each queue's range: past its end nothing is lost, the
     request is wrong; say so at planning time rather than fail reading."""
     for mq, off in sorted(given.items()):
@@ -676,7 +674,7 @@ class RocketMQBatchReader(DataSourceReader):
         try:
             start = planner.check_data_loss(planner.initial())
             if self.options.ending == "json":
-                given = offsets_from_json(self.options.ending_json or {})
+                given = dict(self.options.ending_json or {})
                 latest = planner.latest()
                 end = {mq: (latest[mq] if given.get(mq, -1) == -1 else given[mq]) for mq in latest}
                 _check_ending(given, start, latest)

@@ -8,9 +8,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.offsets import Offsets
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.source import Planner, ReaderOptions
-from rocketmq_spark.source.reader import offsets_from_json, offsets_to_json
 
 
 class FakeClient(SequentialManyQueueCalls):
@@ -52,10 +52,10 @@ def _planner(client: FakeClient, **opts: str) -> Planner:
 
 def test_offsets_json_is_canonical_and_round_trips() -> None:
     offs = {Q(1, "broker-b"): 5, Q(0): 7, Q(10): 1, Q(2, topic="a"): 3}
-    js = offsets_to_json(offs)
+    js = Offsets(offs).to_json()
     assert list(js) == ["a", "t"]
     assert list(js["t"]) == ["broker-a:0", "broker-a:10", "broker-b:1"]
-    assert offsets_from_json(js) == offs
+    assert dict(Offsets.from_json(js)) == offs == dict(Offsets.from_json(Offsets(offs).dumps()))
 
 
 @pytest.mark.parametrize("opts, match", [

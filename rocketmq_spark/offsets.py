@@ -1,0 +1,104 @@
+"""Per-queue offsets and their one JSON form: ``{"topic": {"broker-a:0": 42, ...}, ...}``.
+
+The same form is the reader's offsets in Spark's checkpoint (where Spark compares offsets as
+JSON strings, so the order is canonical: topics sorted, then queues by broker and queue id),
+the value of the startingOffsets / endingOffsets options (where -2 means earliest and -1
+latest), what the committer listener reads back from Spark's progress, and what the CLI hands a
+query. Every offset is the NEXT offset to read (one past the last message read).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .model import MessageQueue
+
+__all__ = ["EARLIEST", "LATEST", "Offsets", "OffsetsFormatError"]
+
+#: option-only offsets: a queue's earliest (min) and latest (max) offset
+EARLIEST, LATEST = -2, -1
+_SHAPE = 'JSON like {"topic":{"broker-a:0":42}}'
+
+
+class OffsetsFormatError(ValueError):
+    """Text or an object that is not in the offsets JSON form; ``queue_key`` names the queue
+    entry at fault ("" for a topic's entry, None when the whole value is wrong)."""
+
+    def __init__(self, message: str, queue_key: str | None = None) -> None:
+        super().__init__(message)
+        self.queue_key = queue_key
+
+
+class Offsets(Mapping[MessageQueue, int]):
+    """An immutable mapping queue -> offset that reads and writes the offsets JSON form."""
+
+    __slots__ = ("_by_queue",)
+
+    def __init__(self, by_queue: Mapping[MessageQueue, int] | Iterable[tuple[MessageQueue, int]] = ()) -> None:
+        self._by_queue = {mq: int(off) for mq, off in sorted(dict(by_queue).items())}
+
+    def __getitem__(self, mq: MessageQueue) -> int:
+        return self._by_queue[mq]
+
+    def __iter__(self) -> Iterator[MessageQueue]:
+        return iter(self._by_queue)
+
+    def __len__(self) -> int:
+        return len(self._by_queue)
+
+    def __repr__(self) -> str:
+        return f"Offsets({self.dumps()})"
+
+    def __getstate__(self) -> dict[MessageQueue, int]:
+        return self._by_queue
+
+    def __setstate__(self, state: dict[MessageQueue, int]) -> None:
+        self._by_queue = state
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({mq.topic for mq in self._by_queue})
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        """The canonical object: topics sorted, queues by (broker, queueId)."""
+        out: dict[str, dict[str, int]] = {}
+        for mq, off in self._by_queue.items():  # kept sorted by MessageQueue's order
+            out.setdefault(mq.topic, {})[mq.key] = off
+        return out
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json())
+
+    @classmethod
+    def from_json(cls, value: str | Mapping[str, Any], *, special: bool = False) -> Offsets:
+        """Parse the offsets JSON form (a string or the decoded object). ``special`` accepts the
+        options' -2 (earliest) and -1 (latest); otherwise offsets are >= 0. Raises
+        :class:`OffsetsFormatError` naming what is wrong."""
+        obj: Any = value
+        if isinstance(value, str):
+            try:
+                obj = json.loads(value)
+            except ValueError:
+                raise OffsetsFormatError(f"not JSON; expected {_SHAPE}") from None
+        if not isinstance(obj, Mapping):
+            raise OffsetsFormatError(f"a JSON {type(obj).__name__}, not an object; expected {_SHAPE}")
+        lowest = EARLIEST if special else 0
+        out: dict[MessageQueue, int] = {}
+        for topic, queues in obj.items():
+            if not isinstance(queues, Mapping):
+                raise OffsetsFormatError(f"topic {topic!r} maps to a {type(queues).__name__}, not an object "
+                                         f"of queues; expected {_SHAPE}", "")
+            for key, off in queues.items():
+                try:
+                    mq = MessageQueue.from_key(str(topic), str(key))
+                except ValueError:
+                    mq = None
+                if mq is None or mq.queue_id < 0 or not str(key).rpartition(":")[2].isascii():
+                    raise OffsetsFormatError(f"queue {key!r} of topic {topic!r} is not 'broker:queueId'", str(key))
+                if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
+                    accepted = "an integer >= -2 (-2 earliest, -1 latest)" if special else "an integer >= 0"
+                    raise OffsetsFormatError(f"offset {off!r} of queue {key!r}: {accepted}", str(key))
+                out[mq] = off
+        return cls(out)
