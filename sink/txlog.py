@@ -82,14 +82,15 @@ class TxLog:
     def decide(self, batch_id: int, msg_id: str) -> bool | None:
         """Check-back answer: True commit, False rollback, None no answer (the broker asks again).
 
-        None while the batch is undecided, and once it is ended: its ENDs were answered, but a
-        broker records ended transactions in batches (transactionOpBatchInterval, 3 s) and may
-        check one in between; answering commit again would store the message twice."""
-        if self.ended(batch_id):
-            return None
+        None while the batch is undecided, and for a message of the record once the batch is
+        ended: its END was answered, but a broker records ended transactions in batches
+        (transactionOpBatchInterval, 3 s) and may check one in between; answering commit again
+        would store the message twice. A message not in the record is rolled back at any time."""
         recorded = self.read(batch_id)
         if recorded is not None:
-            return msg_id in recorded
+            if msg_id not in recorded:
+                return False
+            return None if self.ended(batch_id) else True
         latest = self.latest()
         if latest is not None and latest > batch_id:
             return False

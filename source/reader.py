@@ -337,19 +337,25 @@ class Planner:
 
     def check_group(self) -> None:
         """Once per query, of every broker serving the topics: fail when other clients consume
-        in the group (their commits would interleave with Spark's), unless allowSharedGroup;
-        and make sure the brokers know the group before its offsets are committed (see
-        :meth:`_make_group_known`). gRPC has no consumer-list call: skipped there."""
+        in the group (their commits would interleave with Spark's), unless allowSharedGroup
+        (remoting only: gRPC has no consumer-list call); and make sure the brokers know the
+        group before its offsets are committed (see :meth:`_make_group_known`)."""
         if self._group_checked or not self.options.consumer_group:
             return
         self._group_checked = True
-        client = self.client
         group = self.options.consumer_group
+        if not self.options.allow_shared_group:
+            self._refuse_other_consumers(group)
+        if self.options.commit_offsets:
+            self._make_group_known(group)
+
+    def _refuse_other_consumers(self, group: str) -> None:
+        client = self.client
         if not isinstance(client, RemotingClient):
             log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
             return
         others: dict[str, list[str]] = {}
-        for topic in self.options.topics if not self.options.allow_shared_group else ():
+        for topic in self.options.topics:
             for b in client.route(topic).broker_datas:
                 if b.master_addr and b.broker_name not in others:
                     try:
@@ -364,18 +370,18 @@ class Planner:
             raise GroupInUseError(
                 f"consumer group {group!r} has online consumers ({listed}); their offset commits would interleave "
                 f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that")
-        if self.options.commit_offsets:
-            self._make_group_known(client, group)
 
-    def _make_group_known(self, client: RemotingClient, group: str) -> None:
+    def _make_group_known(self, group: str) -> None:
         """Brokers refuse offset commits of a consumer group they do not know and create one
         only on a consumer's heartbeat or pull (autoCreateSubscriptionGroup), its retry topic
         %RETRY%<group> (which mqadmin consumerProgress needs) only on a heartbeat. A broker
         whose queues get no data would never see either, so each broker gets one consumer
-        heartbeat here, unregistered at once (the query does not stay listed as an online
-        consumer), then one pull at a queue's max offset (an empty answer, nothing read):
-        where the broker does not create groups that fails at once with
-        :class:`GroupNotFoundError` naming the group."""
+        heartbeat here (remoting; unregistered at once: the query does not stay listed as an
+        online consumer), then, over either transport, one pull at a queue's max offset (an
+        empty answer, nothing read): where the broker does not create groups that fails at once
+        with :class:`GroupNotFoundError` naming the group."""
+        client = self.client
+        remoting = client if isinstance(client, RemotingClient) else None
         client_id = f"rocketmq-spark@{socket.gethostname()}@{os.getpid()}"
         subs = {t: self.options.sub_expression for t in self.options.topics}
         seen: set[str] = set()
@@ -384,10 +390,11 @@ class Planner:
                 if mq.broker in seen:
                     continue
                 seen.add(mq.broker)
-                addr = client.broker_addr(mq.broker, topic)
                 try:
-                    client.heartbeat_consumer(group, client_id, addr, subs)
-                    client.unregister_consumer(group, client_id, addr)
+                    if remoting is not None:
+                        addr = remoting.broker_addr(mq.broker, topic)
+                        remoting.heartbeat_consumer(group, client_id, addr, subs)
+                        remoting.unregister_consumer(group, client_id, addr)
                     client.pull(mq, client.max_offset(mq), 1, group=group, subscription=self.options.sub_expression)
                 except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
                     log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)

@@ -437,6 +437,8 @@ class RealRocketMQ:
                     except Exception:
                         if time.monotonic() > deadline:
                             raise
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{addr} routes topic {topic!r} with no queues after {timeout_s:g}s")
                     time.sleep(0.1)
             finally:
                 c.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ProtocolError
 from ..files import atomic_write
+from ..names import group_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
@@ -1079,14 +1080,14 @@ class Broker:
         try:
             cfg = loads_lenient(req.body) if req.body else None
         except ProtocolError as exc:
-            cfg, why = None, str(exc)
-        else:
-            why = "the body is not a SubscriptionGroupConfig object"
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"bad subscription group config: {exc}")
         group = cfg.get("groupName") if isinstance(cfg, dict) else None
-        if not isinstance(group, str) or not group or len(group) > 255 or valid_topic_name(group):
-            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"bad subscription group config: {why}"
-                                   if not isinstance(group, str) else f"invalid group name {group!r}")
-        assert isinstance(cfg, dict)
+        if not isinstance(cfg, dict) or not isinstance(group, str):
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark="the body is not a SubscriptionGroupConfig object with a groupName")
+        problem = group_problem(group)
+        if problem:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"group {group!r}: {problem}")
         self.groups.put(group, cfg)
         return req.response_to()
 

@@ -13,7 +13,7 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.client.connection import RemotingConnection
-from rocketmq_spark.errors import ConnectionFailedError, GroupNotFoundError, TopicNotFoundError
+from rocketmq_spark.errors import BrokerError, ConnectionFailedError, GroupNotFoundError, TopicNotFoundError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import (
     SERIALIZE_ROCKETMQ,
@@ -393,3 +393,12 @@ def test_concurrent_flush_rounds_never_fail_sync_sends(tmp_path) -> None:
             t.join()
             c.close()
         assert mq.broker.store.max_offset("FLUSH_RACE", 0) == 300
+
+
+def test_group_names_follow_the_group_rule_not_the_topic_one(client: RemotingClient) -> None:
+    long_group = "g" * 200  # too long for a topic (127), fine for a group (255)
+    client.create_group(long_group)
+    with pytest.raises(BrokerError, match="at most 255"):
+        client.create_group("g" * 256)
+    with pytest.raises(BrokerError, match="only letters"):
+        client.create_group("bad group")

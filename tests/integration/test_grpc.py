@@ -268,3 +268,18 @@ def test_a_pull_of_a_write_only_topic_is_refused_over_grpc_as_over_remoting(clie
         client.pull(mq, 0, 32)
     with pytest.raises(NoPermissionError, match="pulling is forbidden"):
         gclient.pull(gmq, 0, 32)
+
+
+def test_a_stream_over_grpc_makes_its_new_group_known_even_on_an_idle_topic(broker, client) -> None:
+    """Brokers refuse commits of groups they do not know; with no data no task pulls, so the planner
+    makes the group known itself (over gRPC too), and its commits land."""
+    from rocketmq_spark.source import Planner, ReaderOptions
+
+    client.create_topic("G_IDLE_GROUP", queues=2)
+    planner = Planner(ReaderOptions.parse({"endpoints": broker.grpc_endpoint, "topic": "G_IDLE_GROUP",
+                                           "consumerGroup": "g_grpc_idle"}, stream=True))
+    planner.check_group()
+    start = planner.initial()
+    planner.commit(start)
+    assert planner.store.pending == {}  # nothing refused, nothing waiting for a retry
+    assert client.query_consumer_offsets("g_grpc_idle", sorted(start)) == start
