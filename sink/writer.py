@@ -111,9 +111,8 @@ class _Sender:
         self._seq = 0
         self.rows = 0
         self.txns: list[Txn] = []
-        #: sends in flight: (answer, queue, messages, sysFlag)
-        self._inflight: deque[tuple[Future[RemotingCommand], MessageQueue, list[BatchEntry] | EncodedBatch,
-                                    int]] = deque()
+        #: sends in flight: (answer, queue, messages, sysFlag, the batch's own properties)
+        self._inflight: deque[tuple[Future[Any], MessageQueue, list[BatchEntry] | EncodedBatch, int, str]] = deque()
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._registered: set[str] = set()
@@ -224,10 +223,17 @@ class _Sender:
             self._seq += 1
             uniq = f"{self._uniq_prefix}{self._seq:010X}"
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
+            sys_flag = 0
+            if len(b) > self.opts.compress_threshold and not self.grpc:
+                b = zlib.compress(b)
+                sys_flag |= SysFlag.COMPRESSED
             g = group[i]
-            if g:
-                parts.append(f"__SHARDINGKEY\x01{g}\x02")
             d = deliver[i]
+            # rows that go into a batch send: their group is named once, in the batch's own
+            # properties (see _flush_buffer); a row sent alone carries it
+            alone = self.opts.exactly_once or bool(sys_flag) or d is not None
+            if g and alone:
+                parts.append(f"__SHARDINGKEY\x01{g}\x02")
             if d is not None:
                 ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
                 parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
@@ -236,10 +242,6 @@ class _Sender:
                 for pk, pv in (p.items() if isinstance(p, dict) else p):
                     if pk and pv is not None:
                         parts.append(f"{pk}\x01{pv}\x02")
-            sys_flag = 0
-            if len(b) > self.opts.compress_threshold and not self.grpc:
-                b = zlib.compress(b)
-                sys_flag |= SysFlag.COMPRESSED
             entry = BatchEntry(b, "".join(parts))
             if self.opts.exactly_once:
                 self._send_half(t, g, entry, sys_flag, uniq)
@@ -275,19 +277,20 @@ class _Sender:
         if ordered:
             # FIFO: the previous sends must have landed before this one goes out.
             self._drain(0)
-        req = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag,
-                                       batch_properties=batch_properties)
+        # each client's request is its own (a remoting frame, gRPC calls): opaque here
+        req: Any = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag,
+                                            batch_properties=batch_properties)
         try:
             fut = self.client.send_async(mq, req)
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
             fut = Future()
             fut.set_exception(exc)
-        self._inflight.append((fut, mq, entries, sys_flag))
+        self._inflight.append((fut, mq, entries, sys_flag, batch_properties))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
     def _drain(self, keep: int) -> None:
         while len(self._inflight) > keep:
-            fut, mq, entries, sys_flag = self._inflight.popleft()
+            fut, mq, entries, sys_flag, batch_properties = self._inflight.popleft()
             prepared = bool(sys_flag & TransactionType.PREPARED)
             try:
                 resp = fut.result(self.client.config.request_timeout_s)
@@ -297,7 +300,7 @@ class _Sender:
                     self.client.send_results(mq, len(entries), resp)  # raises the broker error
             except Exception as exc:  # retried below with bounds, then reported
                 log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
-                results = self._retry(mq, entries, sys_flag, exc)
+                results = self._retry(mq, entries, sys_flag, exc, batch_properties)
             if prepared:
                 for r, e in zip(results, batch_entries(entries)):
                     uniq = e.property_map().get("UNIQ_KEY", "")
@@ -309,11 +312,12 @@ class _Sender:
                         self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
 
     def _retry(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int,
-               first: BaseException) -> list[Any]:
+               first: BaseException, batch_properties: str = "") -> list[Any]:
         """Send again (bounded, with backoff). An unordered batch whose broker cannot be
         reached moves to another broker at once; a message group's stays on its queue."""
         last: BaseException = first
-        ordered = not isinstance(entries, EncodedBatch) and any("__SHARDINGKEY\x01" in e.properties for e in entries)
+        ordered = "__SHARDINGKEY\x01" in batch_properties or (not isinstance(entries, EncodedBatch) and any(
+            "__SHARDINGKEY\x01" in e.properties for e in entries))
         target = mq
         move_now = self._pause(mq.broker, first) and not ordered
         for attempt in range(3):
@@ -325,7 +329,7 @@ class _Sender:
                     self._queues.pop(mq.topic, None)
                     target = self._next_queue(mq.topic, avoid=target.broker)
                 return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
-                                              sys_flag=sys_flag)
+                                              sys_flag=sys_flag, batch_properties=batch_properties)
             except RocketMQSparkError as exc:
                 last = exc
                 self._pause(target.broker, exc)

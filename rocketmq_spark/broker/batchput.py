@@ -43,6 +43,12 @@ _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 
 _pa: Any = None  # pyarrow, imported on the first batch (the broker starts without it)
 
 
+def special_free(props: bytes) -> bool:
+    """Whether no property in ``props`` needs the per-message path (delays, timers, the
+    broker's own properties)."""
+    return not any(p in props for p in _SPECIAL)
+
+
 def _arrow() -> tuple[Any, Any, Any, Any]:
     global _pa
     if _pa is None:
@@ -190,7 +196,7 @@ def tag_hashes(props: Any) -> np.ndarray:
 
 def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset: int, first_pos: int,
                  sys_flag: int, born_ts: int, born_host: bytes, store_ts: int, store_host: bytes,
-                 reconsume: int, cluster_prop: bytes) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray] | None:
+                 reconsume: int, suffix: bytes) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray] | None:
     """The stored records of ``layout``'s messages, laid end to end from ``first_pos``.
 
     -> (records buffer, sizes, positions, tag hashes), or None when a message's properties
@@ -216,12 +222,12 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     poff = np.frombuffer(poff_buf, np.int32, 2 * k + 1)[k:]
     pdata = np.frombuffer(pdata_buf, np.uint8, int(poff[-1]))[int(poff[0]):]
     text = pdata.tobytes()
-    if not text.isascii() or any(p in text for p in _SPECIAL):
+    if not text.isascii() or not special_free(text):
         return None
     nonempty = props_len > 0
     last = pdata[np.maximum(poff[1:] - poff[0] - 1, 0)] if len(pdata) else np.zeros(k, np.uint8)
     sep = nonempty & (last != 2)
-    new_props_len = props_len + sep + len(cluster_prop)
+    new_props_len = props_len + sep + len(suffix)
     if new_props_len.max() > 0x7FFF:
         return None
 
@@ -265,7 +271,7 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
         _binary(pa, steps * tdtype.itemsize, tpart, k),
         props,
         _binary(pa, sep_off, b"\x02" * int(sep_off[-1]), k),
-        _scalar(cluster_prop),
+        _scalar(suffix),
         _scalar(b""),
     ])
     _, roff_buf, rdata_buf = records.buffers()

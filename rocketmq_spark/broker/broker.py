@@ -34,11 +34,12 @@ from ..remoting.message import (
     encode_properties,
     iter_records,
     java_string_hash,
+    join_properties,
     offset_msg_id,
     split_host,
 )
 from ..remoting.route import loads_lenient
-from .batchput import offset_msg_ids, parse_batch
+from .batchput import offset_msg_ids, parse_batch, special_free
 from .connection import Connection, HandlerResult
 from .state import (
     SYSTEM_TOPICS,
@@ -68,6 +69,8 @@ SCHEDULE_DONE_QUEUE = 1
 SCHEDULE_GROUP = "CID_RMQ_SYS_SCHEDULE"
 #: Internal property: the absolute due time (epoch ms) of a waiting message.
 TIMER_OUT_MS = "TIMER_OUT_MS"
+#: the region a broker names in MSG_REGION (Java's default regionId)
+REGION = "DefaultRegion"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 #: 4.x delay levels 1..18 (the ``messageDelayLevel`` default), in milliseconds.
@@ -385,13 +388,6 @@ def _alter_attributes(current: dict[str, str], spec: str) -> dict[str, str]:
     return current
 
 
-def _join_props(props: str, more: str) -> str:
-    """Two properties strings (``k\\x01v\\x02...``) one after the other."""
-    if not more:
-        return props
-    return f"{props}\x02{more}" if props and not props.endswith("\x02") else props + more
-
-
 def message_type(properties: dict[str, str], sys_flag: int = 0) -> str:
     """A message's TopicMessageType from its properties, as a 5.x proxy tells it."""
     if properties.get(PropertyKey.TRAN_MSG) == "true" or (
@@ -436,8 +432,11 @@ class Broker:
         self._store_host = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
         self._msg_id_prefix = self._store_host.hex().upper()
         self._uniq_ids = UniqIds(ipaddress.ip_address(host).packed)
-        #: what a Java broker adds to every message it stores (after the producer's properties)
-        self._broker_props = f"MSG_REGION\x01DefaultRegion\x02CLUSTER\x01{config.cluster}\x02TRACE_ON\x01true\x02"
+        #: what a Java broker sets on every message it stores (overwriting a producer's values)
+        self._broker_props = {"MSG_REGION": REGION, "CLUSTER": config.cluster, "TRACE_ON": "true"}
+        self._broker_suffix = encode_properties(self._broker_props)
+        self._broker_suffix_bytes = self._broker_suffix.encode()
+        self._broker_markers = tuple(f"{k}\x01" for k in self._broker_props)
         self._peer_cache: dict[str, bytes] = {}
         root = config.data_dir
         self.store = MessageStore(os.path.join(root, "store"), self._store_host, config.store_config())
@@ -619,11 +618,11 @@ class Broker:
                 return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             # Java brokers append the batch's own properties to each of its messages
             extra = ext.get("properties", "")
-            raw = [(e.body, _join_props(e.properties, extra), e.flag) for e in entries]
+            raw = [(e.body, join_properties(e.properties, extra), e.flag) for e in entries]
         else:
             props_s = ext.get("properties", "")
             if "UNIQ_KEY\x01" not in props_s:  # as a 5.x broker does for a single send
-                props_s = _join_props(props_s, f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02")
+                props_s = join_properties(props_s, f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02")
             raw = [(req.body, props_s, _int(ext, "flag", 0))]
         try:
             acc = self.put_messages(
@@ -644,7 +643,7 @@ class Broker:
             "msgId": msg_ids,
             "queueId": str(queue_id),
             "queueOffset": str(first_offset),
-            "MSG_REGION": "DefaultRegion",
+            "MSG_REGION": REGION,
             "TRACE_ON": "true",
         }
         if transaction_id is not None:
@@ -658,7 +657,13 @@ class Broker:
         """A batch of plain messages (no delay, timer or transaction) stored in one vectorised
         pass (:meth:`MessageStore.put_batch`); None: take the per-message path."""
         sys_flag = _int(ext, "sysFlag", 0)
-        if sys_flag & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED or not req.body or ext.get("properties"):
+        if sys_flag & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED or not req.body:
+            return None
+        # the batch's own properties (a message group's key) go after each message's, as Java
+        # brokers append them; ones that need parsing per message take the per-message path
+        extra = ext.get("properties", "")
+        if extra and (not extra.isascii() or "TAGS\x01" in extra or any(m in extra for m in self._broker_markers)
+                      or not special_free(extra.encode())):
             return None
         topic = ext.get("topic", "")
         cfg = self.topics.get(topic)
@@ -671,7 +676,8 @@ class Broker:
         done = self.store.put_batch(
             topic, queue_id, layout, sys_flag=sys_flag,
             born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
-            reconsume=_int(ext, "reconsumeTimes", 0), cluster_prop=self._broker_props.encode())
+            reconsume=_int(ext, "reconsumeTimes", 0),
+            suffix=join_properties(extra, self._broker_suffix).encode() if extra else self._broker_suffix_bytes)
         if done is None:
             return None
         first, positions, _ = done
@@ -712,12 +718,10 @@ class Broker:
             if len(body) > max_size:
                 raise SendRejected(ResponseCode.MESSAGE_ILLEGAL,
                                    f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes")
-            if tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s:
+            if (tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s
+                    and not any(m in props_s for m in self._broker_markers)):
                 # The common case: the broker's properties are appended, no need to parse them all.
-                if "CLUSTER\x01" not in props_s and "MSG_REGION\x01" not in props_s and "TRACE_ON\x01" not in props_s:
-                    if props_s and not props_s.endswith("\x02"):
-                        props_s += "\x02"
-                    props_s += self._broker_props
+                props_s = join_properties(props_s, self._broker_suffix)
                 _check_props_size(props_s)
                 messages.append(NewMessage(
                     topic=topic, queue_id=queue_id, body=body, properties=props_s, flag=msg_flag,
@@ -726,8 +730,7 @@ class Broker:
                 dues.append(None)
                 continue
             props = decode_properties(props_s)
-            props.update(MSG_REGION="DefaultRegion", TRACE_ON="true")
-            props.setdefault("CLUSTER", self.config.cluster)
+            props.update(self._broker_props)
             m_topic, m_queue = topic, queue_id
             due: int | None = None
             by_level = False

@@ -668,9 +668,9 @@ class MessageStore:
         return out
 
     def put_batch(self, topic: str, queue_id: int, layout: BatchLayout, *, sys_flag: int, born_ts: int,
-                  born_host: bytes, reconsume: int, cluster_prop: bytes) -> tuple[int, np.ndarray, int] | None:
+                  born_host: bytes, reconsume: int, suffix: bytes) -> tuple[int, np.ndarray, int] | None:
         """Append a batch of plain messages to one queue in one pass (see :mod:`.batchput`):
-        the same records :meth:`put` would write, properties + ``cluster_prop``.
+        the same records :meth:`put` would write, properties + ``suffix``.
 
         -> (first queue offset, positions, store time), or None when the batch needs the
         per-message path (:meth:`put`); nothing is written then.
@@ -683,7 +683,7 @@ class MessageStore:
         packed = pack_records(layout, topic=topic, queue_id=queue_id, first_offset=cq.max_offset,
                               first_pos=cl.write_pos, sys_flag=self._host_flags(sys_flag, born_host), born_ts=born_ts,
                               born_host=born_host, store_ts=now, store_host=self.store_host, reconsume=reconsume,
-                              cluster_prop=cluster_prop)
+                              suffix=suffix)
         if packed is None:
             return None
         data, sizes, pos, tags = packed

@@ -52,7 +52,7 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import SysFlag, TransactionType
-from ..remoting.message import BatchEntry, EncodedBatch, batch_entries, decode_properties
+from ..remoting.message import BatchEntry, EncodedBatch, batch_entries, decode_properties, join_properties
 from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
@@ -361,70 +361,64 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def send_request(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "",
                      sys_flag: int = 0, born_ts: int | None = None,
-                     batch_properties: str = "") -> pb.SendMessageRequest:
-        """A SendMessage request with one message per entry (properties as remoting writes
-        them). gRPC proxies pick the queue themselves (a message group's by hash)."""
+                     batch_properties: str = "") -> list[pb.SendMessageRequest]:
+        """One SendMessage request per entry (properties as remoting writes them, then
+        ``batch_properties``, as a broker appends a batch's own to each of its messages).
+
+        One message a request, as the official SDKs send: a 5.x proxy (5.3.3) turns a
+        multi-message request into a batch whose header carries the first message's properties,
+        which the broker appends to every message (each gets the first one's tag, keys and
+        UNIQ_KEY). gRPC proxies pick the queue themselves (a message group's by hash)."""
         prepared = (sys_flag & SysFlag.TRANSACTION_MASK) == TransactionType.PREPARED
         born = born_ts if born_ts is not None else int(time.time() * 1000)
         host = socket.gethostname()
-        req = pb.SendMessageRequest()
+        out = []
         for e in batch_entries(entries):
             body = zlib.decompress(e.body) if sys_flag & SysFlag.COMPRESSED else e.body
-            props = decode_properties(e.properties)
+            props = decode_properties(join_properties(e.properties, batch_properties))
             if not props.get("UNIQ_KEY"):
                 props["UNIQ_KEY"] = uuid.uuid4().hex.upper()
-            req.messages.append(properties_to_message(mq.topic, body, props, prepared=prepared, born_ms=born,
-                                                      born_host=host))
-        return req
+            msg = properties_to_message(mq.topic, body, props, prepared=prepared, born_ms=born, born_host=host)
+            out.append(pb.SendMessageRequest(messages=[msg]))
+        return out
 
-    def send_async(self, mq: MessageQueue, request: pb.SendMessageRequest) -> Future[Any]:
-        """Send without waiting; resolve with :meth:`send_results` (or check ``.status``).
-
-        Each message goes in a SendMessage call of its own (all in flight at once), as the
-        official SDKs send: a 5.x proxy (5.3.3) turns a multi-message request into a batch whose
-        header carries the first message's properties, which the broker appends to every
-        message (each gets the first one's tag, keys and UNIQ_KEY)."""
+    def send_async(self, mq: MessageQueue, request: list[pb.SendMessageRequest]) -> Future[Any]:
+        """Send without waiting, every request in flight at once, except a message group's: those
+        one after the other (the proxy keeps their order only if each has landed before the next
+        is sent). Resolves to one SendMessageResponse holding every entry (see :meth:`send_results`)."""
         addr = self.broker_addr(mq.broker, mq.topic)
         stub, meta, timeout = self.stub(addr), self.metadata(), self.config.request_timeout_s
 
-        def call(m: pb.Message) -> Any:
-            return stub.SendMessage.future(pb.SendMessageRequest(messages=[m]), timeout=timeout, metadata=meta)
+        def call(r: pb.SendMessageRequest) -> Any:
+            return stub.SendMessage.future(r, timeout=timeout, metadata=meta)
 
-        messages = list(request.messages)
-        if len(messages) == 1:
-            return call(messages[0])
+        if len(request) == 1:
+            return call(request[0])
         merged: Future[Any] = Future()
-        answers: list[Any] = [None] * len(messages)
+        answers: list[Any] = [None] * len(request)
 
-        def finish() -> None:
+        def finish(upto: int) -> None:
             resp = pb.SendMessageResponse()
-            bad = [a.status for a in answers if a.status.code != pb.OK]
+            bad = [a.status for a in answers[:upto] if a.status.code != pb.OK]
             resp.status.CopyFrom(bad[0] if bad else answers[0].status)
-            for a in answers:
+            for a in answers[:upto]:
                 resp.entries.extend(a.entries)
             merged.set_result(resp)
 
-        if any(m.system_properties.message_group for m in messages):
-            # a message group's messages are sent one after the other: the proxy keeps their order
-            # only if each has landed before the next is sent
+        if any(r.messages[0].system_properties.message_group for r in request):
             def chain(i: int, fut: Any) -> None:
                 try:
                     answers[i] = fut.result()
-                except Exception as exc:  # grpc.RpcError: the caller maps and retries it
+                    if answers[i].status.code != pb.OK or i + 1 == len(request):
+                        finish(i + 1)
+                        return
+                    call(request[i + 1]).add_done_callback(lambda f: chain(i + 1, f))
+                except Exception as exc:  # grpc.RpcError (or a failed call): mapped and retried by the caller
                     merged.set_exception(exc)
-                    return
-                if answers[i].status.code != pb.OK or i + 1 == len(messages):
-                    answers[i + 1:] = []
-                    del messages[i + 1:]
-                    finish()
-                    return
-                nxt = call(messages[i + 1])
-                nxt.add_done_callback(lambda f: chain(i + 1, f))
 
-            first = call(messages[0])
-            first.add_done_callback(lambda f: chain(0, f))
+            call(request[0]).add_done_callback(lambda f: chain(0, f))
             return merged
-        calls = [call(m) for m in messages]
+        calls = [call(r) for r in request]
         left = [len(calls)]
         lock = threading.Lock()
 
@@ -438,7 +432,7 @@ class GrpcClient(SequentialManyQueueCalls):
             except Exception as exc:  # grpc.RpcError: the caller maps and retries it
                 merged.set_exception(exc)
                 return
-            finish()
+            finish(len(calls))
 
         for c in calls:
             c.add_done_callback(done)
@@ -465,15 +459,20 @@ class GrpcClient(SequentialManyQueueCalls):
         return out
 
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "",
-                   sys_flag: int = 0, born_ts: int | None = None) -> list[SendResult]:
-        req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
+                   sys_flag: int = 0, born_ts: int | None = None, batch_properties: str = "") -> list[SendResult]:
+        """Send and wait (see :meth:`send_request`, :meth:`send_async`); errors are
+        RocketMQSparkError (the caller retries)."""
+        reqs = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts,
+                                 batch_properties=batch_properties)
         addr = self.broker_addr(mq.broker, mq.topic)
-        out: list[SendResult] = []
-        for m in req.messages:  # one message per call (see send_async)
-            resp = self._call(addr, "SendMessage", pb.SendMessageRequest(messages=[m]), f"send to {mq}",
-                              ok=tuple(pb.Code.values()))
-            out.extend(self.send_results(mq, 1, resp))
-        return out
+        try:
+            resp = self.send_async(mq, reqs).result(self.config.request_timeout_s * len(reqs))
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage") from None
+        except TimeoutError:
+            raise RequestTimeoutError(addr, f"send to {mq}", f"no answer within "
+                                      f"{self.config.request_timeout_s * len(reqs):g}s") from None
+        return self.send_results(mq, len(reqs), resp)
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", **kw: Any) -> SendResult:
         return self.send_batch(mq, [BatchEntry(body, properties)], **kw)[0]

@@ -31,7 +31,14 @@ from ..model import MessageQueue, PullResult, SendResult
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import BatchEntry, EncodedBatch, decode_records, encode_batch, java_string_hash
+from ..remoting.message import (
+    BatchEntry,
+    EncodedBatch,
+    decode_records,
+    encode_batch,
+    java_string_hash,
+    join_properties,
+)
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying
@@ -641,7 +648,8 @@ class RemotingClient:
             batch, flag, props, body = True, 0, batch_properties, entries.body
         else:
             batch = len(entries) > 1
-            flag, props = entries[0].flag, batch_properties if batch else entries[0].properties
+            flag = entries[0].flag
+            props = batch_properties if batch else join_properties(entries[0].properties, batch_properties)
             body = encode_batch(entries) if batch else entries[0].body
         ext = {
             "a": producer_group, "b": mq.topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
@@ -672,9 +680,11 @@ class RemotingClient:
 
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
                    producer_group: str = "rocketmq-spark", sys_flag: int = 0,
-                   born_ts: int | None = None) -> list[SendResult]:
-        """Send one message (single send) or several (batch send) to one queue, with retries."""
-        req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts)
+                   born_ts: int | None = None, batch_properties: str = "") -> list[SendResult]:
+        """Send one message (single send) or several (batch send) to one queue, with retries
+        (``batch_properties``: see :meth:`send_request`)."""
+        req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts,
+                                batch_properties=batch_properties)
         addr = self.broker_addr(mq.broker, mq.topic)
         resp = self.invoke(addr, req, f"send to {mq}")
         return self.send_results(mq, len(entries), resp)

@@ -45,6 +45,7 @@ __all__ = [
     "encode_record",
     "iter_records",
     "batch_entries",
+    "join_properties",
     "java_string_hash",
     "offset_msg_id",
     "parse_offset_msg_id",
@@ -420,6 +421,14 @@ class EncodedBatch:
     def entries(self) -> list[BatchEntry]:
         """The messages one by one (for a transport that does not send batch bodies)."""
         return decode_batch(self.body)
+
+
+def join_properties(props: str, more: str) -> str:
+    """Two properties strings (``k\\x01v\\x02...``) one after the other (``more`` wins a key
+    both hold, as decoders keep the last)."""
+    if not more:
+        return props
+    return f"{props}\x02{more}" if props and not props.endswith("\x02") else props + more
 
 
 def batch_entries(entries: list[BatchEntry] | EncodedBatch) -> list[BatchEntry]:

@@ -43,9 +43,10 @@ def _broker(root: Path, name: str, *, fast: bool, segment_size: int = 64 << 20) 
     return b, taken
 
 
-def _request(topic: str, queue_id: int, entries: list[BatchEntry], sys_flag: int = 0) -> RemotingCommand:
+def _request(topic: str, queue_id: int, entries: list[BatchEntry], sys_flag: int = 0,
+             batch_properties: str = "") -> RemotingCommand:
     ext = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
-           "g": "1700000000000", "h": "0", "i": "", "j": "0", "k": "false", "m": "true"}
+           "g": "1700000000000", "h": "0", "i": batch_properties, "j": "0", "k": "false", "m": "true"}
     return RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=encode_batch(entries))
 
 
@@ -109,6 +110,21 @@ def test_random_batches_store_the_same_bytes(tmp_path: Path, monkeypatch: pytest
     taken, answers = _same(tmp_path, monkeypatch, reqs)
     assert taken == [True] * len(reqs)
     assert all(a.code == ResponseCode.SUCCESS for a in answers)
+
+
+def test_a_batchs_own_properties_are_appended_to_each_message_on_both_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message group's batch names the group once, in its own properties; brokers append them to
+    each message (the fast path too), and ones that need parsing per message go the per-message way."""
+    rng = random.Random(11)
+    grouped = [_request("bp-group", 1, _random_entries(rng, 50), batch_properties=head)
+               for head in ("__SHARDINGKEY\x01order-7\x02", "__SHARDINGKEY\x01order-8")]
+    taken, _ = _same(tmp_path / "a", monkeypatch, grouped)
+    assert taken == [True, True]
+    special = [_request("bp-group", 1, _random_entries(rng, 5), batch_properties=head)
+               for head in ("TAGS\x01t\x02", "DELAY\x012\x02", "MSG_REGION\x01x\x02", "k\x01caf\u00e9\x02")]
+    taken, _ = _same(tmp_path / "b", monkeypatch, special)
+    assert taken == [False] * len(special)
 
 
 def test_what_needs_the_per_message_path_is_left_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
