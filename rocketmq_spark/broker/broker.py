@@ -811,24 +811,11 @@ class Broker:
         topic = ext.get("topic", "")
         queue_id = _int(ext, "queueId")
         _int(ext, "queueOffset")  # validated here, used by _pull_once
-        cfg = self.topics.get(topic)
-        if cfg is None:
-            return req.response_to(ResponseCode.TOPIC_NOT_EXIST,
-                                   remark=f"topic[{topic}] not exist, apply first please!")
-        if not cfg.perm & 4:
-            return req.response_to(ResponseCode.NO_PERMISSION,
-                                   remark=f"the topic[{topic}] pulling is forbidden")
-        if queue_id < 0 or queue_id >= cfg.readQueueNums:
-            return req.response_to(
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
-                       f"[{cfg.readQueueNums}]",
-            )
         group = ext.get("consumerGroup", "")
-        if group and not self.knows_group(group):
-            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                   remark=f"subscription group [{group}] does not exist")
-        reset = self.offsets.take_reset(topic, group, queue_id) if group and self.config.server_side_reset else None
+        refused = self.pull_refusal(topic, queue_id, group)
+        if refused is not None:
+            return req.response_to(refused[0], remark=refused[1])
+        reset = self.take_pull_reset(topic, queue_id, group)
         if reset is not None:  # the group's offset was reset: its next pull of the queue moves there
             return req.response_to(ResponseCode.PULL_OFFSET_MOVED, {
                 "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
@@ -849,6 +836,45 @@ class Broker:
             if timeout > 0:
                 return self._suspend(conn, req, timeout / 1000.0)
         return result
+
+    def pull_refusal(self, topic: str, queue_id: int, group: str) -> tuple[int, str] | None:
+        """Why a pull of ``topic``'s queue by ``group`` is refused, as (response code, remark),
+        or None: the topic must exist and be readable, the queue be one of its read queues, and
+        the group be known (created here when auto-creation is on, as a Java broker does on a
+        pull). Every transport's pull asks it."""
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            return ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+        if not cfg.perm & 4:
+            return ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling is forbidden"
+        if not 0 <= queue_id < cfg.readQueueNums:
+            return (ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                                               f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
+        if group and not self.knows_group(group):
+            return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
+        return None
+
+    def take_pull_reset(self, topic: str, queue_id: int, group: str) -> int | None:
+        """The offset ``group``'s offset of the queue was reset to (server-side reset), handed to
+        this pull and forgotten; None when there is none."""
+        if not group or not self.config.server_side_reset:
+            return None
+        return self.offsets.take_reset(topic, group, queue_id)
+
+    def commit_offset(self, topic: str, group: str, queue_id: int, offset: int,
+                      client: str = "") -> tuple[int, str] | None:
+        """Store ``group``'s next offset of the queue (every transport's offset update). Refused,
+        as (code, remark), for a group the broker does not know (an update never creates one);
+        ignored, answered (SUCCESS, why), for a queue with a server-side reset its consumers
+        have not pulled yet (Java alike). A negative offset (some clients' "nothing consumed
+        yet") is accepted and ignored."""
+        if group not in self.groups:
+            return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} not exist!"
+        if self.config.server_side_reset and self.offsets.is_reset(topic, group, queue_id):
+            return ResponseCode.SUCCESS, "Offset has been previously reset"
+        if offset >= 0:
+            self.offsets.commit(topic, group, queue_id, offset, client)
+        return None
 
     def _tag_filter(self, subscription: str, *, exact: bool = False) -> Callable[[int, bytes], bool] | None:
         """The filter of a TAG subscription (None for ``*``). Pulls compare only the tag's hash
@@ -948,13 +974,9 @@ class Broker:
         if not topic or not group:
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark="UPDATE_CONSUMER_OFFSET needs topic and consumerGroup")
-        if group not in self.groups:  # an offset update never creates a group (Java alike)
-            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"Group {group} not exist!")
-        if self.config.server_side_reset and self.offsets.is_reset(topic, group, _int(ext, "queueId")):
-            return req.response_to(remark="Offset has been previously reset")  # ignored, as Java does
-        offset = _int(ext, "commitOffset")
-        if offset >= 0:  # some clients send -1 for "nothing consumed yet"
-            self.offsets.commit(topic, group, _int(ext, "queueId"), offset, conn.peer)
+        outcome = self.commit_offset(topic, group, _int(ext, "queueId"), _int(ext, "commitOffset"), conn.peer)
+        if outcome is not None:
+            return req.response_to(outcome[0], remark=outcome[1])
         resp = req.response_to()
         if self.config.flush == "sync" and self.flusher is not None:
             return self._after_flush(resp, self.store.commitlog.write_pos)

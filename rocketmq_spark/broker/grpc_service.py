@@ -45,10 +45,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MessagingServicer", "grpc_producer_group", "start_grpc_server"]
 
-#: Remoting response code of a refused send -> gRPC status code.
-_SEND_CODES: dict[int, int] = {
+#: The broker's remoting response codes (refused sends, pulls, offset updates) as gRPC status codes.
+_CODES: dict[int, int] = {
     ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    ResponseCode.SYSTEM_ERROR: pb.BAD_REQUEST,
     ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: pb.CONSUMER_GROUP_NOT_FOUND,
     ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
     ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
     ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
@@ -310,7 +312,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 acc = self.broker.put_messages(topic, queue, raw, sys_flag=sys_flag, born_ts=born_ms,
                                                born_host=born_host)
             except SendRejected as exc:
-                refused = _status(_SEND_CODES.get(exc.code, pb.INTERNAL_SERVER_ERROR), exc.remark)
+                refused = _status(_CODES.get(exc.code, pb.INTERNAL_SERVER_ERROR), exc.remark)
                 for i, _, _ in items:
                     entries[i] = pb.SendResultEntry(status=refused)
                 continue
@@ -391,10 +393,11 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         mq = request.message_queue
         if not request.group.name or not mq.topic.name or request.offset < 0:
             return pb.UpdateOffsetResponse(status=_status(pb.BAD_REQUEST, "group, topic and offset >= 0 are needed"))
-        if request.group.name not in self.broker.groups:
-            return pb.UpdateOffsetResponse(status=_status(
-                pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name!r} does not exist"))
-        self.broker.offsets.commit(mq.topic.name, request.group.name, mq.id, request.offset, _peer_address(context))
+        outcome = self.broker.commit_offset(mq.topic.name, request.group.name, mq.id, request.offset,
+                                            _peer_address(context))
+        if outcome is not None:
+            code, why = outcome
+            return pb.UpdateOffsetResponse(status=_status(_CODES.get(code, pb.OK), why))
         await self.broker.durable()
         return pb.UpdateOffsetResponse(status=_status(pb.OK))
 
@@ -406,18 +409,20 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
 
     async def PullMessage(self, request: pb.PullMessageRequest, context: Any) -> AsyncIterator[pb.PullMessageResponse]:
         mq = request.message_queue
-        bad, topic_cfg = self._readable(mq)
-        if bad is None and topic_cfg is not None and not topic_cfg.perm & 4:  # as a remoting pull is refused
-            bad = _status(pb.FORBIDDEN, f"the topic[{mq.topic.name}] pulling is forbidden")
-        if bad is None and request.group.name and not self.broker.knows_group(request.group.name):
-            bad = _status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {request.group.name!r} does not exist")
+        topic, queue, group = mq.topic.name, mq.id, request.group.name
+        refused = self.broker.pull_refusal(topic, queue, group)  # the same rules as a remoting pull
+        bad = _status(_CODES.get(refused[0], pb.BAD_REQUEST), refused[1]) if refused is not None else None
         if bad is None:
             bad, sub = self._filter(request.filter_expression)
         if bad is not None:
             yield pb.PullMessageResponse(status=bad)
             return
+        reset = self.broker.take_pull_reset(topic, queue, group)
+        if reset is not None:  # a server-side reset of the group: its next pull moves there
+            yield pb.PullMessageResponse(status=_status(pb.ILLEGAL_OFFSET, f"the group's offset was reset to {reset}"))
+            yield pb.PullMessageResponse(next_offset=reset)
+            return
         cfg = self.broker.config
-        topic, queue = mq.topic.name, mq.id
         count = max(1, min(request.batch_size or 32, cfg.max_pull_messages))
         tag_filter = self.broker._tag_filter(sub)
         res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, tag_filter)

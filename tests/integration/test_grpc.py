@@ -283,3 +283,23 @@ def test_a_stream_over_grpc_makes_its_new_group_known_even_on_an_idle_topic(brok
     planner.commit(start)
     assert planner.store.pending == {}  # nothing refused, nothing waiting for a retry
     assert client.query_consumer_offsets("g_grpc_idle", sorted(start)) == start
+
+
+def test_a_server_side_reset_reaches_a_grpc_consumer_as_it_does_a_remoting_one(client, gclient) -> None:
+    """The broker's reset rules do not depend on the transport: a commit over gRPC before the
+    group's next pull of the queue is ignored, and that pull (over gRPC) is moved to the reset."""
+    topic, group = "G_RESET", "g_grpc_reset"
+    client.create_topic(topic, queues=1)
+    mq = client.message_queues(topic)[0]
+    for i in range(6):
+        client.send(mq, b"r%d" % i)
+    gmq = gclient.message_queues(topic)[0]
+    client.create_group(group)
+    gclient.update_consumer_offset(group, gmq, 5)
+    assert client.reset_offset_by_timestamp(group, topic, 0) == {mq: 0}
+    gclient.update_consumer_offset(group, gmq, 5)  # it has not pulled since: ignored
+    assert client.query_consumer_offset(group, mq) == 0
+    moved = gclient.pull(gmq, 5, 32, group=group)
+    assert (moved.status, moved.next_offset) == ("OFFSET_ILLEGAL", 0)
+    gclient.update_consumer_offset(group, gmq, 2)  # from then on its commits count again
+    assert client.query_consumer_offset(group, mq) == 2
