@@ -20,7 +20,7 @@ from ..errors import ProtocolError
 from ..remoting.message import MAGIC_V1, MAGIC_V2, SYSTEM_PROPERTY_KEYS
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "columns_to_batch", "decode_to_batch", "decode_to_batch_reference",
-           "only_subscribed"]
+           "only_subscribed", "tag_set"]
 
 SCHEMA_DDL = (
     "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
@@ -305,15 +305,22 @@ def _string_constant(values: Sequence[str]) -> pa.Array:
     return _strings(offsets, b"".join(raw), len(raw))
 
 
-def only_subscribed(batch: pa.RecordBatch, tags: frozenset[str] | None) -> pa.RecordBatch:
-    """The rows whose tag string is one of ``tags`` (all rows when None). Brokers filter a
-    pull by the tag's hash code only, so a tag whose hash collides with a subscribed one
-    ("Aa" and "BB") arrives too and is dropped here, as the Java client's PullAPIWrapper
-    does; the queue's offsets still pass it."""
+def tag_set(tags: frozenset[str] | None) -> pa.Array | None:
+    """The subscribed tags as the value set :func:`only_subscribed` takes (None: every tag)."""
+    return None if tags is None else _string_constant(sorted(tags))
+
+
+def only_subscribed(batch: pa.RecordBatch, tags: pa.Array | None) -> pa.RecordBatch:
+    """The rows whose tag string is in ``tags`` (from :func:`tag_set`; all rows when None).
+    Brokers filter a pull by the tag's hash code only, so a tag whose hash collides with a
+    subscribed one ("Aa" and "BB") arrives too and is dropped here, as the Java client's
+    PullAPIWrapper does; the queue's offsets still pass it."""
     if tags is None or not batch.num_rows:
         return batch
-    keep = pc.is_in(batch.column("tag"), value_set=_string_constant(sorted(tags)))
-    return batch.filter(pc.fill_null(keep, False))
+    keep = pc.fill_null(pc.is_in(batch.column("tag"), value_set=tags), False)
+    if keep.true_count == batch.num_rows:  # the usual case: nothing collided
+        return batch
+    return batch.filter(keep)
 
 
 _KEY_SET = _string_constant(["TAGS", "KEYS", "UNIQ_KEY"] + sorted(SYSTEM_PROPERTY_KEYS - {"TAGS", "KEYS", "UNIQ_KEY"}))

@@ -43,7 +43,8 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..offsets import Offsets
-from .arrow import columns_to_batch, decode_to_batch, only_subscribed
+from ..remoting.message import subscribed_tags
+from .arrow import columns_to_batch, decode_to_batch, only_subscribed, tag_set
 from .options import ReaderOptions
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range", "subscribed_tags"]
+__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
 
 QueueOffsets = dict[MessageQueue, int]
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
@@ -451,18 +452,12 @@ class Planner:
         self.store.commit(committable)
 
 
-def subscribed_tags(expression: str) -> frozenset[str] | None:
-    """The tags a TAG subscription expression names (``"A || B"``), None for every tag (``*``)."""
-    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-    return None if not tags or "*" in tags else tags
-
-
 def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
     """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding;
     rows whose tag the subscription does not name are left out."""
     own = client is None
     c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
-    tags = subscribed_tags(part.sub_expression)
+    tags = tag_set(subscribed_tags(part.sub_expression))
     try:
         batches = _read_remoting(part, c) if isinstance(c, RemotingClient) else _read_grpc(part, c)
         for batch in batches:

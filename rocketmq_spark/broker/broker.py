@@ -37,6 +37,7 @@ from ..remoting.message import (
     join_properties,
     offset_msg_id,
     split_host,
+    subscribed_tags,
 )
 from ..remoting.route import loads_lenient
 from .batchput import offset_msg_ids, parse_batch, special_free
@@ -882,11 +883,8 @@ class Broker:
         whose hash collides with a subscribed one ("Aa"/"BB") is delivered and the consumer
         drops it by its tag string. ``exact`` adds that string check, for POP, where the 5.x
         proxy does it before the client sees the message."""
-        sub = subscription.strip()
-        if not sub or sub == "*":
-            return None
-        tags = frozenset(t.strip() for t in sub.split("||") if t.strip())
-        if not tags or "*" in tags:
+        tags = subscribed_tags(subscription)
+        if tags is None:
             return None
         hashes = frozenset(java_string_hash(t) for t in tags)
         if exact:

@@ -38,6 +38,7 @@ from ..remoting.message import (
     encode_batch,
     java_string_hash,
     join_properties,
+    subscribed_tags,
 )
 from ..remoting.route import TopicRouteData, loads_lenient
 from .connection import RemotingConnection
@@ -731,7 +732,7 @@ class RemotingClient:
         client is listed as an online consumer of the group."""
         subs = []
         for topic, expr in sorted(subscriptions.items()):
-            tags = sorted({t.strip() for t in expr.split("||") if t.strip()} - {"*"})
+            tags = sorted(subscribed_tags(expr) or ())
             subs.append({"topic": topic, "subString": expr or "*", "tagsSet": tags,
                          "codeSet": [java_string_hash(t) for t in tags], "subVersion": int(time.time() * 1000),
                          "expressionType": "TAG", "classFilterMode": False})

@@ -30,6 +30,7 @@ from .message import (
     java_string_hash,
     offset_msg_id,
     parse_offset_msg_id,
+    subscribed_tags,
 )
 from .route import BrokerData, QueueData, TopicRouteData, loads_lenient
 
@@ -66,4 +67,5 @@ __all__ = [
     "offset_msg_id",
     "parse_offset_msg_id",
     "read_frame_length",
+    "subscribed_tags",
 ]

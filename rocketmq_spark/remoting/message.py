@@ -126,6 +126,13 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def subscribed_tags(expression: str) -> frozenset[str] | None:
+    """The tags a TAG subscription expression names (``"A || B"``); None for every tag (``*``,
+    empty, or ``*`` among the names), as brokers and the Java client read it."""
+    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+    return None if not tags or "*" in tags else tags
+
+
 def body_crc(body: bytes) -> int:
     """The record's bodyCRC: CRC-32 of the stored body, masked to a positive int32."""
     return zlib.crc32(body) & 0x7FFFFFFF
