@@ -42,7 +42,7 @@ from .errors import (
     TopicNotFoundError,
 )
 from .model import MessageQueue
-from .names import group_problem, topic_problem
+from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
 from .offsets import Offsets
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,14 @@ def _namesrv_arg(value: str) -> str:
 def _topic_arg(value: str) -> str:
     problem = topic_problem(value)
     if problem:
-        raise argparse.ArgumentTypeError(f"{value!r}: {problem} (at most 127 characters)")
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({TOPIC_RULE})")
     return value
 
 
 def _group_arg(value: str) -> str:
     problem = group_problem(value)
     if problem:
-        raise argparse.ArgumentTypeError(f"{value!r}: {problem} (at most 255 characters)")
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({GROUP_RULE})")
     return value
 
 

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GROUP_MAX_LENGTH", "NAME_CHARS", "TOPIC_MAX_LENGTH", "group_problem", "topic_problem"]
+__all__ = ["AUTO_CREATE_TOPIC", "GROUP_MAX_LENGTH", "GROUP_RULE", "NAME_CHARS", "TOPIC_MAX_LENGTH", "TOPIC_RULE",
+           "group_problem", "topic_problem"]
 
 #: the characters a topic or group name may use
 NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
+#: what is accepted, for error messages
+TOPIC_RULE = f"RocketMQ's rule: {NAME_CHARS.pattern}, at most {TOPIC_MAX_LENGTH} characters"
+GROUP_RULE = f"RocketMQ's rule: {NAME_CHARS.pattern}, at most {GROUP_MAX_LENGTH} characters"
+#: the topic whose route a broker with autoCreateTopicEnable offers for topics not created yet
+AUTO_CREATE_TOPIC = "TBW102"
 
 
 def _problem(kind: str, name: str, max_length: int) -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
-from .names import NAME_CHARS, group_problem, topic_problem
+from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
 from .remoting.acl import Credentials
 
 __all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name", "namesrv_list",
@@ -46,8 +46,7 @@ def topic_name(name: str, raw: str, topic: str) -> str:
     """``topic`` (one name given by option or column ``name`` as ``raw``) if RocketMQ accepts it."""
     problem = topic_problem(topic)
     if problem:
-        raise OptionError(name, raw, f"{topic!r}: {problem} (RocketMQ's rule: {NAME_CHARS.pattern}, at most "
-                                     "127 characters)")
+        raise OptionError(name, raw, f"{topic!r}: {problem} ({TOPIC_RULE})")
     return topic
 
 
@@ -55,7 +54,7 @@ def group_name(name: str, raw: str) -> str:
     """The consumer or producer group given by option ``name`` if RocketMQ accepts it."""
     problem = group_problem(raw)
     if problem:
-        raise OptionError(name, raw, f"{problem} (RocketMQ's rule: {NAME_CHARS.pattern}, at most 255 characters)")
+        raise OptionError(name, raw, f"{problem} ({GROUP_RULE})")
     return raw
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ProtocolError
 from ..files import atomic_write
-from ..names import group_problem
+from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
 from ..remoting.frame import RemotingCommand
@@ -49,7 +49,6 @@ from .state import (
     SubscriptionGroups,
     TopicConfig,
     TopicConfigs,
-    valid_topic_name,
 )
 from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_matches
 
@@ -456,8 +455,8 @@ class Broker:
         self._delay_low: list[int] = []  # schedule offsets; lazily pruned, for the progress
         self._delay_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        if config.auto_create_topics and "TBW102" not in self.topics:
-            self.topics.put(TopicConfig("TBW102", 8, 8, 7))
+        if config.auto_create_topics and AUTO_CREATE_TOPIC not in self.topics:
+            self.topics.put(TopicConfig(AUTO_CREATE_TOPIC, 8, 8, 7))
         self._load_transactions()
         self._load_schedule()
         self.handlers: dict[int, Callable[[Connection, RemotingCommand], HandlerResult]] = {
@@ -554,7 +553,7 @@ class Broker:
         """Auto-create ``topic`` (route miss or first send). False when not allowed."""
         if topic in self.topics:
             return True
-        if not self.config.auto_create_topics or valid_topic_name(topic) or topic in SYSTEM_TOPICS:
+        if not self.config.auto_create_topics or topic_problem(topic) or topic in SYSTEM_TOPICS:
             return False
         n = queue_nums or self.config.default_queue_nums
         self.topics.put(TopicConfig(topic, n, n, perm))
@@ -569,7 +568,7 @@ class Broker:
     def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields
         topic = ext.get("topic", "")
-        problem = valid_topic_name(topic)
+        problem = topic_problem(topic)
         if problem:
             return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"topic {topic!r}: {problem}")
         read = _int(ext, "readQueueNums", self.config.default_queue_nums)
@@ -668,7 +667,7 @@ class Broker:
             return None
         topic = ext.get("topic", "")
         cfg = self.topics.get(topic)
-        if cfg is None or not cfg.perm & 2 or valid_topic_name(topic):
+        if cfg is None or not cfg.perm & 2 or topic_problem(topic):
             return None
         layout = parse_batch(req.body, self.config.max_message_size)
         if layout is None:
@@ -697,7 +696,7 @@ class Broker:
         is the one delivered later. A prepared (transactional) message goes to the half
         topic and is tracked until END_TRANSACTION.
         """
-        problem = valid_topic_name(topic)
+        problem = topic_problem(topic)
         if problem:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"topic {topic!r}: {problem}")
         cfg = self.topics.get(topic)
@@ -1080,7 +1079,7 @@ class Broker:
             if isinstance(group, str) and group:
                 self.knows_group(group)
             retry = f"%RETRY%{group}"
-            if group and retry not in self.topics and not valid_topic_name(retry):
+            if group and retry not in self.topics and not topic_problem(retry):
                 # Clustering consumers look up their retry topic's route; brokers create it.
                 self.topics.put(TopicConfig(retry, 1, 1, 6))
                 self._topics_changed()

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..names import AUTO_CREATE_TOPIC, topic_problem
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import BrokerData, QueueData, TopicRouteData
 from .connection import Connection, HandlerResult
 from .outbound import request
-from .state import valid_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class NameServer:
     def get_route(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         topic = req.ext_fields.get("topic", "")
         route = self.route(topic)
-        if route is None and self.auto_create_topics and topic and not valid_topic_name(topic):
+        if route is None and self.auto_create_topics and topic and not topic_problem(topic):
             live = self._live()
             created = False
             for b in live:  # in-process brokers: every one of them, like a cluster-wide create
@@ -132,7 +132,7 @@ class NameServer:
         n = self.default_queue_nums
         for b in brokers:
             cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, opaque=1, ext_fields={
-                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(n), "writeQueueNums": str(n),
+                "topic": topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": str(n), "writeQueueNums": str(n),
                 "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
             try:
                 resp = await request(b.broker_addr, cmd)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..files import atomic_write
-from ..names import topic_problem
+from ..names import AUTO_CREATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +31,11 @@ __all__ = [
     "SubscriptionGroups",
     "TopicConfig",
     "TopicConfigs",
-    "valid_topic_name",
 ]
 
 #: Topics the broker itself uses; never auto-created from a client's send.
-SYSTEM_TOPICS = frozenset({"TBW102", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "SCHEDULE_TOPIC_XXXX"})
-
-
-def valid_topic_name(topic: str) -> str | None:
-    """None when ``topic`` is acceptable, else why not (Java's TopicValidator rules)."""
-    return topic_problem(topic)
 
 
 @dataclass(slots=True)

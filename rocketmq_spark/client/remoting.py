@@ -28,6 +28,7 @@ from ..errors import (
     broker_error,
 )
 from ..model import MessageQueue, PullResult, SendResult
+from ..names import AUTO_CREATE_TOPIC
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
@@ -51,7 +52,6 @@ __all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"
 T = TypeVar("T")
 
 #: the topic whose route producers use for a topic that does not exist yet (brokers create it on send)
-AUTO_CREATE_TOPIC = "TBW102"
 #: queues a topic created on send gets (the send's defaultTopicQueueNums)
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
@@ -596,7 +596,7 @@ class RemotingClient:
         (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets its ``message.type`` attribute: a 5.x
         proxy takes only messages of the topic's type (NORMAL when unset)."""
         addrs = [broker_addr] if broker_addr else self.broker_addrs()
-        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+        ext = {"topic": topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": str(queues),
                "writeQueueNums": str(queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
                "topicSysFlag": "0", "order": "false"}
         if message_type:
@@ -609,10 +609,9 @@ class RemotingClient:
     def create_group(self, group: str, *, broker_addr: str | None = None) -> None:
         """Creates consumer group ``group`` on every broker (or ``broker_addr``): brokers refuse
         offset commits of a group they do not know, and create one by themselves only on its
-        first pull or heartbeat, with autoCreateSubscriptionGroup on (mqadmin updateSubGroup)."""
-        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-                           "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
-                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1}).encode()
+        first pull or heartbeat, with autoCreateSubscriptionGroup on (mqadmin updateSubGroup).
+        The body names the group only: brokers give every other setting its default."""
+        body = json.dumps({"groupName": group}).encode()
         for addr in [broker_addr] if broker_addr else self.broker_addrs():
             self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
                         f"create consumer group {group!r}")
