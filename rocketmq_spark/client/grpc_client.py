@@ -51,8 +51,9 @@ from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
-from ..remoting.codes import SysFlag, TransactionType
+from ..remoting.codes import ResponseCode, SysFlag, TransactionType
 from ..remoting.message import BatchEntry, EncodedBatch, batch_entries, decode_properties, join_properties
+from ..remoting.route import refused_queues_text
 from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
@@ -81,6 +82,8 @@ _READ_RPCS = ("PullMessage", "QueryOffset", "GetOffset", "UpdateOffset")
 _MAX_MESSAGE = 64 * 1024 * 1024
 _PERM_READ = (pb.READ, pb.READ_WRITE)
 _PERM_WRITE = (pb.WRITE, pb.READ_WRITE)
+#: a route's queue permission as brokers' 4 read / 2 write bits
+_PERM_BITS = {pb.NONE: 0, pb.READ: 4, pb.WRITE: 2, pb.READ_WRITE: 6}
 
 
 def parse_endpoints(value: str | Sequence[str]) -> list[str]:
@@ -238,9 +241,17 @@ class GrpcClient(SequentialManyQueueCalls):
         return self._route(topic, refresh=refresh)
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
+        """The topic's queues that can be read (or written to). None of them, though the topic
+        has queues: :class:`NoPermissionError` naming their permission, as the remoting client."""
         wanted = _PERM_WRITE if writable else _PERM_READ
-        return sorted(MessageQueue(topic, q.broker.name, q.id) for q in self._route(topic, refresh=refresh)
-                      if q.permission in wanted)
+        route = self._route(topic, refresh=refresh)
+        out = sorted(MessageQueue(topic, q.broker.name, q.id) for q in route if q.permission in wanted)
+        if not out and route:
+            raise NoPermissionError(
+                ResponseCode.NO_PERMISSION,
+                refused_queues_text(topic, {_PERM_BITS.get(q.permission, 0) for q in route}, writable=writable),
+                address=self.endpoints[self._index], operation=f"route of topic {topic!r}")
+        return out
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         """The gRPC endpoint serving ``broker``'s queues (from routes; else the access point)."""

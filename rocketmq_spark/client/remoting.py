@@ -41,7 +41,7 @@ from ..remoting.message import (
     join_properties,
     subscribed_tags,
 )
-from ..remoting.route import TopicRouteData, loads_lenient
+from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying
 
@@ -66,12 +66,6 @@ _PULL_STATUS: dict[int, str] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
     ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
 }
-
-
-def _perm_text(perm: int) -> str:
-    """A topic permission as brokers' 4 read / 2 write bits: "read-only (4)"."""
-    kind = {6: "read-write", 4: "read-only", 2: "write-only", 0: "none"}.get(perm & 6, "?")
-    return f"{kind} ({perm})"
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
@@ -226,7 +220,7 @@ class RemotingClient:
                 raise
             route = self._auto_create_route(topic)
         out: list[MessageQueue] = []
-        refused: list[int] = []
+        refused: set[int] = set()
         for q in route.queue_datas:
             if route.broker_addr(q.broker_name) is None:
                 continue
@@ -234,16 +228,13 @@ class RemotingClient:
                 if q.writable:
                     out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.write_queue_nums))
                 else:
-                    refused.append(q.perm)
+                    refused.add(q.perm)
             elif q.readable:
                 out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
             else:
-                refused.append(q.perm)
+                refused.add(q.perm)
         if not out and refused:
-            what = "written to" if writable else "read"
-            raise NoPermissionError(ResponseCode.NO_PERMISSION,
-                                    f"topic {topic!r} cannot be {what}: its queues' permission is "
-                                    f"{'/'.join(sorted({_perm_text(p) for p in refused}))} on every broker",
+            raise NoPermissionError(ResponseCode.NO_PERMISSION, refused_queues_text(topic, refused, writable=writable),
                                     address=self.namesrv_addrs[self._ns_index], operation=f"route of topic {topic!r}")
         return sorted(out)
 

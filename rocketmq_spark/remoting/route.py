@@ -20,11 +20,23 @@ __all__ = [
     "QueueData",
     "TopicRouteData",
     "loads_lenient",
+    "refused_queues_text",
 ]
 
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0
+
+
+def refused_queues_text(topic: str, perms: set[int], *, writable: bool) -> str:
+    """Why no queue of ``topic`` can be written to (or read), given the permissions (4 read /
+    2 write bits) its queues have on every broker: ``topic 'T' cannot be read: its queues'
+    permission is write-only (2) on every broker``. Both transports' clients say it alike."""
+    kinds = {6: "read-write", 4: "read-only", 2: "write-only", 0: "none"}
+    listed = "/".join(sorted(f"{kinds.get(p & 6, '?')} ({p})" for p in perms))
+    return (f"topic {topic!r} cannot be {'written to' if writable else 'read'}: its queues' permission is "
+            f"{listed} on every broker")
+
 # queue numbers a route may announce per broker (Java brokers default to 4 or 8 and admins
 # rarely pass 1024); more is a damaged answer, not a topic to build millions of partitions for
 _MAX_QUEUES = 65535

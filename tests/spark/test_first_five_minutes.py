@@ -109,6 +109,19 @@ def _read_only_topic(c: Ctx) -> int:
     return c.write([("x",)], "body STRING", topic=c.topic("READ_ONLY", perm=4))
 
 
+def _write_only_topic_grpc(c: Ctx) -> int:
+    topic = c.topic("WRITE_ONLY_G", perm=2)
+    return c.spark.read.format("rocketmq").option("endpoints", c.broker.grpc_endpoint).option("topic", topic) \
+        .load().count()  # type: ignore[no-any-return]
+
+
+def _read_only_topic_grpc(c: Ctx) -> int:
+    topic = c.topic("READ_ONLY_G", perm=4)
+    c.spark.createDataFrame([("x",)], "body STRING").write.mode("append").format("rocketmq") \
+        .option("endpoints", c.broker.grpc_endpoint).option("topic", topic).save()
+    return 1
+
+
 def _ending_past_the_end(c: Ctx) -> int:
     topic = c.topic("ENDING", queues=1)
     c.write([("a",), ("b",)], "body STRING", topic=topic)
@@ -142,6 +155,8 @@ CASES = [
     Case("batch read: endingOffsets past the queue's end", _ending_past_the_end,
          r"endingOffsets.*broker-a:0: 999.*holds offsets \[0, 2\)"),
     Case("batch read: a write-only topic", _write_only_topic, r"FFM_WRITE_ONLY.*cannot be read.*write-only \(2\)"),
+    Case("batch read over gRPC: a write-only topic", _write_only_topic_grpc,
+         r"FFM_WRITE_ONLY_G.*cannot be read.*write-only \(2\)"),
     Case("batch read: a dead name server", lambda c: c.read(namesrvAddr=DEAD, topic="T"), r"127\.0\.0\.1:1"),
     Case("batch write: an empty DataFrame", lambda c: c.write([], "body STRING", topic=c.topic("EMPTY_W")), 0),
     Case("batch write: save mode overwrite",
@@ -162,6 +177,8 @@ CASES = [
     Case("batch write: keys of type INT", lambda c: c.write([("x", 1)], "body STRING, keys INT", topic="T"),
          r"column keys.*ARRAY<STRING> or STRING"),
     Case("batch write: a read-only topic", _read_only_topic, r"FFM_READ_ONLY.*cannot be written to.*read-only \(4\)"),
+    Case("batch write over gRPC: a read-only topic", _read_only_topic_grpc,
+         r"FFM_READ_ONLY_G.*cannot be written to.*read-only \(4\)"),
     Case("batch write: a dead name server",
          lambda c: c.write([("x",)], "body STRING", namesrvAddr=DEAD, topic="T"), r"127\.0\.0\.1:1"),
     Case("batch write: unicode tag, keys and properties, read back by tag", _unicode, 1),
