@@ -37,7 +37,7 @@ from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSp
 from ..model import MessageQueue
 from ..options import topic_name
 from ..remoting.codes import RequestCode, SysFlag, TransactionType
-from ..remoting.frame import RemotingCommand
+from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from ..remoting.message import (
     BatchEntry,
     EncodedBatch,
@@ -357,7 +357,7 @@ class _Sender:
             self._drain(0)
         except Exception:
             pass
-        end_transactions(self.client, self.opts.producer_group, self.txns, commit=False)
+        self.client.end_transactions(self.txns, commit=False, producer_group=self.opts.producer_group)
         self.client.close()
 
     # -- check-backs ----------------------------------------------------------------
@@ -383,56 +383,19 @@ def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, p
         rec = decode_records(cmd.body)[0]
         tag = rec.properties.get(TX_TAG, "")
         batch_id = int(tag.split(":", 1)[0])
+        queue_offset = int(cmd.ext_fields.get("tranStateTableOffset", "0"))
+        commit_log_offset = int(cmd.ext_fields.get("commitLogOffset", "0"))
     except (RocketMQSparkError, ValueError, IndexError):
         return  # not one of ours
     uniq = cmd.ext_fields.get("msgId") or rec.properties.get("UNIQ_KEY", "")
     decision = txlog.decide(batch_id, uniq)
     if decision is None:
         return  # batch still undecided: the broker will ask again
-    conn.reply(RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-        "producerGroup": producer_group,
-        "tranStateTableOffset": cmd.ext_fields.get("tranStateTableOffset", "0"),
-        "commitLogOffset": cmd.ext_fields.get("commitLogOffset", "0"),
-        "commitOrRollback": "8" if decision else "12", "fromTransactionCheck": "1",
-        "msgId": uniq, "transactionId": uniq}, flag=2))
-
-
-def end_transactions(client: BrokerClient, producer_group: str, txns: list[Txn], *, commit: bool,
-                     window: int = 256) -> None:
-    """END_TRANSACTION for every ``txns``, up to ``window`` in flight; already-ended ones are fine.
-
-    A request that fails is retried one by one (with the client's bounded retries).
-    """
-    if not isinstance(client, RemotingClient):
-        client.end_transactions(txns, commit=commit, window=window)
-        return
-    pending: deque[tuple[Txn, Future[RemotingCommand]]] = deque()
-
-    def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
-        try:
-            resp = fut.result(client.config.request_timeout_s)
-            if resp.code == 0 or "Find prepared transaction message failed" in (resp.remark or ""):
-                return
-        except RocketMQSparkError:
-            pass
-        client.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
-                               queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
-
-    for t in txns:
-        req = client.end_transaction_request(t.broker, producer_group=producer_group,
-                                             commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
-                                             msg_id=t.msg_id, commit=commit)
-        addr = client.broker_addr(t.broker, t.topic)
-        try:
-            fut = client.connection(addr).send(req)
-        except RocketMQSparkError as exc:
-            fut = Future()
-            fut.set_exception(exc)
-        pending.append((t, fut))
-        while len(pending) > window:
-            settle(*pending.popleft())
-    while pending:
-        settle(*pending.popleft())
+    answer = RemotingClient.end_transaction_request("", producer_group=producer_group,
+                                                    commit_log_offset=commit_log_offset, queue_offset=queue_offset,
+                                                    msg_id=uniq, commit=decision, from_check=True)
+    answer.flag = FLAG_ONEWAY
+    conn.reply(answer)
 
 
 def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:
@@ -502,8 +465,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
                      "%d from the replay", batch_id, len(to_commit),
                      "its first commit had finished" if not to_commit else "its first commit did not finish",
                      len(to_rollback))
-        end_transactions(client, opts.producer_group, to_commit, commit=True)
-        end_transactions(client, opts.producer_group, to_rollback, commit=False)
+        client.end_transactions(to_commit, commit=True, producer_group=opts.producer_group)
+        client.end_transactions(to_rollback, commit=False, producer_group=opts.producer_group)
         txlog.mark_ended(batch_id)
     finally:
         client.close()
@@ -514,8 +477,8 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
                                                                    batch_id is not None) else None
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
     try:
-        end_transactions(client, opts.producer_group, [t for t in txns if not recorded or t.msg_id not in recorded],
-                         commit=False)
+        client.end_transactions([t for t in txns if not recorded or t.msg_id not in recorded], commit=False,
+                                producer_group=opts.producer_group)
     finally:
         client.close()
 
@@ -531,7 +494,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         if self.opts.exactly_once:
             client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials)
             try:
-                end_transactions(client, self.opts.producer_group, _txns(messages), commit=True)
+                client.end_transactions(_txns(messages), commit=True, producer_group=self.opts.producer_group)
             finally:
                 client.close()
 

@@ -509,9 +509,11 @@ class GrpcClient(SequentialManyQueueCalls):
             raise
         return True
 
-    def end_transactions(self, txns: Sequence[Txn], *, commit: bool, window: int = 256) -> None:
+    def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "",
+                         window: int = 256) -> None:
         """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
-        are fine; a failed one is retried alone (with the client's bounded retries)."""
+        are fine; a failed one is retried alone (with the client's bounded retries). The
+        producer group is the client's (its settings name it), so ``producer_group`` is not sent."""
         pending: deque[tuple[Txn, Future[Any]]] = deque()
 
         def settle(t: Txn, fut: Future[Any]) -> None:

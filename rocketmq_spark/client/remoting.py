@@ -12,6 +12,7 @@ import random
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
@@ -27,7 +28,7 @@ from ..errors import (
     TopicNotFoundError,
     broker_error,
 )
-from ..model import MessageQueue, PullResult, SendResult
+from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..names import AUTO_CREATE_TOPIC
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
@@ -66,6 +67,11 @@ _PULL_STATUS: dict[int, str] = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
     ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
 }
+
+
+def _already_ended(code: int, remark: str | None) -> bool:
+    """A broker's answer to END_TRANSACTION of a half message it no longer holds (ended before)."""
+    return code == ResponseCode.SYSTEM_ERROR and "Find prepared transaction message failed" in (remark or "")
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
@@ -691,21 +697,54 @@ class RemotingClient:
         try:
             self.invoke(addr, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
         except BrokerError as exc:
-            if exc.code == ResponseCode.SYSTEM_ERROR and "Find prepared transaction message failed" in exc.remark:
+            if _already_ended(exc.code, exc.remark):
                 return False
             raise
         return True
+
+    def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
+                         window: int = 256) -> None:
+        """END_TRANSACTION for every ``txns``, up to ``window`` in flight; already-ended ones
+        are fine; a failed one is retried alone (with the client's bounded retries)."""
+        pending: deque[tuple[Txn, Future[RemotingCommand]]] = deque()
+
+        def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
+            try:
+                resp = fut.result(self.config.request_timeout_s)
+                if resp.code == ResponseCode.SUCCESS or _already_ended(resp.code, resp.remark):
+                    return
+            except RocketMQSparkError:
+                pass
+            self.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
+                                 queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
+
+        for t in txns:
+            req = self.end_transaction_request(t.broker, producer_group=producer_group,
+                                               commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
+                                               msg_id=t.msg_id, commit=commit)
+            try:
+                fut = self.connection(self.broker_addr(t.broker, t.topic)).send(req)
+            except RocketMQSparkError as exc:
+                fut = Future()
+                fut.set_exception(exc)
+            pending.append((t, fut))
+            while len(pending) > window:
+                settle(*pending.popleft())
+        while pending:
+            settle(*pending.popleft())
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
                                 msg_id: str, commit: bool, from_check: bool = False) -> RemotingCommand:
         """The END_TRANSACTION request that commits or rolls back one half message (``msg_id``
-        is its UNIQ_KEY; ``queue_offset``/``commit_log_offset`` where the broker stored it)."""
-        return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-            "producerGroup": producer_group, "tranStateTableOffset": str(queue_offset),
-            "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8" if commit else "12",
-            "fromTransactionCheck": "1" if from_check else "0", "msgId": msg_id, "transactionId": msg_id,
-            "bname": broker})
+        is its UNIQ_KEY; ``queue_offset``/``commit_log_offset`` where the broker stored it).
+        ``broker`` names the broker for a 5.x proxy; an answer to a broker's check names none."""
+        ext = {"producerGroup": producer_group, "tranStateTableOffset": str(queue_offset),
+               "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8" if commit else "12",
+               "fromTransactionCheck": "1" if from_check else "0", "msgId": msg_id, "transactionId": msg_id}
+        if broker:
+            ext["bname"] = broker
+        return RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=ext)
 
     def heartbeat_producer(self, group: str, client_id: str, broker_addr: str) -> None:
         """Register as a producer of ``group`` so the broker can check transactions back here."""
