@@ -538,8 +538,9 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         route = client.route(args.name, refresh=True)
         queues = client.message_queues(args.name)
         rows = []
+        ranges = client.offset_ranges(queues)
         for mq in queues:
-            lo, hi = client.min_offset(mq), client.max_offset(mq)
+            lo, hi = ranges[mq]
             last = _store_time(client, mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queueId": mq.queue_id, "minOffset": lo, "maxOffset": hi,
                          "messages": hi - lo, "lastStoreTimestamp": last, "lastStoreTime": _iso_utc(last)})
@@ -772,11 +773,12 @@ def group_progress(client: Any, group: str, topic: str | None, namesrv: str) -> 
     out: list[QueueProgress] = []
     for t in topics:
         queues = client.message_queues(t)
-        offsets = {mq: client.query_consumer_offset(group, mq) for mq in queues}
+        offsets = client.query_consumer_offsets(group, queues)
         if all(v is None for v in offsets.values()):
             continue
+        ranges = client.offset_ranges(queues)
         for mq in queues:
-            hi, lo, off = client.max_offset(mq), client.min_offset(mq), offsets[mq]
+            (lo, hi), off = ranges[mq], offsets[mq]
             last = _store_time(client, mq, off - 1) if off is not None and off - 1 >= lo else None
             out.append(QueueProgress(mq, hi, off, lo, last))
     if not out:
@@ -832,11 +834,10 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
     try:
         _require_topic(client, args.topic, ns)
         queues = client.message_queues(args.topic, refresh=True)
-        plan: list[dict[str, Any]] = []
-        for mq in queues:
-            cur = client.query_consumer_offset(args.group, mq)
-            new = client.max_offset(mq) if ts < 0 else client.search_offset(mq, ts)
-            plan.append({"broker": mq.broker, "queueId": mq.queue_id, "current": cur, "new": new})
+        current = client.query_consumer_offsets(args.group, queues)
+        maxes = client.max_offsets(queues) if ts < 0 else {}
+        plan = [{"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
+                 "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
         if not args.dry_run:
             online = _online_consumers(client, args.group)
             written = client.reset_offset_by_timestamp(args.group, args.topic, ts)
@@ -1043,10 +1044,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
               f"Parquet in {orders_dir}")
 
         # 5. offsets, lag, result
-        maxes = {mq_: client.max_offset(mq_) for mq_ in queues}
+        maxes = client.max_offsets(queues)
         deadline = time.monotonic() + 20  # listener events arrive asynchronously
         while time.monotonic() < deadline:
-            if all(client.query_consumer_offset(group, q) == m for q, m in maxes.items()):
+            if client.query_consumer_offsets(group, queues) == maxes:
                 break
             time.sleep(0.1)
         rows = group_progress(client, group, topic, ns)
