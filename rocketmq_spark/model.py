@@ -24,7 +24,7 @@ class MessageQueue:
     @classmethod
     def from_key(cls, topic: str, key: str) -> MessageQueue:
         broker, sep, qid = key.rpartition(":")
-        if not sep or not broker or not qid.lstrip("-").isdigit():
+        if not sep or not broker or not (qid.isascii() and qid.isdigit()):
             raise ValueError(f"queue key {key!r} of topic {topic!r} is not 'broker:queueId'")
         return cls(topic, broker, int(qid))
 

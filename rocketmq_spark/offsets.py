@@ -94,9 +94,8 @@ class Offsets(Mapping[MessageQueue, int]):
                 try:
                     mq = MessageQueue.from_key(str(topic), str(key))
                 except ValueError:
-                    mq = None
-                if mq is None or mq.queue_id < 0 or not str(key).rpartition(":")[2].isascii():
-                    raise OffsetsFormatError(f"queue {key!r} of topic {topic!r} is not 'broker:queueId'", str(key))
+                    raise OffsetsFormatError(f"queue {key!r} of topic {topic!r} is not 'broker:queueId'",
+                                             str(key)) from None
                 if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
                     accepted = "an integer >= -2 (-2 earliest, -1 latest)" if special else "an integer >= 0"
                     raise OffsetsFormatError(f"offset {off!r} of queue {key!r}: {accepted}", str(key))

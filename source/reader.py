@@ -42,7 +42,7 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..model import MessageQueue, PullResult
-from ..offsets import Offsets
+from ..offsets import EARLIEST, LATEST, Offsets
 from ..remoting.message import subscribed_tags
 from .arrow import columns_to_batch, decode_to_batch, only_subscribed, tag_set
 from .options import ReaderOptions
@@ -657,7 +657,7 @@ def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets
     """endingOffsets must lie within each queue's range: past its end nothing is lost, the
     request is wrong; say so at planning time rather than fail reading."""
     for mq, off in sorted(given.items()):
-        if off in (-1, -2) or mq not in latest:
+        if off in (LATEST, EARLIEST) or mq not in latest:
             continue
         lo = start.get(mq, 0)
         if off > latest[mq] or off < lo:
@@ -678,7 +678,7 @@ class RocketMQBatchReader(DataSourceReader):
             if self.options.ending == "json":
                 given = dict(self.options.ending_json or {})
                 latest = planner.latest()
-                end = {mq: (latest[mq] if given.get(mq, -1) == -1 else given[mq]) for mq in latest}
+                end = {mq: (latest[mq] if given.get(mq, LATEST) == LATEST else given[mq]) for mq in latest}
                 _check_ending(given, start, latest)
             else:
                 end = planner.latest()
