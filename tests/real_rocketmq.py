@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -343,8 +342,9 @@ class RealRocketMQ:
 
     # -- configuration ----------------------------------------------------------------------
 
-    def _jvm_argv(self, role: str, heap: str, main: str, *args: str) -> list[str]:
-        argv = [self.java, "-XX:+UseSerialGC", f"-Xms{heap}", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=256m",
+    def _jvm_argv(self, role: str, heap: str, main: str, *args: str, flags: tuple[str, ...] = ()) -> list[str]:
+        """A java command line for one of RocketMQ's main classes (``role`` names its logback file)."""
+        argv = [self.java, "-XX:+UseSerialGC", *flags, f"-Xms{heap}", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=256m",
                 f"-Duser.home={self.workdir}", f"-Drocketmq.home.dir={self.workdir}",
                 "-Djava.net.preferIPv4Stack=true"]
         if not self.is_4x:
@@ -408,14 +408,9 @@ class RealRocketMQ:
     def mqadmin(self, *args: str, timeout_s: float = 120) -> str:
         """Runs ``mqadmin <args>`` against this cluster (``-n`` added) and returns its output.
         mqadmin exits 0 on most errors: a Java exception in the output is raised here."""
-        argv = [self.java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx256m",
-                f"-Duser.home={self.workdir}", f"-Drocketmq.home.dir={self.workdir}"]
-        if not self.is_4x:
-            argv.append("-Drmq.logback.configurationFile=rmq.tools.logback.xml")
-        argv += ["-cp", f"{self.lib}/*", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
-                 "-n", self.namesrv_addr]
-        env = self._env()
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
+        argv = self._jvm_argv("tools", "256m", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
+                              "-n", self.namesrv_addr, flags=("-XX:TieredStopAtLevel=1",))  # a short-lived tool
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self._env())
         out = run.stdout + run.stderr
         if run.returncode != 0 or "Exception" in out:
             raise RuntimeError(f"mqadmin {' '.join(args)} failed (exit {run.returncode}):\n{_tail(out)}")
@@ -442,14 +437,6 @@ class RealRocketMQ:
                     time.sleep(0.1)
             finally:
                 c.close()
-
-
-def source_digest(*paths: Path) -> str:
-    """A short digest of files' contents (build caches key on it)."""
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
 
 
 @contextlib.contextmanager
