@@ -33,11 +33,9 @@ from ..remoting.message import (
     decode_record,
     encode_properties,
     iter_records,
-    java_string_hash,
     join_properties,
     offset_msg_id,
     split_host,
-    subscribed_tags,
 )
 from ..remoting.route import loads_lenient
 from .batchput import offset_msg_ids, parse_batch, special_free
@@ -50,7 +48,7 @@ from .state import (
     TopicConfig,
     TopicConfigs,
 )
-from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_matches
+from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -876,20 +874,6 @@ class Broker:
             self.offsets.commit(topic, group, queue_id, offset, client)
         return None
 
-    def _tag_filter(self, subscription: str, *, exact: bool = False) -> Callable[[int, bytes], bool] | None:
-        """The filter of a TAG subscription (None for ``*``). Pulls compare only the tag's hash
-        code kept in the consume queue, as Java brokers do (ExpressionMessageFilter): a tag
-        whose hash collides with a subscribed one ("Aa"/"BB") is delivered and the consumer
-        drops it by its tag string. ``exact`` adds that string check, for POP, where the 5.x
-        proxy does it before the client sees the message."""
-        tags = subscribed_tags(subscription)
-        if tags is None:
-            return None
-        hashes = frozenset(java_string_hash(t) for t in tags)
-        if exact:
-            return lambda th, rec: th in hashes and tag_matches(rec, tags)
-        return lambda th, rec: th in hashes
-
     def _pull_once(self, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields
         topic = ext["topic"]
@@ -898,7 +882,7 @@ class Broker:
         max_nums = max(1, min(_int(ext, "maxMsgNums", 32), self.config.max_pull_messages))
         res: GetResult = self.store.get(
             topic, queue_id, offset, max_nums, self.config.max_pull_bytes,
-            self._tag_filter(ext.get("subscription", "*")),
+            tag_filter(ext.get("subscription", "*")),
         )
         fields = {
             "suggestWhichBrokerId": "0",

@@ -40,6 +40,7 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.message import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
 from .broker import Broker, SendRejected, message_type
 from .state import TopicConfig
+from .store import tag_filter
 
 log = logging.getLogger(__name__)
 
@@ -424,12 +425,12 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
             return
         cfg = self.broker.config
         count = max(1, min(request.batch_size or 32, cfg.max_pull_messages))
-        tag_filter = self.broker._tag_filter(sub)
-        res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, tag_filter)
+        matches = tag_filter(sub)
+        res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, matches)
         wait_ms = min(millis(request.long_polling_timeout), cfg.max_suspend_ms)
         if res.status == "NO_NEW" and wait_ms > 0:
             await self.broker.wait_for_messages(topic, (queue,), wait_ms / 1000.0)
-            res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, tag_filter)
+            res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, matches)
         if res.status == "FOUND":
             yield pb.PullMessageResponse(status=_status(pb.OK))
             for block in res.records:
@@ -495,14 +496,14 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                         continue
                     entry.attempts += 1
                     deliver(decode_record(res.records[0]), entry)
-        tag_filter = self.broker._tag_filter(sub, exact=True)
+        matches = tag_filter(sub, exact=True)
         cfg = self.broker.config
         state.rotation += 1
         for k in range(queues):
             if len(out) >= batch:
                 break
             queue = (state.rotation + k) % queues
-            res = store.get(topic, queue, state.next[queue], batch - len(out), cfg.max_pull_bytes, tag_filter)
+            res = store.get(topic, queue, state.next[queue], batch - len(out), cfg.max_pull_bytes, matches)
             if res.status in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW"):
                 state.next[queue] = res.next_offset
                 continue

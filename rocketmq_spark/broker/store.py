@@ -49,6 +49,7 @@ from ..remoting.message import (
     decode_properties,
     decode_record,
     java_string_hash,
+    subscribed_tags,
 )
 from .batchput import BatchLayout, pack_records
 
@@ -61,6 +62,7 @@ __all__ = [
     "MessageStore",
     "NewMessage",
     "StoreConfig",
+    "tag_filter",
 ]
 
 CQ_ENTRY = struct.Struct(">qiqq")
@@ -856,6 +858,21 @@ def _physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 << 30
+
+
+def tag_filter(subscription: str, *, exact: bool = False) -> Callable[[int, bytes], bool] | None:
+    """The filter of a TAG subscription (None for ``*``) for :meth:`MessageStore.get`. Pulls
+    compare only the tag's hash code kept in the consume queue, as Java brokers do
+    (ExpressionMessageFilter): a tag whose hash collides with a subscribed one ("Aa"/"BB") is
+    delivered and the consumer drops it by its tag string. ``exact`` adds that string check,
+    for POP, where the 5.x proxy does it before the client sees the message."""
+    tags = subscribed_tags(subscription)
+    if tags is None:
+        return None
+    hashes = frozenset(java_string_hash(t) for t in tags)
+    if exact:
+        return lambda th, rec: th in hashes and tag_matches(rec, tags)
+    return lambda th, rec: th in hashes
 
 
 def tag_matches(record: bytes, tags: frozenset[str]) -> bool:

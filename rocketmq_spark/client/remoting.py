@@ -52,7 +52,6 @@ __all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"
 
 T = TypeVar("T")
 
-#: the topic whose route producers use for a topic that does not exist yet (brokers create it on send)
 #: queues a topic created on send gets (the send's defaultTopicQueueNums)
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
@@ -449,7 +448,7 @@ class RemotingClient:
                 raise ProtocolError(f"consumer offset table at {addr}: offsetTable is not an object")
             for mq in queues:
                 committed = table.get(f"{mq.topic}@{group}")
-                if not isinstance(committed, dict) or str(mq.queue_id) not in {str(k) for k in committed}:
+                if not isinstance(committed, dict) or str(mq.queue_id) not in committed:  # JSON keys are strings
                     out[mq] = None
 
     def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
