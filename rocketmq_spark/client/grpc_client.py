@@ -458,12 +458,6 @@ class GrpcClient(SequentialManyQueueCalls):
             if e.status.code != pb.OK:
                 raise _status_error(e.status, address=addr, operation=f"send to {mq}")
             out.append(SendResult(e.message_id, mq, int(e.offset), e.transaction_id))
-        if len(out) == 1 and count > 1:
-            # a 5.x proxy answers a batch with one entry per broker answer: the batch's first
-            # offset and its message ids comma-joined
-            first, ids = out[0], out[0].msg_id.split(",")
-            out = [SendResult(ids[i] if len(ids) == count else first.msg_id, mq, first.queue_offset + i,
-                              first.transaction_id) for i in range(count)]
         if len(out) != count:
             raise BrokerError(-1, f"{count} messages sent, {len(out)} results", address=addr,
                               operation=f"send to {mq}")
