@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
 
 from . import _report
 from ._brokers import BrokerHandle, cli_available, start_broker

@@ -6,8 +6,8 @@ laid out in pull bodies ("chunks") of 1024 records (the most a pull returns here
 real broker's cap), and decoded with ``decode_to_batch(chunks, broker)`` a given number of
 records per call (the reader calls it once per pull body today; see PLAN)::
 
-    fast        source.arrow.decode_to_batch: the vectorised numpy + pyarrow decoder
-    reference   source.arrow.decode_to_batch_reference: the per-record Python loop (on a subset)
+    fast        codec.arrow.decode_to_batch: the vectorised numpy + pyarrow decoder
+    reference   codec.arrow.decode_to_batch_reference: the per-record Python loop (on a subset)
     read        the floor: the same bytes copied once per call (bytes join of the call's chunks,
                 bytearray(chunk) for one chunk per call), no decoding at all
 
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from rocketmq_spark.remoting import BatchEntry, encode_properties, encode_record
-from rocketmq_spark.source.arrow import (
+from rocketmq_spark.codec import BatchEntry, encode_properties, encode_record
+from rocketmq_spark.codec.arrow import (
     ARROW_SCHEMA,
     SMALL_INPUT_BYTES,
     decode_to_batch,

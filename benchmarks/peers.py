@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.remoting import BatchEntry
+    from rocketmq_spark.codec import BatchEntry
 
     from .broker import machine_info
 

@@ -47,7 +47,7 @@ MEMORY_BODY = 1024
 
 def _fill(c: Any, qs: list[Any], per_queue: int = 1, body: bytes = b"x" * 100, window: int = 64) -> None:
     """``per_queue`` messages into every queue, ``window`` sends in flight."""
-    from rocketmq_spark.remoting import BatchEntry, encode_properties
+    from rocketmq_spark.codec import BatchEntry, encode_properties
 
     entries = [BatchEntry(body, encode_properties({"TAGS": "scale"}))] * per_queue
     inflight: deque[tuple[Any, Any]] = deque()
@@ -170,7 +170,7 @@ def _in_child(target: Any, *args: Any) -> dict[str, Any]:
 
 def memory(namesrv: str, sizes: tuple[int, ...], log: Any) -> list[dict[str, Any]]:
     from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.remoting import BatchEntry, encode_properties
+    from rocketmq_spark.codec import BatchEntry, encode_properties
 
     c = RemotingClient(namesrv)
     rows = []

@@ -12,7 +12,7 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
                             8 partitions per batch, yielding prebuilt Arrow RecordBatches of the
                             reader's batch size (1024 rows), same trigger and sink
     client pull + decode    no Spark: RemotingClient.pull(mq, offset, 1024) over every queue in
-                            turn + source.arrow.decode_to_batch([body], broker)
+                            turn + codec.arrow.decode_to_batch([body], broker)
   sink: 100-byte BINARY bodies from spark.range, cached and counted before timing
     write at-least-once     df.write.format("rocketmq").save() (batched sends, 8 in flight/task)
     write exactly-once      the same with delivery=exactly-once (one transactional half message
@@ -64,8 +64,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import BatchEntry, encode_properties
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import BatchEntry, encode_properties
 from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 from . import _report
@@ -402,7 +402,7 @@ def topic_count(c: RemotingClient, topic: str) -> int:
 
 def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """Every queue pulled in turn, 1024 per pull, each pull body decoded to a RecordBatch."""
-    from rocketmq_spark.source.arrow import decode_to_batch
+    from rocketmq_spark.codec.arrow import decode_to_batch
 
     rows = pulls = 0
     decode_s = 0.0
@@ -430,7 +430,7 @@ def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_s
 def client_pull_decode_grpc(endpoint: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """As :func:`client_pull_decode`, over the gRPC endpoint (PullMessage streams)."""
     from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
-    from rocketmq_spark.source.arrow import columns_to_batch
+    from rocketmq_spark.codec.arrow import columns_to_batch
 
     g = GrpcClient(endpoint)
     rows = pulls = 0
@@ -480,8 +480,8 @@ def client_transactions(c: RemotingClient, topic: str, n: int, body_size: int, w
     """The exactly-once writer's pattern without Spark, its two phases timed apart: one half
     message per send (``window`` in flight, as a writer task keeps), then END_TRANSACTION for
     each, ``end_window`` in flight (as the driver's commit does since addd779)."""
+    from rocketmq_spark.codec import parse_offset_msg_id
     from rocketmq_spark.remoting import RemotingCommand, RequestCode, TransactionType
-    from rocketmq_spark.remoting.message import parse_offset_msg_id
 
     c.create_topic(topic, QUEUES)
     qs = c.message_queues(topic, refresh=True)

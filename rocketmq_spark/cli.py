@@ -519,7 +519,7 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
 def _store_time(client: Any, mq: MessageQueue, offset: int) -> int | None:
     """Store time (epoch ms) of the message at ``offset``, None when there is none."""
-    from .remoting.message import decode_records
+    from .codec import decode_records
 
     if offset < 0:
         return None
@@ -587,7 +587,7 @@ class _UniqKeys:
 
 
 def _entry(msg: _Message, uniq: _UniqKeys) -> Any:
-    from .remoting.message import BatchEntry, encode_properties
+    from .codec import BatchEntry, encode_properties
 
     props: dict[str, str] = dict(msg.properties or {})
     if msg.tag:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..remoting.message import EncodedBatch
+from ..codec import EncodedBatch
 
 __all__ = ["encode_plain_rows"]
 

@@ -33,19 +33,20 @@ from pyspark.sql.datasource import (
 
 from ..client import BrokerClient, RemotingClient, connect
 from ..client.connection import RemotingConnection
-from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
-from ..model import MessageQueue
-from ..options import topic_name
-from ..remoting.codes import RequestCode, SysFlag, TransactionType
-from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
-from ..remoting.message import (
+from ..codec import (
     BatchEntry,
     EncodedBatch,
+    SysFlag,
     batch_entries,
     decode_records,
     java_string_hash,
     parse_offset_msg_id,
 )
+from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
+from ..model import MessageQueue
+from ..options import topic_name
+from ..remoting.codes import RequestCode, TransactionType
+from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from .encode import encode_plain_rows
 from .options import WriterOptions
 from .txlog import TxLog, Txn

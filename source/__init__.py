@@ -1,6 +1,6 @@
 """rocketmq_spark.source: the Spark reader (stream and batch), planning, Arrow decoding."""
 
-from .arrow import ARROW_SCHEMA, SCHEMA_DDL
+from ..codec.arrow import ARROW_SCHEMA, SCHEMA_DDL
 from .options import ReaderOptions
 from .reader import Planner, QueueRange, RocketMQBatchReader, RocketMQStreamReader
 

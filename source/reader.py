@@ -31,6 +31,8 @@ from pyspark.sql.streaming.datasource import (
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, RemotingClient, connect
+from ..codec import subscribed_tags
+from ..codec.arrow import columns_to_batch, decode_to_batch, only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -43,8 +45,6 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..offsets import EARLIEST, LATEST, Offsets
-from ..remoting.message import subscribed_tags
-from .arrow import columns_to_batch, decode_to_batch, only_subscribed, tag_set
 from .options import ReaderOptions
 
 if TYPE_CHECKING:

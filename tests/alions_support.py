@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.remoting import SysFlag
+from rocketmq_spark.codec import SysFlag
 
 ALIONS_DIR = Path(__file__).resolve().parent / "integration" / "alions"
 ROUNDTRIP_JS = ALIONS_DIR / "roundtrip.js"

@@ -24,7 +24,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rocketmq_spark.remoting import BatchEntry, encode_batch, encode_properties
+from rocketmq_spark.codec import BatchEntry, encode_batch, encode_properties
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, RemotingCommand
 

@@ -19,15 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ProtocolError
-from ..files import atomic_write
-from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
-from ..remoting.acl import verify_request
-from ..remoting.codes import RequestCode, ResponseCode, SysFlag, TransactionType
-from ..remoting.frame import RemotingCommand
-from ..remoting.message import (
+from ..codec import (
     MessageRecord,
     PropertyKey,
+    SysFlag,
     decode_batch,
     decode_properties,
     decode_record,
@@ -37,8 +32,14 @@ from ..remoting.message import (
     offset_msg_id,
     split_host,
 )
+from ..codec.batch_kernels import offset_msg_ids, parse_batch, special_free
+from ..errors import ProtocolError
+from ..files import atomic_write
+from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
+from ..remoting.acl import verify_request
+from ..remoting.codes import RequestCode, ResponseCode, TransactionType
+from ..remoting.frame import RemotingCommand
 from ..remoting.route import loads_lenient
-from .batchput import offset_msg_ids, parse_batch, special_free
 from .connection import Connection, HandlerResult
 from .state import (
     SYSTEM_TOPICS,
@@ -1261,7 +1262,7 @@ class Broker:
             rec = decode_record(raw)
             copy = self._committed_copy(rec)
             # The check carries the message as the producer sent it (real topic and queue).
-            from ..remoting.message import encode_record
+            from ..codec import encode_record
 
             body = encode_record(
                 topic=copy.topic, queue_id=copy.queue_id, queue_offset=p.half_offset, body=rec.body,

@@ -32,12 +32,12 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from ..codec import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
 from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.message import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
 from .broker import Broker, SendRejected, message_type
 from .state import TopicConfig
 from .store import tag_filter

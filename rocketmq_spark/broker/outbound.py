@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from ..codec import split_host
 from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand, read_frame_length
-from ..remoting.message import split_host
 
 __all__ = ["request"]
 

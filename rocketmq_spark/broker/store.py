@@ -31,27 +31,34 @@ import logging
 import os
 import struct
 import time
-import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..files import atomic_write
-from ..remoting.codes import SysFlag
-from ..remoting.message import (
+from ..codec import (
     BLANK_MAGIC,
+    HEAD,
     MAGIC_V1,
     MAGIC_V2,
     MessageRecord,
     PropertyKey,
+    SysFlag,
+    body_crc,
+    body_span,
     decode_properties,
     decode_record,
     java_string_hash,
+    properties_text,
+    record_parts,
+    record_size,
     subscribed_tags,
+    tag_hash,
+    tag_of,
 )
-from .batchput import BatchLayout, pack_records
+from ..codec.batch_kernels import BatchLayout, pack_records
+from ..files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +75,8 @@ __all__ = [
 CQ_ENTRY = struct.Struct(">qiqq")
 _CQ_SIZE = CQ_ENTRY.size
 _CQ_DTYPE = np.dtype([("pos", ">i8"), ("size", ">i4"), ("tag", ">i8"), ("ts", ">i8")])
-_HEAD = struct.Struct(">iiiiiqqiq")
-_TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
-_TAIL_LEN = struct.Struct(">iqi")  # ... and the body length that follows them
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_H16 = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
 
 
@@ -129,23 +132,6 @@ class GetResult:
     max_offset: int
     records: list[bytes]
     count: int = 0
-
-
-def _tag_of(props: str) -> str | None:
-    """The TAGS property out of a properties string, without building the whole map."""
-    i = props.find("TAGS\x01")
-    while i > 0 and props[i - 1] != "\x02":
-        i = props.find("TAGS\x01", i + 1)
-    if i < 0:
-        return None
-    start = i + 5
-    end = props.find("\x02", start)
-    return props[start:] if end < 0 else props[start:end]
-
-
-def tag_hash(props: str) -> int:
-    tag = _tag_of(props)
-    return java_string_hash(tag) if tag else 0
 
 
 class _Segment:
@@ -495,7 +481,7 @@ class MessageStore:
             total, magic = _BLANK.unpack_from(data, p)
             if magic == BLANK_MAGIC:
                 return seg.start + p  # a blank tail marks a full segment: nothing valid after
-            if magic not in (MAGIC_V1, MAGIC_V2) or total < _HEAD.size or p + total > len(data):
+            if magic not in (MAGIC_V1, MAGIC_V2) or total < HEAD.size or p + total > len(data):
                 break
             if not self._record_crc_ok(data, p, total):
                 break
@@ -506,15 +492,10 @@ class MessageStore:
     def _record_crc_ok(data: bytes, p: int, total: int) -> bool:
         try:
             (crc,) = _I32.unpack_from(data, p + 8)
-            (sys_flag,) = _I32.unpack_from(data, p + 36)
-            q = p + _HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
-            q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
-            (blen,) = _I32.unpack_from(data, q)
-            if blen < 0 or q + 4 + blen > p + total:
-                return False
-            return (zlib.crc32(data[q + 4 : q + 4 + blen]) & 0x7FFFFFFF) == crc
+            q, blen = body_span(data, p)
         except struct.error:
             return False
+        return 0 <= blen and q + blen <= p + total and body_crc(data[q : q + blen]) == crc
 
     def _iter_commitlog(self, start: int) -> Iterator[tuple[int, MessageRecord]]:
         cl = self.commitlog
@@ -629,12 +610,9 @@ class MessageStore:
             assert cq is not None
             props_b = m.properties.encode()
             body = m.body
-            v2 = len(topic_b) > 127
-            sys_flag = self._host_flags(m.sys_flag, m.born_host)
-            size = (_HEAD.size + len(m.born_host) + len(now_store) + _TAIL.size + 4
-                    + len(body) + (2 if v2 else 1) + len(topic_b) + 2 + len(props_b))
             qoff = next_offsets.get(cq, cq.max_offset)
             next_offsets[cq] = qoff + 1
+            size = record_size(len(topic_b), len(m.born_host), len(body), len(props_b), len(store_host))
             # Roll the segment between records if this one does not fit.
             if chunks and (chunk_start + chunk_len - cl.segments[-1].start) + size > cl.segment_size:
                 cl.write(chunk_start, b"".join(chunks))
@@ -642,24 +620,13 @@ class MessageStore:
                 chunk_len = 0
             if not chunks:
                 chunk_start = cl.reserve(size)
-                pos = chunk_start
-            else:
-                pos = chunk_start + chunk_len
-            chunks += (
-                _HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF,
-                           m.queue_id, m.flag, qoff, pos, sys_flag, m.born_timestamp),
-                m.born_host,
-                now_store,
-                _TAIL_LEN.pack(m.reconsume_times, m.prepared_transaction_offset, len(body)),
-                body,
-                _H16.pack(len(topic_b)) if v2 else bytes((len(topic_b),)),
-                topic_b,
-                _H16.pack(len(props_b)),
-                props_b,
-            )
+            pos = chunk_start + chunk_len
+            _, parts = record_parts(topic_b, m.queue_id, m.flag, qoff, pos, self._host_flags(m.sys_flag, m.born_host),
+                                    m.born_timestamp, m.born_host, now_store, m.reconsume_times,
+                                    m.prepared_transaction_offset, body, props_b, body_crc(body))
+            chunks += parts
             chunk_len += size
-            tag = _tag_of(m.properties)
-            pending.setdefault(cq, []).append((qoff, pos, size, java_string_hash(tag) if tag else 0))
+            pending.setdefault(cq, []).append((qoff, pos, size, tag_hash(m.properties)))
             out.append(Stored(m.queue_id, qoff, pos, size, now))
         if chunks:
             cl.write(chunk_start, b"".join(chunks))
@@ -671,7 +638,7 @@ class MessageStore:
 
     def put_batch(self, topic: str, queue_id: int, layout: BatchLayout, *, sys_flag: int, born_ts: int,
                   born_host: bytes, reconsume: int, suffix: bytes) -> tuple[int, np.ndarray, int] | None:
-        """Append a batch of plain messages to one queue in one pass (see :mod:`.batchput`):
+        """Append a batch of plain messages to one queue in one pass (see :mod:`rocketmq_spark.codec.batch_kernels`):
         the same records :meth:`put` would write, properties + ``suffix``.
 
         -> (first queue offset, positions, store time), or None when the batch needs the
@@ -878,28 +845,12 @@ def tag_filter(subscription: str, *, exact: bool = False) -> Callable[[int, byte
 def tag_matches(record: bytes, tags: frozenset[str]) -> bool:
     """Exact tag check on a stored record (after the hash pre-filter)."""
     try:
-        rec_props = _record_properties(record)
+        rec_props = properties_text(record)
     except (struct.error, IndexError, UnicodeDecodeError):
         return False
-    tag = _tag_of(rec_props)
+    tag = tag_of(rec_props)
     return tag is not None and tag in tags
 
 
-def _record_properties(record: bytes) -> str:
-    (sys_flag,) = _I32.unpack_from(record, 36)
-    (magic,) = _I32.unpack_from(record, 4)
-    q = _HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
-    q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
-    (blen,) = _I32.unpack_from(record, q)
-    q += 4 + blen
-    if magic == MAGIC_V2:
-        (tlen,) = _H16.unpack_from(record, q)
-        q += 2 + tlen
-    else:
-        q += 1 + record[q]
-    (plen,) = _H16.unpack_from(record, q)
-    return record[q + 2 : q + 2 + plen].decode()
-
-
 def record_properties(record: bytes) -> dict[str, str]:
-    return decode_properties(_record_properties(record))
+    return decode_properties(properties_text(record))

@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from ..codec import BatchEntry, EncodedBatch, SysFlag, batch_entries, decode_properties, join_properties
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
@@ -51,8 +52,7 @@ from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
-from ..remoting.codes import ResponseCode, SysFlag, TransactionType
-from ..remoting.message import BatchEntry, EncodedBatch, batch_entries, decode_properties, join_properties
+from ..remoting.codes import ResponseCode, TransactionType
 from ..remoting.route import refused_queues_text
 from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
@@ -631,7 +631,7 @@ class _Telemetry:
 
 
 def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
-    """Pulled gRPC messages as column lists (see :data:`rocketmq_spark.source.arrow.ARROW_SCHEMA`);
+    """Pulled gRPC messages as column lists (see :data:`rocketmq_spark.codec.arrow.ARROW_SCHEMA`);
     times in epoch millis."""
     cols: dict[str, list[Any]] = {k: [] for k in (
         "topic", "queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties",

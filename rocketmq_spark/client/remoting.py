@@ -18,6 +18,15 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from ..codec import (
+    BatchEntry,
+    EncodedBatch,
+    decode_records,
+    encode_batch,
+    java_string_hash,
+    join_properties,
+    subscribed_tags,
+)
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
@@ -33,15 +42,6 @@ from ..names import AUTO_CREATE_TOPIC
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.message import (
-    BatchEntry,
-    EncodedBatch,
-    decode_records,
-    encode_batch,
-    java_string_hash,
-    join_properties,
-    subscribed_tags,
-)
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection
 from .retry import ClientConfig, retrying

@@ -18,9 +18,9 @@ import gzip
 import zlib
 from collections.abc import Mapping
 
+from ..codec import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey, SysFlag
 from ..errors import ProtocolError
-from ..remoting.codes import SysFlag, TransactionType
-from ..remoting.message import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey
+from ..remoting.codes import TransactionType
 from . import pb
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["LanguageCode", "RequestCode", "ResponseCode", "SysFlag", "TransactionType"]
+__all__ = ["LanguageCode", "RequestCode", "ResponseCode", "TransactionType"]
 
 
 class RequestCode(IntEnum):
@@ -87,16 +87,6 @@ class LanguageCode(IntEnum):
     OMS = 11
     RUST = 12
     NODE_JS = 13
-
-
-class SysFlag:
-    """Bits of a message's sysFlag."""
-
-    COMPRESSED = 0x1
-    MULTI_TAGS = 0x2
-    TRANSACTION_MASK = 0xC
-    BORN_HOST_V6 = 0x10
-    STORE_HOST_V6 = 0x20
 
 
 class TransactionType:

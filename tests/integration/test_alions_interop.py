@@ -32,12 +32,8 @@ from alions_support import (
 )
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import MessageRecord, decode_records, encode_properties
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import (
-    MessageRecord,
-    decode_records,
-    encode_properties,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop, pytest.mark.timeout(180)]
 

@@ -13,18 +13,16 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.client.connection import RemotingConnection
+from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.errors import BrokerError, ConnectionFailedError, GroupNotFoundError, TopicNotFoundError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import (
     SERIALIZE_ROCKETMQ,
-    BatchEntry,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     TransactionType,
     decode_frame,
-    decode_records,
-    encode_properties,
 )
 
 pytestmark = pytest.mark.integration
@@ -213,7 +211,7 @@ def test_transaction_half_messages_are_invisible_until_committed(client: Remotin
     assert client.max_offset(q) == 0
     assert client.pull(q, 0, 32).status == "NO_NEW_MSG"
     addr = client.broker_addr("broker-a")
-    from rocketmq_spark.remoting import parse_offset_msg_id
+    from rocketmq_spark.codec import parse_offset_msg_id
 
     for sent, kind in ((commit, TransactionType.COMMIT), (rollback, TransactionType.ROLLBACK)):
         _, pos = parse_offset_msg_id(sent.msg_id)

@@ -17,7 +17,7 @@ import pytest
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import decode_records
+from rocketmq_spark.codec import decode_records
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import RemotingCommand
 
@@ -105,7 +105,7 @@ def test_topic_create_list_describe(ns: str, client: RemotingClient) -> None:
     assert "TBW102" in run("topic", "list", "--all", "-n", ns).stdout
 
     qs = client.message_queues("CLI_TOPIC")
-    from rocketmq_spark.remoting import BatchEntry
+    from rocketmq_spark.codec import BatchEntry
 
     for i in range(7):
         client.send_batch(qs[i % 3], [BatchEntry(b"x%d" % i)])

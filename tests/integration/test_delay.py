@@ -17,14 +17,9 @@ from broker_support import start_broker_process  # tests/ is on sys.path through
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.broker.broker import SCHEDULE_TOPIC
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import BatchEntry, MessageRecord, decode_records, encode_properties
 from rocketmq_spark.errors import MessageIllegalError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import (
-    BatchEntry,
-    MessageRecord,
-    decode_records,
-    encode_properties,
-)
 
 pytestmark = pytest.mark.integration
 

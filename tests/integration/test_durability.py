@@ -13,8 +13,8 @@ import pytest
 from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
+from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import RocketMQSparkError
-from rocketmq_spark.remoting import BatchEntry, decode_records
 
 pytestmark = pytest.mark.integration
 

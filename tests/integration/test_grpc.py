@@ -12,10 +12,10 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
+from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.errors import GroupNotFoundError, NoPermissionError, RequestNotSupportedError, TopicNotFoundError
 from rocketmq_spark.proto import pb, pb_grpc
 from rocketmq_spark.proto.messages import crc32_checksum, set_millis
-from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
 
 pytestmark = pytest.mark.integration
 

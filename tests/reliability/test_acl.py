@@ -17,8 +17,8 @@ import pytest
 from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.broker.broker import BrokerConfig
 from rocketmq_spark.client import ClientConfig, Credentials, RemotingClient, connect
+from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import NoPermissionError, OptionError
-from rocketmq_spark.remoting import BatchEntry, decode_records
 from rocketmq_spark.remoting.acl import sign_request, verify_request
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import RemotingCommand

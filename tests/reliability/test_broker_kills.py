@@ -14,8 +14,8 @@ import pytest
 
 from broker_support import start_broker_process
 from rocketmq_spark.client import ClientConfig, RemotingClient
+from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import RocketMQSparkError
-from rocketmq_spark.remoting import BatchEntry, decode_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 

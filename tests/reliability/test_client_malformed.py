@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from rocketmq_spark.client import ClientConfig, RemotingClient
+from rocketmq_spark.codec import encode_record
 from rocketmq_spark.errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, RocketMQSparkError
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import encode_record
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.frame import RemotingCommand
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRouteData

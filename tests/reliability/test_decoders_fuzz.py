@@ -18,18 +18,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.remoting import BatchEntry, decode_records, encode_batch
-from rocketmq_spark.remoting.frame import RemotingCommand, decode_frame
-from rocketmq_spark.remoting.message import (
+from rocketmq_spark.codec import (
+    BatchEntry,
     decode_batch,
     decode_properties,
+    decode_records,
+    encode_batch,
     encode_properties,
     encode_record,
     parse_offset_msg_id,
 )
+from rocketmq_spark.codec.arrow import SMALL_INPUT_BYTES, decode_to_batch, decode_to_batch_reference
+from rocketmq_spark.errors import ProtocolError
+from rocketmq_spark.remoting.frame import RemotingCommand, decode_frame
 from rocketmq_spark.remoting.route import TopicRouteData
-from rocketmq_spark.source.arrow import SMALL_INPUT_BYTES, decode_to_batch, decode_to_batch_reference
 
 pytestmark = [pytest.mark.reliability]
 

@@ -22,7 +22,7 @@ import pytest
 from fuzz_frames import OPAQUE_LIMIT, FuzzFrame, frames
 from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import BatchEntry, decode_records
+from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand, decode_frame
 

@@ -21,8 +21,8 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.proto import pb
-from rocketmq_spark.remoting import BatchEntry, decode_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 

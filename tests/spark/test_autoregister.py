@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from rocketmq_spark.remoting import BatchEntry
+from rocketmq_spark.codec import BatchEntry
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 

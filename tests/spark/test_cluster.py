@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from rocketmq_spark import EmbeddedCluster, RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import BatchEntry, decode_records, encode_properties
+from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rocketmq_spark import RocketMQOffsetCommitter
-from rocketmq_spark.remoting import BatchEntry
+from rocketmq_spark.codec import BatchEntry
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import BatchEntry, encode_properties
+from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]
 

@@ -20,9 +20,8 @@ import java_peer
 from brokers import Target, skip_or_fail, wait_until
 from real_rocketmq import cache_root, java_available, provision
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import SysFlag, decode_records
 from rocketmq_spark.model import MessageQueue
-from rocketmq_spark.remoting import decode_records
-from rocketmq_spark.remoting.codes import SysFlag
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.interop]
 

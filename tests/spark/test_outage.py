@@ -16,7 +16,7 @@ import pytest
 
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import ClientConfig, RemotingClient
-from rocketmq_spark.remoting import BatchEntry, encode_properties
+from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]
 

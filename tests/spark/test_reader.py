@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import BatchEntry, encode_properties
+from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

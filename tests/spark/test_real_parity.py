@@ -23,8 +23,8 @@ from brokers import skip_or_fail, wait_until
 from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import BatchEntry, RemotingCommand, RequestCode, ResponseCode, encode_properties
-from rocketmq_spark.remoting.message import decode_records, java_string_hash
+from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties, java_string_hash
+from rocketmq_spark.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.sink.txlog import TxLog
 from rocketmq_spark.sink.writer import _txns, answer_check, write_rows

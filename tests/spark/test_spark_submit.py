@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pyspark
 import pytest
 
-from rocketmq_spark.remoting import BatchEntry, encode_properties
+from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 

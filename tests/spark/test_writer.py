@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from brokers import WRITE_TRANSPORTS, wait_until
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import decode_records
+from rocketmq_spark.codec import decode_records
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.sink.writer import abort_batch, commit_batch, write_rows
 

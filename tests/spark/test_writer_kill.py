@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.remoting import decode_records
+from rocketmq_spark.codec import decode_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 

@@ -9,15 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rocketmq_spark.codec import MAGIC_V1, SYSTEM_PROPERTY_KEYS, arrow, encode_record
+from rocketmq_spark.codec.arrow import ARROW_SCHEMA, decode_to_batch, decode_to_batch_reference
 from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.remoting import encode_record
-from rocketmq_spark.remoting.message import MAGIC_V1, SYSTEM_PROPERTY_KEYS
-from rocketmq_spark.source import arrow
-from rocketmq_spark.source.arrow import (
-    ARROW_SCHEMA,
-    decode_to_batch,
-    decode_to_batch_reference,
-)
 
 BROKER = "broker-a"
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.broker.batchput import offset_msg_ids, parse_batch
 from rocketmq_spark.broker.broker import Broker, BrokerConfig
-from rocketmq_spark.remoting.codes import RequestCode, ResponseCode, SysFlag
+from rocketmq_spark.codec import BatchEntry, SysFlag, decode_records, encode_batch
+from rocketmq_spark.codec.batch_kernels import offset_msg_ids, parse_batch
+from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.remoting.message import BatchEntry, decode_records, encode_batch
 
 NOW = 1_750_000_000.123
 
@@ -201,8 +201,8 @@ def test_parse_batch_and_message_ids() -> None:
 def test_tag_hashes_equal_the_per_message_ones() -> None:
     import pyarrow as pa
 
-    from rocketmq_spark.broker.batchput import tag_hashes
     from rocketmq_spark.broker.store import tag_hash
+    from rocketmq_spark.codec.batch_kernels import tag_hashes
 
     rng = random.Random(11)
     props = ["", "TAGS\x01a", "TAGS\x01", "TAGS\x01\x02", "XTAGS\x01no\x02TAGS\x01yes\x02",

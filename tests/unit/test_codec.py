@@ -10,16 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocketmq_spark.errors import FrameTooLargeError, ProtocolError
-from rocketmq_spark.remoting import (
-    SERIALIZE_JSON,
-    SERIALIZE_ROCKETMQ,
+from rocketmq_spark.codec import (
+    MAGIC_V1,
+    MAGIC_V2,
     BatchEntry,
-    RemotingCommand,
     SysFlag,
-    TopicRouteData,
     decode_batch,
-    decode_frame,
     decode_properties,
     decode_record,
     decode_records,
@@ -27,11 +23,18 @@ from rocketmq_spark.remoting import (
     encode_properties,
     encode_record,
     java_string_hash,
-    loads_lenient,
     offset_msg_id,
     parse_offset_msg_id,
 )
-from rocketmq_spark.remoting.message import MAGIC_V1, MAGIC_V2
+from rocketmq_spark.errors import FrameTooLargeError, ProtocolError
+from rocketmq_spark.remoting import (
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    RemotingCommand,
+    TopicRouteData,
+    decode_frame,
+    loads_lenient,
+)
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "remoting-frames.jsonl")
 

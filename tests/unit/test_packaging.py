@@ -56,7 +56,7 @@ def test_the_data_source_modules_do_not_import_pandas() -> None:
     # Spark starts fresh Python processes to plan reads, create writers and commit: each one
     # imports these modules, and pandas alone would cost it ~0.4 s of CPU and ~40 MB
     loaded = _modules_after("import rocketmq_spark.datasource, rocketmq_spark.source, rocketmq_spark.sink\n"
-                            "import rocketmq_spark.source.arrow, rocketmq_spark.sink.encode, "
+                            "import rocketmq_spark.codec.arrow, rocketmq_spark.sink.encode, "
                             "rocketmq_spark.checkpoints")
     assert "rocketmq_spark.sink.encode" in loaded and "pandas" not in loaded
 

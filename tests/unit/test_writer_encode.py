@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 import rocketmq_spark.sink.writer as writer
+from rocketmq_spark.codec import EncodedBatch, decode_batch, encode_batch
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.remoting.message import EncodedBatch, decode_batch, encode_batch
 from rocketmq_spark.sink.encode import encode_plain_rows
 from rocketmq_spark.sink.options import WriterOptions
 

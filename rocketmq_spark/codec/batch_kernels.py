@@ -2,7 +2,7 @@
 
 A batch body is a run of entries ``int32 total | int32 magic | int32 bodyCRC | int32 flag |
 int32 bodyLen | body | int16 propsLen | props``. Stored records have the layout of
-:func:`rocketmq_spark.remoting.message.encode_record`; per record they are
+:func:`.record.encode_record`; per record they are
 
     prefix (size .. preparedTransactionOffset)  | bodyLen | body | topic length | topic |
     propsLen | props | [\\x02] | the broker's properties (MSG_REGION, CLUSTER, TRACE_ON)
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..remoting.message import MAGIC_V1, MAGIC_V2
+from .record import MAGIC_V1, MAGIC_V2
 
 __all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
 

@@ -1,4 +1,5 @@
-"""The row schema and the decoding of pulled record bytes into Arrow RecordBatches.
+"""The row schema and the decoding of pulled record bytes into Arrow RecordBatches: the
+reader's kernel of the record codec (:mod:`.record` has the layout and the scalar decoder).
 
 The Arrow form matches what Spark expects for the schema exactly (string, int32,
 timestamp[us, tz=UTC], list<string>, map<string,string>, all nullable).
@@ -17,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ProtocolError
-from ..remoting.message import MAGIC_V1, MAGIC_V2, SYSTEM_PROPERTY_KEYS
+from .properties import SYSTEM_PROPERTY_KEYS, PropertyKey
+from .record import HEAD, MAGIC_V1, MAGIC_V2, SysFlag
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "columns_to_batch", "decode_to_batch", "decode_to_batch_reference",
            "only_subscribed", "tag_set"]
@@ -45,7 +47,6 @@ ARROW_SCHEMA = pa.schema([
     pa.field("storeHost", pa.string()),
 ])
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # size, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
@@ -81,7 +82,7 @@ def decode_to_batch_reference(
     store_ts: list[int] = []
     born_hosts: list[str] = []
     store_hosts: list[str] = []
-    head = _HEAD.unpack_from
+    head = HEAD.unpack_from
     host_cache: dict[bytes, str] = {}
     for buf in chunks:
         p = 0
@@ -93,10 +94,10 @@ def decode_to_batch_reference(
                 size, magic, _crc, qid, _flag, qoff, phys, sys_flag, bts = head(buf, p)
                 if magic != MAGIC_V1 and magic != MAGIC_V2:
                     raise ValueError(f"bad message magic {magic & 0xFFFFFFFF:#x}")
-                if size < 48 or p + size > n:
+                if size < HEAD.size or p + size > n:
                     raise ValueError(f"its size {size} overruns the body's {n} bytes")
-                q = p + 48
-                if sys_flag & 0x10:
+                q = p + HEAD.size
+                if sys_flag & SysFlag.BORN_HOST_V6:
                     born, q = _host(buf, q, True)
                 else:
                     key = buf[q : q + 8]
@@ -104,7 +105,7 @@ def decode_to_batch_reference(
                     q += 8
                 (sts,) = _Q.unpack_from(buf, q)
                 q += 8
-                if sys_flag & 0x20:
+                if sys_flag & SysFlag.STORE_HOST_V6:
                     store_raw = buf[q : q + 20]
                     q += 20
                 else:
@@ -112,7 +113,8 @@ def decode_to_batch_reference(
                     q += 8
                 store = host_cache.get(store_raw)
                 if store is None:
-                    store = host_cache.setdefault(store_raw, _host(store_raw, 0, bool(sys_flag & 0x20))[0])
+                    v6 = bool(sys_flag & SysFlag.STORE_HOST_V6)
+                    store = host_cache.setdefault(store_raw, _host(store_raw, 0, v6)[0])
                 q += 12  # reconsumeTimes, preparedTransactionOffset
                 (blen,) = _I.unpack_from(buf, q)
                 q += 4
@@ -142,7 +144,7 @@ def decode_to_batch_reference(
             if not (-_TS_LIMIT_MS <= bts <= _TS_LIMIT_MS and -_TS_LIMIT_MS <= sts <= _TS_LIMIT_MS):
                 raise ProtocolError(f"pull body: the record at byte {p - size} has timestamps {bts}/{sts} ms, "
                                     f"out of range")
-            if sys_flag & 0x1:
+            if sys_flag & SysFlag.COMPRESSED:
                 try:
                     body = zlib.decompress(body)
                 except zlib.error as exc:
@@ -156,11 +158,11 @@ def decode_to_batch_reference(
                 if not item:
                     continue
                 k, _, v = item.partition("\x01")
-                if k == "TAGS":
+                if k == PropertyKey.TAGS:
                     tag = v
-                elif k == "KEYS":
+                elif k == PropertyKey.KEYS:
                     key_list = [x for x in v.split(" ") if x]
-                elif k == "UNIQ_KEY":
+                elif k == PropertyKey.UNIQ_KEY:
                     uniq = v
                 elif k not in SYSTEM_PROPERTY_KEYS:
                     user.append((k, v))
@@ -268,6 +270,7 @@ SMALL_INPUT_BYTES = 16 * 1024
 #: Inputs larger than this are decoded in blocks of about this size (whole chunks), then joined.
 BLOCK_BYTES = 4 << 20
 
+#: the fixed part of an all-IPv4 record (:data:`.record.HEAD` and on), as numpy reads it
 _HDR = np.dtype(
     {
         "names": ["magicLow", "queueId", "queueOffset", "sysLow", "bornTs", "born", "storeTs", "store",
@@ -282,8 +285,8 @@ _LITTLE = sys.byteorder == "little"
 _MAGIC_BYTE0 = (MAGIC_V1 >> 24) & 0xFF  # 0xDA, as in V2
 _MAGIC_ANY = MAGIC_V1 | 0x0C  # V1 (..A7) and V2 (..AB) both give ..AF
 _MAGIC_V1_LOW = MAGIC_V1 & 0xFF
-_COMPRESSED = 0x1
-_HOSTS_V6 = 0x10 | 0x20
+_COMPRESSED = SysFlag.COMPRESSED
+_HOSTS_V6 = SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6
 _TS_LIMIT_MS = (2**63 - 1) // 1000
 _KEYS_TYPE = ARROW_SCHEMA.field("keys").type
 _PROPS_TYPE = ARROW_SCHEMA.field("properties").type
@@ -323,7 +326,8 @@ def only_subscribed(batch: pa.RecordBatch, tags: pa.Array | None) -> pa.RecordBa
     return batch.filter(keep)
 
 
-_KEY_SET = _string_constant(["TAGS", "KEYS", "UNIQ_KEY"] + sorted(SYSTEM_PROPERTY_KEYS - {"TAGS", "KEYS", "UNIQ_KEY"}))
+_FIRST_KEYS = [PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY]
+_KEY_SET = _string_constant(_FIRST_KEYS + sorted(SYSTEM_PROPERTY_KEYS - set(_FIRST_KEYS)))
 _EMPTY_STRINGS = _string_constant([])
 
 _arange_cache = np.arange(1 << 16, dtype=np.int64)

@@ -1,0 +1,87 @@
+"""Batch send bodies (SEND_BATCH_MESSAGE): per message ``int32 total | int32 magic |
+int32 bodyCRC | int32 flag | int32 bodyLen | body | int16 propsLen | props``, laid end to end.
+The broker's vectorised reading of such bodies is :mod:`.batch_kernels`."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ..errors import ProtocolError
+from .properties import decode_properties
+
+__all__ = ["BatchEntry", "EncodedBatch", "batch_entries", "decode_batch", "encode_batch"]
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, bodyCRC, flag, bodyLen
+
+
+@dataclass(slots=True)
+class BatchEntry:
+    """One message of a batch send body (before the broker stores it)."""
+
+    body: bytes
+    properties: str = ""
+    flag: int = 0
+
+    def property_map(self) -> dict[str, str]:
+        return decode_properties(self.properties)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """Plain messages already laid out as a batch body (see :func:`encode_batch`), ``count``
+    of them; sent as one SEND_BATCH_MESSAGE like a list of :class:`BatchEntry`."""
+
+    body: bytes
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def entries(self) -> list[BatchEntry]:
+        """The messages one by one (for a transport that does not send batch bodies)."""
+        return decode_batch(self.body)
+
+
+def batch_entries(entries: list[BatchEntry] | EncodedBatch) -> list[BatchEntry]:
+    """``entries`` as a list, an :class:`EncodedBatch` decoded."""
+    return entries.entries() if isinstance(entries, EncodedBatch) else entries
+
+
+def encode_batch(entries: list[BatchEntry]) -> bytes:
+    """A batch body: per message int32 total, magic, bodyCRC, flag, bodyLen+body, int16 propLen+props."""
+    out = bytearray()
+    for e in entries:
+        props = e.properties.encode()
+        total = _BATCH_HEAD.size + len(e.body) + 2 + len(props)
+        out += _BATCH_HEAD.pack(total, 0, 0, e.flag, len(e.body))
+        out += e.body
+        out += struct.pack(">h", len(props))
+        out += props
+    return bytes(out)
+
+
+def decode_batch(body: bytes | memoryview) -> list[BatchEntry]:
+    """Inverse of :func:`encode_batch`; rejects entries that overrun their total size."""
+    out: list[BatchEntry] = []
+    pos = 0
+    n = len(body)
+    try:
+        while pos < n:
+            total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+            end = pos + total
+            p = pos + _BATCH_HEAD.size
+            if total < _BATCH_HEAD.size + 2 or end > n or body_len < 0 or p + body_len + 2 > end:
+                raise ProtocolError(f"batch entry at byte {pos} overruns the body ({total} bytes)")
+            msg_body = bytes(body[p : p + body_len])
+            p += body_len
+            (props_len,) = struct.unpack_from(">h", body, p)
+            p += 2
+            if props_len < 0 or p + props_len > end:
+                raise ProtocolError(f"batch entry properties at byte {pos} overrun the entry")
+            props = bytes(body[p : p + props_len]).decode()
+            out.append(BatchEntry(body=msg_body, properties=props, flag=flag))
+            pos = end
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"malformed batch body at byte {pos}: {exc}") from None
+    return out

@@ -1,0 +1,127 @@
+"""Message properties: the ``key\x01value\x02`` text every record and batch entry carries,
+the system keys (MessageConst), and the tag helpers built on them (the TAG subscription
+expression, Java's String.hashCode that consume queues keep per tag)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+__all__ = ["SYSTEM_PROPERTY_KEYS", "PropertyKey", "decode_properties", "encode_properties", "java_string_hash",
+           "join_properties", "subscribed_tags", "tag_hash", "tag_of"]
+
+NAME_SEP = "\x01"
+PROP_SEP = "\x02"
+
+
+class PropertyKey:
+    """System property keys (MessageConst)."""
+
+    TAGS = "TAGS"
+    KEYS = "KEYS"
+    UNIQ_KEY = "UNIQ_KEY"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    SHARDING_KEY = "__SHARDINGKEY"
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TRANSACTION_ID = "__transactionId__"
+    CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MSG_REGION = "MSG_REGION"
+    TRACE_SWITCH = "TRACE_ON"
+
+
+#: Property keys the broker or SDKs set; everything else is a user property.
+SYSTEM_PROPERTY_KEYS = frozenset(
+    {
+        "TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "TRAN_MSG", "PGROUP", "REAL_TOPIC",
+        "REAL_QID", "MIN_OFFSET", "MAX_OFFSET", "__SHARDINGKEY", "TIMER_DELIVER_MS",
+        "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__transactionId__", "TRANSACTION_CHECK_TIMES",
+        "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID",
+        "BUYER_ID", "CORRECTION_FLAG", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+        "INNER_NUM", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT",
+        "CLUSTER", "INSTANCE_ID", "__STARTDELIVERTIME", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "BORN_HOST",
+        "bornHost", "REPLY_TO_CLIENT", "CORRELATION_ID", "MSG_TYPE", "TTL",
+        "__BORNHOST", "DUP_INFO", "POP_CK", "1ST_POP_TIME",
+        # the rest of Java's MessageConst.STRING_HASH_SET (5.3.3); a 5.x proxy adds BORN_TIMESTAMP
+        "ARRIVE_TIME", "BORN_TIMESTAMP", "DLQ_ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_TOPIC", "EXTEND_UNIQ_INFO",
+        "MQ2_FLAG", "POP_CK_OFFSET", "PUSH_REPLY_TIME", "TIMER_DELAY_LEVEL", "TRANSFER_FLAG",
+        "TRAN_PREPARED_QUEUE_OFFSET", "__CRC32#",
+    }
+)
+
+
+@functools.lru_cache(maxsize=4096)  # tags repeat: the broker hashes one per stored message
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int32.
+
+    Brokers keep this hash of the tag in each consume-queue entry.
+    """
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def subscribed_tags(expression: str) -> frozenset[str] | None:
+    """The tags a TAG subscription expression names (``"A || B"``); None for every tag (``*``,
+    empty, or ``*`` among the names), as brokers and the Java client read it."""
+    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+    return None if not tags or "*" in tags else tags
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """``key\\x01value\\x02`` repeated."""
+    return "".join(f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in props.items())
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Inverse of :func:`encode_properties`; tolerant of a missing final separator."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(PROP_SEP):
+        if not item:
+            continue
+        key, sep, value = item.partition(NAME_SEP)
+        if sep:
+            out[key] = value
+    return out
+
+
+def join_properties(props: str, more: str) -> str:
+    """Two properties strings (``k\\x01v\\x02...``) one after the other (``more`` wins a key
+    both hold, as decoders keep the last)."""
+    if not more:
+        return props
+    return f"{props}\x02{more}" if props and not props.endswith("\x02") else props + more
+
+
+
+
+def tag_of(props: str) -> str | None:
+    """The TAGS value of a properties text, without building the whole map (None when absent)."""
+    i = props.find("TAGS\x01")
+    while i > 0 and props[i - 1] != "\x02":
+        i = props.find("TAGS\x01", i + 1)
+    if i < 0:
+        return None
+    start = i + 5
+    end = props.find("\x02", start)
+    return props[start:] if end < 0 else props[start:end]
+
+
+def tag_hash(props: str) -> int:
+    """The consume queue's tag code of a properties text: Java's hash of its TAGS, 0 without."""
+    tag = tag_of(props)
+    return java_string_hash(tag) if tag else 0

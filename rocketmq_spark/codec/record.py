@@ -1,0 +1,349 @@
+"""The message record: one layout, stored in the commit log and sent in pull responses
+(big-endian)::
+
+    int32 totalSize | int32 magic | int32 bodyCRC | int32 queueId | int32 flag
+    int64 queueOffset | int64 physicalOffset | int32 sysFlag | int64 bornTimestamp (ms)
+    bornHost  (4-byte IPv4 + int32 port, or 16 + 4 with SysFlag.BORN_HOST_V6)
+    int64 storeTimestamp (ms) | storeHost (as bornHost, SysFlag.STORE_HOST_V6)
+    int32 reconsumeTimes | int64 preparedTransactionOffset
+    int32 bodyLength + body | topic length (1 byte V1, 2 bytes V2) + topic
+    int16 propertiesLength + properties
+
+Bodies are kept as stored: ``MessageRecord.body`` is the wire body (zlib when
+``sys_flag & SysFlag.COMPRESSED``); :meth:`MessageRecord.payload` inflates it. The scalar
+encoder and decoder are here; the vectorised ones are :mod:`.arrow` (records to Arrow
+columns, for the reader) and :mod:`.batch_kernels` (batch entries to records, for the broker).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import ProtocolError
+from .properties import SYSTEM_PROPERTY_KEYS, PropertyKey, decode_properties, encode_properties
+
+__all__ = [
+    "BLANK_MAGIC",
+    "HEAD",
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "MessageRecord",
+    "SysFlag",
+    "body_crc",
+    "body_span",
+    "decode_record",
+    "decode_records",
+    "encode_record",
+    "iter_records",
+    "offset_msg_id",
+    "parse_offset_msg_id",
+    "pack_host",
+    "properties_text",
+    "record_parts",
+    "record_size",
+    "split_host",
+]
+
+MAGIC_V1 = 0xDAA320A7 - (1 << 32)  # as a signed int32, the way Java writes it
+MAGIC_V2 = 0xDAA320AB - (1 << 32)
+BLANK_MAGIC = 0xCBD43194 - (1 << 32)
+
+#: totalSize .. bornTimestamp, the fixed head of every record (48 bytes)
+HEAD = struct.Struct(">iiiiiqqiq")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_TAIL_LEN = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+
+
+class SysFlag:
+    """Bits of a record's sysFlag (also sent in send and pull request headers)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_MASK = 0xC
+    BORN_HOST_V6 = 0x10
+    STORE_HOST_V6 = 0x20
+
+
+def body_crc(body: bytes) -> int:
+    """The record's bodyCRC: CRC-32 of the stored body, masked to a positive int32."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def split_host(address: str) -> tuple[str, int]:
+    """``"127.0.0.1:10911"`` or ``"[::1]:10911"`` -> (host, port)."""
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def pack_host(address: str) -> tuple[bytes, bool]:
+    host, port = split_host(address)
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = ipaddress.ip_address("127.0.0.1") if host == "localhost" else ipaddress.ip_address("0.0.0.0")
+    return ip.packed + _I32.pack(port), ip.version == 6
+
+
+def _unpack_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[str, int]:
+    n = 16 if v6 else 4
+    ip = ipaddress.ip_address(bytes(buf[pos : pos + n]))
+    (port,) = _I32.unpack_from(buf, pos + n)
+    text = f"[{ip}]:{port}" if v6 else f"{ip}:{port}"
+    return text, pos + n + 4
+
+
+def offset_msg_id(store_host: str, physical_offset: int) -> str:
+    """The broker's message id: hex(store IP + port + physical offset), upper case."""
+    packed, _ = pack_host(store_host)
+    return (packed + _I64.pack(physical_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of :func:`offset_msg_id` -> (store host ``ip:port``, physical offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ProtocolError(f"message id {msg_id!r} is not hex") from None
+    if len(raw) == 16:
+        host, _ = _unpack_host(raw, 0, False)
+    elif len(raw) == 28:
+        host, _ = _unpack_host(raw, 0, True)
+    else:
+        raise ProtocolError(f"message id {msg_id!r} has {len(raw)} bytes, expected 16 or 28")
+    (offset,) = _I64.unpack_from(raw, len(raw) - 8)
+    return host, offset
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One decoded message record (times in epoch milliseconds)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    physical_offset: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    store_timestamp: int = 0
+    store_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    magic: int = MAGIC_V1
+    total_size: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PropertyKey.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PropertyKey.KEYS)
+        return [k for k in raw.split(" ") if k] if raw else []
+
+    @property
+    def msg_id(self) -> str:
+        """The client message id (UNIQ_KEY) when present, else the offset id."""
+        return self.properties.get(PropertyKey.UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+    def payload(self) -> bytes:
+        """The body as the producer meant it: inflated when the compressed bit is set."""
+        if self.sys_flag & SysFlag.COMPRESSED:
+            try:
+                return zlib.decompress(self.body)
+            except zlib.error as exc:
+                raise ProtocolError(
+                    f"compressed body of {self.topic}:{self.queue_id}@{self.queue_offset} "
+                    f"does not inflate: {exc}"
+                ) from None
+        return self.body
+
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTY_KEYS}
+
+
+def encode_record(
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    body: bytes,
+    properties: str | Mapping[str, str] = "",
+    flag: int = 0,
+    sys_flag: int = 0,
+    physical_offset: int = 0,
+    born_timestamp: int = 0,
+    born_host: str = "127.0.0.1:0",
+    store_timestamp: int = 0,
+    store_host: str = "127.0.0.1:0",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    crc: int | None = None,
+) -> bytes:
+    """Encode one record. The host bits of ``sys_flag`` are derived from the hosts."""
+    props = properties if isinstance(properties, str) else encode_properties(properties)
+    props_b = props.encode()
+    topic_b = topic.encode()
+    born_b, born_v6 = pack_host(born_host)
+    store_b, store_v6 = pack_host(store_host)
+    sys_flag &= ~(SysFlag.BORN_HOST_V6 | SysFlag.STORE_HOST_V6)
+    if born_v6:
+        sys_flag |= SysFlag.BORN_HOST_V6
+    if store_v6:
+        sys_flag |= SysFlag.STORE_HOST_V6
+    if len(topic_b) > 32767 or len(props_b) > 32767:
+        raise ProtocolError("topic or properties longer than 32767 bytes")
+    _, parts = record_parts(topic_b, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+                            born_b, _I64.pack(store_timestamp) + store_b, reconsume_times,
+                            prepared_transaction_offset, body, props_b, body_crc(body) if crc is None else crc)
+    return b"".join(parts)
+
+
+def record_size(topic_len: int, born_host_len: int, body_len: int, properties_len: int,
+                store_host_len: int = 8) -> int:
+    """The size of a record of these field lengths (hosts packed: 8 bytes IPv4, 20 IPv6)."""
+    return (HEAD.size + born_host_len + 8 + store_host_len + _TAIL_LEN.size + body_len
+            + (2 if topic_len > 127 else 1) + topic_len + 2 + properties_len)
+
+
+def record_parts(topic: bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
+                 born_timestamp: int, born_host: bytes, store_time_host: bytes, reconsume_times: int,
+                 prepared_transaction_offset: int, body: bytes, properties: bytes, crc: int
+                 ) -> tuple[int, tuple[bytes, ...]]:
+    """The record's size and its bytes in pieces (to join, or to write with others), from
+    already packed parts: hosts as :func:`pack_host` gives them (``sys_flag`` must carry
+    their IPv6 bits), ``store_time_host`` the int64 store time followed by the store host.
+    The topic takes the V2 magic (2-byte length) when longer than 127 bytes."""
+    v2 = len(topic) > 127
+    size = record_size(len(topic), len(born_host), len(body), len(properties), len(store_time_host) - 8)
+    return size, (
+        HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, queue_offset, physical_offset,
+                  sys_flag, born_timestamp),
+        born_host,
+        store_time_host,
+        _TAIL_LEN.pack(reconsume_times, prepared_transaction_offset, len(body)),
+        body,
+        _I16.pack(len(topic)) if v2 else bytes((len(topic),)),
+        topic,
+        _I16.pack(len(properties)),
+        properties,
+    )
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageRecord:
+    """Decode the record starting at ``pos`` of ``buf``."""
+    try:
+        (size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = HEAD.unpack_from(
+            buf, pos
+        )
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise ProtocolError(f"bad message magic {magic & 0xFFFFFFFF:#x} at byte {pos}")
+        if size < HEAD.size or pos + size > len(buf):
+            raise ProtocolError(f"record size {size} at byte {pos} overruns {len(buf)} bytes")
+        p = pos + HEAD.size
+        born_host, p = _unpack_host(buf, p, bool(sys_flag & SysFlag.BORN_HOST_V6))
+        (store_ts,) = _I64.unpack_from(buf, p)
+        store_host, p = _unpack_host(buf, p + 8, bool(sys_flag & SysFlag.STORE_HOST_V6))
+        (reconsume,) = _I32.unpack_from(buf, p)
+        (prepared,) = _I64.unpack_from(buf, p + 4)
+        (body_len,) = _I32.unpack_from(buf, p + 12)
+        p += 16
+        if body_len < 0 or p + body_len > pos + size:
+            raise ProtocolError(f"body length {body_len} overruns the record at byte {pos}")
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _I16.unpack_from(buf, p)
+            p += 2
+        else:
+            topic_len = buf[p]
+            p += 1
+        topic = bytes(buf[p : p + topic_len]).decode()
+        p += topic_len
+        (props_len,) = _I16.unpack_from(buf, p)
+        p += 2
+        if props_len < 0 or p + props_len > pos + size:
+            raise ProtocolError(f"properties length {props_len} overruns the record at byte {pos}")
+        props = decode_properties(bytes(buf[p : p + props_len]).decode())
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ProtocolError(f"malformed message record at byte {pos}: {exc}") from None
+    if check_crc and body_crc(body) != crc:
+        raise ProtocolError(f"body CRC mismatch in the record at byte {pos}")
+    return MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        body=body,
+        properties=props,
+        flag=flag,
+        sys_flag=sys_flag,
+        physical_offset=phys,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+        magic=magic,
+        total_size=size,
+    )
+
+
+def iter_records(buf: bytes | memoryview, *, check_crc: bool = False) -> Iterator[MessageRecord]:
+    """Records laid end to end, as in a pull response body."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        rec = decode_record(buf, pos, check_crc=check_crc)
+        pos += rec.total_size
+        yield rec
+
+
+def decode_records(buf: bytes | memoryview, *, check_crc: bool = False) -> list[MessageRecord]:
+    return list(iter_records(buf, check_crc=check_crc))
+
+
+
+
+def body_span(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+    """(start, length) of the body of the record at ``pos``, read from its sysFlag's host
+    widths; ``struct.error`` when ``buf`` ends first (no other check: for callers that
+    walk records they wrote themselves)."""
+    (sys_flag,) = _I32.unpack_from(buf, pos + 36)
+    q = pos + HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
+    q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
+    (blen,) = _I32.unpack_from(buf, q)
+    return q + 4, blen
+
+
+def properties_text(record: bytes | memoryview, pos: int = 0) -> str:
+    """The properties text of the record at ``pos``, the rest of it not decoded."""
+    q, blen = body_span(record, pos)
+    q += blen
+    (magic,) = _I32.unpack_from(record, pos + 4)
+    if magic == MAGIC_V2:
+        (tlen,) = _I16.unpack_from(record, q)
+        q += 2 + tlen
+    else:
+        q += 1 + record[q]
+    (plen,) = _I16.unpack_from(record, q)
+    return bytes(record[q + 2 : q + 2 + plen]).decode()
