@@ -176,11 +176,17 @@ class CommitLog:
     def min_pos(self) -> int:
         return self.segments[0].start
 
+    def fits(self, used: int, size: int) -> bool:
+        """Whether ``size`` more bytes fit a segment holding ``used``: as in Java's commit log,
+        a segment always keeps room for the blank marker that ends it, so no record ends
+        exactly at a segment's end and records of two segments are never contiguous."""
+        return used + size + _BLANK.size <= self.segment_size
+
     def reserve(self, size: int) -> int:
         """Position where a record of ``size`` bytes will go, rolling the segment if needed."""
         seg = self.segments[-1]
         used = self.write_pos - seg.start
-        if used + size > self.segment_size and used > 0:
+        if not self.fits(used, size) and used > 0:
             remaining = self.segment_size - used
             if remaining >= _BLANK.size:
                 os.pwrite(seg.fd, _BLANK.pack(remaining, BLANK_MAGIC), used)
@@ -203,10 +209,17 @@ class CommitLog:
         return self.segments[i]
 
     def read(self, pos: int, size: int) -> bytes:
-        seg = self._segment_for(pos)
-        if seg is None:
+        """``size`` bytes from ``pos``, across segments if they run on (a store written before
+        segments kept room for their blank marker can hold records contiguous across two)."""
+        i = bisect_right(self._starts, pos) - 1
+        if i < 0:
             return b""
-        return os.pread(seg.fd, size, pos - seg.start)
+        seg = self.segments[i]
+        data = os.pread(seg.fd, size, pos - seg.start)
+        while len(data) < size and i + 1 < len(self.segments) and self._starts[i + 1] == pos + len(data):
+            i += 1
+            data += os.pread(self.segments[i].fd, size - len(data), 0)
+        return data
 
     def truncate(self, pos: int) -> None:
         """Drop everything at and after ``pos`` (recovery)."""
@@ -614,7 +627,7 @@ class MessageStore:
             next_offsets[cq] = qoff + 1
             size = record_size(len(topic_b), len(m.born_host), len(body), len(props_b), len(store_host))
             # Roll the segment between records if this one does not fit.
-            if chunks and (chunk_start + chunk_len - cl.segments[-1].start) + size > cl.segment_size:
+            if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
                 cl.write(chunk_start, b"".join(chunks))
                 chunks = []
                 chunk_len = 0
@@ -656,7 +669,7 @@ class MessageStore:
         if packed is None:
             return None
         data, sizes, pos, tags = packed
-        if used + len(data) > cl.segment_size:  # the batch would cross into the next segment
+        if not cl.fits(used, len(data)):  # the batch would cross into the next segment
             return None
         self._last_ts = now
         first = cq.max_offset

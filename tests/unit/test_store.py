@@ -59,6 +59,40 @@ def test_segments_roll_and_records_never_span(tmp_path) -> None:
     s.close()
 
 
+def test_a_segment_exactly_filled_by_records_still_reads_whole(tmp_path) -> None:
+    # Records whose sizes add up to the segment size exactly: Java rolls one record earlier (a
+    # segment keeps room for its blank marker); a pull over the boundary returned the first
+    # segment's records only while counting all of them, so its next offset skipped the rest
+    s = _open(str(tmp_path / "probe"), segment_size=4096)
+    one = s.put(_msgs(1, queues=1))[0].size
+    s.close()
+    seg = one * 4
+    s = _open(str(tmp_path / "exact"), segment_size=seg)
+    stored = s.put(_msgs(12, queues=1))
+    for st in stored:
+        assert st.physical_offset // seg == (st.physical_offset + st.size - 1) // seg
+        assert (st.physical_offset + st.size) % seg != 0, "a record ends exactly at a segment's end"
+    res = s.get("t", 0, 0, 1000, 1 << 30)
+    recs = decode_records(b"".join(res.records), check_crc=True)
+    assert res.count == len(recs) == 12 and res.next_offset == 12
+    s.close()
+
+
+def test_a_read_over_two_contiguous_segments_returns_both(tmp_path) -> None:
+    # a store written before segments kept room for their blank can hold records contiguous
+    # across two segments: the commit log reads on into the next one
+    s = _open(str(tmp_path), segment_size=4096)
+    s.put(_msgs(3, queues=1))
+    cl = s.commitlog
+    first = cl.segments[0]
+    data = os.pread(first.fd, first.size, 0)
+    first_len = len(data)
+    cl._new_segment(first_len)  # pretend the segment ended right after these records
+    cl.write(first_len, b"next-segment")
+    assert cl.read(0, first_len + 12) == data + b"next-segment"
+    s.close()
+
+
 def test_restart_keeps_everything(tmp_path) -> None:
     s = _open(str(tmp_path), segment_size=8192)
     s.put(_msgs(300))
