@@ -238,7 +238,7 @@ def pull_pipelined(c: RemotingClient, qs: list[MessageQueue], ends: dict[Message
             issue_next(mq)
     while inflight:
         mq, off, n, fut = inflight.popleft()
-        res = c.pull_result(mq, fut.result(30))
+        res = c.pull_result(mq, fut)
         _check(res.status == "FOUND", f"pipelined pull of {mq} at {off}: {res.status}")
         got = res.next_offset - off
         _check(0 < got <= n, f"pull of {mq} at {off} returned {got} of {n}")

@@ -480,8 +480,8 @@ def client_transactions(c: RemotingClient, topic: str, n: int, body_size: int, w
     """The exactly-once writer's pattern without Spark, its two phases timed apart: one half
     message per send (``window`` in flight, as a writer task keeps), then END_TRANSACTION for
     each, ``end_window`` in flight (as the driver's commit does since addd779)."""
-    from rocketmq_spark.codec import parse_offset_msg_id
-    from rocketmq_spark.remoting import RemotingCommand, RequestCode, TransactionType
+    from rocketmq_spark.codec import TransactionType, parse_offset_msg_id
+    from rocketmq_spark.remoting import RemotingCommand, RequestCode
 
     c.create_topic(topic, QUEUES)
     qs = c.message_queues(topic, refresh=True)

@@ -49,6 +49,11 @@ class PullResult:
     #: gRPC pulls: the messages (``apache.rocketmq.v2.Message``) instead of record bytes.
     messages: tuple[Any, ...] = ()
 
+    @property
+    def size(self) -> int:
+        """Bytes pulled: the record bytes, or the gRPC messages' bodies."""
+        return len(self.body) if self.body else sum(len(m.body) for m in self.messages)
+
 
 @dataclass(frozen=True, slots=True)
 class SendResult:

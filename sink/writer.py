@@ -13,7 +13,6 @@ commit; ``abort()`` rolls them back. A replayed batch commits nothing twice.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 import uuid
@@ -31,22 +30,18 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import BrokerClient, RemotingClient, connect
-from ..client.connection import RemotingConnection
+from ..client import BrokerClient, connect
 from ..codec import (
     BatchEntry,
     EncodedBatch,
     SysFlag,
+    TransactionType,
     batch_entries,
-    decode_records,
     java_string_hash,
-    parse_offset_msg_id,
 )
 from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..options import topic_name
-from ..remoting.codes import RequestCode, TransactionType
-from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from .encode import encode_plain_rows
 from .options import WriterOptions
 from .txlog import TxLog, Txn
@@ -101,11 +96,7 @@ class _Sender:
         self.batch_id = batch_id
         self.partition, self.attempt = _task_identity()
         self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
-        #: gRPC: the proxy picks queues (a message group's by hash) and compresses nothing.
-        self.grpc = bool(opts.endpoints)
-        self.client: BrokerClient = (connect(endpoints=opts.endpoints, credentials=opts.credentials) if self.grpc else
-                                     RemotingClient(opts.namesrv_addr, on_request=self._on_broker_request,
-                                                    credentials=opts.credentials))
+        self.client: BrokerClient = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
         self._uniq_prefix = uuid.uuid4().hex[:22].upper()
@@ -116,7 +107,6 @@ class _Sender:
         self._inflight: deque[tuple[Future[Any], MessageQueue, list[BatchEntry] | EncodedBatch, int, str]] = deque()
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
-        self._registered: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
 
     # -- queues ---------------------------------------------------------------------
@@ -129,12 +119,7 @@ class _Sender:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
             if self.opts.exactly_once:
-                if isinstance(self.client, RemotingClient):
-                    for addr in {self.client.broker_addr(q.broker, topic) for q in qs} - self._registered:
-                        self.client.heartbeat_producer(self.opts.producer_group, f"rmqspark@{os.getpid()}", addr)
-                        self._registered.add(addr)
-                else:
-                    self.client.start_producer([topic], on_check=self._on_grpc_check)
+                self.client.start_producer(self.opts.producer_group, [topic], self._on_check)
         return qs
 
     def _next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
@@ -150,9 +135,7 @@ class _Sender:
 
     def _pause(self, broker: str, exc: BaseException) -> bool:
         """Skip ``broker`` for a while when ``exc`` says it cannot be reached; True if so."""
-        code = getattr(exc, "code", None)
-        unreachable = isinstance(exc, ConnectionFailedError) or (
-            callable(code) and getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
+        unreachable = isinstance(exc, ConnectionFailedError)
         if unreachable:
             if broker not in self._paused or self._paused[broker] <= time.monotonic():
                 log.warning("broker %s unreachable (%s): sending to the other brokers for %.0fs", broker, exc,
@@ -169,7 +152,7 @@ class _Sender:
     def add_batch(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
         option_topic = self.opts.topic
-        if not self.opts.exactly_once and not self.grpc and option_topic:
+        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic:
             opts = self.opts
             encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
                                         compress_threshold=opts.compress_threshold,
@@ -225,7 +208,7 @@ class _Sender:
             uniq = f"{self._uniq_prefix}{self._seq:010X}"
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
             sys_flag = 0
-            if len(b) > self.opts.compress_threshold and not self.grpc:
+            if len(b) > self.opts.compress_threshold and self.client.compresses_bodies:
                 b = zlib.compress(b)
                 sys_flag |= SysFlag.COMPRESSED
             g = group[i]
@@ -295,22 +278,16 @@ class _Sender:
             prepared = bool(sys_flag & TransactionType.PREPARED)
             try:
                 resp = fut.result(self.client.config.request_timeout_s)
-                if prepared or self.grpc:
+                if prepared:
                     results = self.client.send_results(mq, len(entries), resp)
-                elif resp.code != 0:  # at-least-once needs only the code, not a result per message
-                    self.client.send_results(mq, len(entries), resp)  # raises the broker error
+                else:  # at-least-once needs only the outcome, not a result per message
+                    self.client.check_sent(mq, len(entries), resp)
             except Exception as exc:  # retried below with bounds, then reported
                 log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
                 results = self._retry(mq, entries, sys_flag, exc, batch_properties)
             if prepared:
                 for r, e in zip(results, batch_entries(entries)):
-                    uniq = e.property_map().get("UNIQ_KEY", "")
-                    if self.grpc:  # named by the proxy's transaction id
-                        self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, 0, uniq,
-                                             r.transaction_id))
-                    else:
-                        _, pos = parse_offset_msg_id(r.msg_id)
-                        self.txns.append(Txn(r.queue.broker, r.queue.topic, r.queue_offset, pos, uniq))
+                    self.txns.append(self.client.transaction(r, e.property_map().get("UNIQ_KEY", "")))
 
     def _retry(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int,
                first: BaseException, batch_properties: str = "") -> list[Any]:
@@ -326,8 +303,8 @@ class _Sender:
                 time.sleep(min(2.0, 0.1 * (2 ** attempt)))
             try:
                 if not ordered and (attempt or move_now):
-                    self.client.route(mq.topic, refresh=True)
                     self._queues.pop(mq.topic, None)
+                    self.client.message_queues(mq.topic, refresh=True, writable=True)
                     target = self._next_queue(mq.topic, avoid=target.broker)
                 return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
                                               sys_flag=sys_flag, batch_properties=batch_properties)
@@ -363,40 +340,21 @@ class _Sender:
 
     # -- check-backs ----------------------------------------------------------------
 
-    def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
-        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self.txlog is not None:
-            answer_check(conn, cmd, self.txlog, self.opts.producer_group)
-
-    def _on_grpc_check(self, properties: dict[str, str], msg_id: str) -> bool | None:
-        """A gRPC check-back (RecoverOrphanedTransactionCommand): decided by the batch record."""
-        if self.txlog is None:
-            return None
-        try:
-            batch_id = int(properties.get(TX_TAG, "").split(":", 1)[0])
-        except ValueError:
-            return None  # not one of ours
-        return self.txlog.decide(batch_id, msg_id)
+    def _on_check(self, properties: dict[str, str], msg_id: str) -> bool | None:
+        """A broker's check-back of one of this task's half messages, answered from the
+        batch record (:func:`check_decision`)."""
+        return check_decision(self.txlog, properties, msg_id) if self.txlog is not None else None
 
 
-def answer_check(conn: RemotingConnection, cmd: RemotingCommand, txlog: TxLog, producer_group: str) -> None:
-    """Answer a broker's CHECK_TRANSACTION_STATE from the durable batch record."""
+def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> bool | None:
+    """The fate of a half message a broker asks about (a check-back): commit (True) when its
+    batch is recorded with it, roll back (False) when recorded without it, None while its
+    batch is not recorded yet (the broker asks again) or when it is not one of ours."""
     try:
-        rec = decode_records(cmd.body)[0]
-        tag = rec.properties.get(TX_TAG, "")
-        batch_id = int(tag.split(":", 1)[0])
-        queue_offset = int(cmd.ext_fields.get("tranStateTableOffset", "0"))
-        commit_log_offset = int(cmd.ext_fields.get("commitLogOffset", "0"))
-    except (RocketMQSparkError, ValueError, IndexError):
-        return  # not one of ours
-    uniq = cmd.ext_fields.get("msgId") or rec.properties.get("UNIQ_KEY", "")
-    decision = txlog.decide(batch_id, uniq)
-    if decision is None:
-        return  # batch still undecided: the broker will ask again
-    answer = RemotingClient.end_transaction_request("", producer_group=producer_group,
-                                                    commit_log_offset=commit_log_offset, queue_offset=queue_offset,
-                                                    msg_id=uniq, commit=decision, from_check=True)
-    answer.flag = FLAG_ONEWAY
-    conn.reply(answer)
+        batch_id = int(properties.get(TX_TAG, "").split(":", 1)[0])
+    except ValueError:
+        return None  # not one of ours
+    return txlog.decide(batch_id, msg_id)
 
 
 def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:

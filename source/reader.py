@@ -9,8 +9,6 @@ nothing here opens a socket in ``__init__``.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,9 +28,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
-from ..client import BrokerClient, Credentials, RemotingClient, connect
+from ..client import BrokerClient, Credentials, connect
 from ..codec import subscribed_tags
-from ..codec.arrow import columns_to_batch, decode_to_batch, only_subscribed, tag_set
+from ..codec.arrow import only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -48,7 +46,7 @@ from ..offsets import EARLIEST, LATEST, Offsets
 from .options import ReaderOptions
 
 if TYPE_CHECKING:
-    from ..client.grpc_client import GrpcClient
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -351,21 +349,10 @@ class Planner:
             self._make_group_known(group)
 
     def _refuse_other_consumers(self, group: str) -> None:
-        client = self.client
-        if not isinstance(client, RemotingClient):
+        others = self.client.group_consumers(group, self.options.topics)
+        if others is None:
             log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
             return
-        others: dict[str, list[str]] = {}
-        for topic in self.options.topics:
-            for b in client.route(topic).broker_datas:
-                if b.master_addr and b.broker_name not in others:
-                    try:
-                        ids = client.consumer_ids(group, b.master_addr, b.broker_name)
-                    except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
-                        log.warning("consumers of group %s on broker %s not checked: %s", group, b.broker_name, exc)
-                        continue
-                    if ids:
-                        others[b.broker_name] = ids
         if others:
             listed = "; ".join(f"{b}: {', '.join(ids)}" for b, ids in sorted(others.items()))
             raise GroupInUseError(
@@ -376,27 +363,19 @@ class Planner:
         """Brokers refuse offset commits of a consumer group they do not know and create one
         only on a consumer's heartbeat or pull (autoCreateSubscriptionGroup), its retry topic
         %RETRY%<group> (which mqadmin consumerProgress needs) only on a heartbeat. A broker
-        whose queues get no data would never see either, so each broker gets one consumer
-        heartbeat here (remoting; unregistered at once: the query does not stay listed as an
-        online consumer), then, over either transport, one pull at a queue's max offset (an
-        empty answer, nothing read): where the broker does not create groups that fails at once
-        with :class:`GroupNotFoundError` naming the group."""
-        client = self.client
-        remoting = client if isinstance(client, RemotingClient) else None
-        client_id = f"rocketmq-spark@{socket.gethostname()}@{os.getpid()}"
+        whose queues get no data would never see either, so each broker is told of the group
+        once (:meth:`BrokerClient.make_group_known`: the query does not stay listed as an online
+        consumer); where the broker does not create groups that fails at once with
+        :class:`GroupNotFoundError` naming the group."""
         subs = {t: self.options.sub_expression for t in self.options.topics}
         seen: set[str] = set()
         for topic in self.options.topics:
-            for mq in client.message_queues(topic):
+            for mq in self.client.message_queues(topic):
                 if mq.broker in seen:
                     continue
                 seen.add(mq.broker)
                 try:
-                    if remoting is not None:
-                        addr = remoting.broker_addr(mq.broker, topic)
-                        remoting.heartbeat_consumer(group, client_id, addr, subs)
-                        remoting.unregister_consumer(group, client_id, addr)
-                    client.pull(mq, client.max_offset(mq), 1, group=group, subscription=self.options.sub_expression)
+                    self.client.make_group_known(group, mq, subs)
                 except ConnectionFailedError as exc:  # its queues wait for it (see _unavailable)
                     log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)
 
@@ -459,8 +438,7 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
     tags = tag_set(subscribed_tags(part.sub_expression))
     try:
-        batches = _read_remoting(part, c) if isinstance(c, RemotingClient) else _read_grpc(part, c)
-        for batch in batches:
+        for batch in _read(part, c):
             batch = only_subscribed(batch, tags)
             if batch.num_rows:
                 yield batch
@@ -563,16 +541,17 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
         offset = nxt
 
 
-def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBatch]:
+def _read(part: QueueRange, c: BrokerClient) -> Iterator[pa.RecordBatch]:
+    """The rows of ``[part.start, part.end)``, several pulls decoded at once (the decoder's
+    fixed cost per call is large)."""
     mq = part.mq
-    wait_s = c.config.request_timeout_s + 30
-    bodies: list[bytes] = []
+    pulled: list[PullResult] = []
     buffered = 0
-    first = part.start  # offset of the first message in ``bodies``
+    first = part.start  # offset of the first message in ``pulled``
 
     def decode(upto: int) -> pa.RecordBatch:
         try:
-            return decode_to_batch(bodies, mq.broker, part.end)
+            return c.rows(mq, pulled, part.end)
         except ProtocolError as exc:
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
@@ -580,36 +559,21 @@ def _read_remoting(part: QueueRange, c: RemotingClient) -> Iterator[pa.RecordBat
     for res, nxt in _pulls(part,
                            lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
                                                     subscription=part.sub_expression),
-                           lambda fut: c.pull_result(mq, fut.result(wait_s))):
-        if res.body:
-            # Decode several pulls at once: the decoder's fixed cost per call is large.
-            bodies.append(res.body)
-            buffered += len(res.body)
+                           lambda pending: c.pull_result(mq, pending)):
+        if res.size:
+            pulled.append(res)
+            buffered += res.size
             if buffered >= _DECODE_BYTES or nxt >= part.end:
                 batch = decode(nxt)
-                bodies, buffered, first = [], 0, nxt
+                pulled, buffered, first = [], 0, nxt
                 if batch.num_rows:
                     yield batch
-        elif not bodies:
+        elif not pulled:
             first = nxt
-    if bodies:
+    if pulled:
         batch = decode(part.end)
         if batch.num_rows:
             yield batch
-
-
-def _read_grpc(part: QueueRange, c: GrpcClient) -> Iterator[pa.RecordBatch]:
-    from ..client.grpc_client import message_columns
-
-    mq = part.mq
-    for res, _ in _pulls(part,
-                         lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                                  subscription=part.sub_expression),
-                         lambda pending: c.pull_result(mq, pending)):
-        if res.messages:
-            batch = columns_to_batch(message_columns(res.messages), mq.broker, part.end)
-            if batch.num_rows:
-                yield batch
 
 
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:

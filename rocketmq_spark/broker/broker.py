@@ -23,6 +23,7 @@ from ..codec import (
     MessageRecord,
     PropertyKey,
     SysFlag,
+    TransactionType,
     decode_batch,
     decode_properties,
     decode_record,
@@ -37,7 +38,7 @@ from ..errors import ProtocolError
 from ..files import atomic_write
 from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
 from ..remoting.acl import verify_request
-from ..remoting.codes import RequestCode, ResponseCode, TransactionType
+from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import loads_lenient
 from .connection import Connection, HandlerResult

@@ -1,23 +1,21 @@
 """Protocol clients: remoting (TCP, :class:`RemotingClient`) and gRPC (:class:`GrpcClient`,
-imported on first use). Never imports pyspark."""
+imported on first use), both implementing :class:`BrokerClient` (see :mod:`.contract`).
+Never imports pyspark."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from .connection import RemotingConnection
+from .contract import BrokerClient, CheckHandler
 from .remoting import ClientConfig, Credentials, RemotingClient, parse_namesrv_addr
 
 if TYPE_CHECKING:
     from .grpc_client import GrpcClient
 
-__all__ = ["BrokerClient", "ClientConfig", "Credentials", "GrpcClient", "RemotingClient", "RemotingConnection",
-           "connect", "parse_namesrv_addr"]
-
-#: Either transport: both offer the operations the reader, writer and offset side use.
-BrokerClient = Union[RemotingClient, "GrpcClient"]
-
+__all__ = ["BrokerClient", "CheckHandler", "ClientConfig", "Credentials", "GrpcClient", "RemotingClient",
+           "RemotingConnection", "connect", "parse_namesrv_addr"]
 
 def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
             config: ClientConfig | None = None, credentials: Credentials | None = None) -> BrokerClient:
@@ -29,7 +27,8 @@ def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | s
     if endpoints:
         from .grpc_client import GrpcClient
 
-        return GrpcClient(endpoints, config)
+        client: BrokerClient = GrpcClient(endpoints, config)
+        return client
     return RemotingClient(namesrv_addr, config)
 
 

@@ -26,14 +26,25 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ..codec import BatchEntry, EncodedBatch, SysFlag, batch_entries, decode_properties, join_properties
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+from ..codec import (
+    BatchEntry,
+    EncodedBatch,
+    SysFlag,
+    TransactionType,
+    batch_entries,
+    decode_properties,
+    join_properties,
+)
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
@@ -52,8 +63,9 @@ from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
-from ..remoting.codes import ResponseCode, TransactionType
+from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
+from .contract import CheckHandler
 from .many import SequentialManyQueueCalls
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
@@ -116,7 +128,10 @@ def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) ->
 
 
 class GrpcClient(SequentialManyQueueCalls):
-    """Talks to RocketMQ 5 gRPC endpoints (a proxy, or the embedded broker's)."""
+    """Talks to RocketMQ 5 gRPC endpoints (a proxy, or the embedded broker's); a
+    :class:`~.contract.BrokerClient`."""
+
+    compresses_bodies = False
 
     def __init__(self, endpoints: str | Sequence[str], config: ClientConfig | None = None) -> None:
         self.endpoints = parse_endpoints(endpoints)
@@ -357,8 +372,25 @@ class GrpcClient(SequentialManyQueueCalls):
             next_offset = messages[-1].system_properties.queue_offset + 1 if messages else offset
         return PullResult(state, next_offset, -1, -1, b"", tuple(messages))
 
-    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
-        return retrying(lambda: self.pull_result(mq, self.pull_async(mq, offset, max_nums, **kw)), self.config)
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
+             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+        return retrying(lambda: self.pull_result(mq, self.pull_async(
+            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)), self.config)
+
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+        from ..codec.arrow import columns_to_batch
+
+        return columns_to_batch(message_columns([m for r in results for m in r.messages]), mq.broker, end)
+
+    # -- consumer group ---------------------------------------------------------------
+
+    def group_consumers(self, group: str, topics: Sequence[str]) -> dict[str, list[str]] | None:
+        """None: the 5.x protocol has no call listing a group's online consumers."""
+        return None
+
+    def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
+        """One pull at the max offset (an empty answer): the broker creates the group on it."""
+        self.pull(mq, self.max_offset(mq), 1, group=group, subscription=subscriptions.get(mq.topic, "*"))
 
     def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
         """Store time (epoch ms) of the message at ``offset``, None when there is none."""
@@ -398,6 +430,20 @@ class GrpcClient(SequentialManyQueueCalls):
         one after the other (the proxy keeps their order only if each has landed before the next
         is sent). Resolves to one SendMessageResponse holding every entry (see :meth:`send_results`)."""
         addr = self.broker_addr(mq.broker, mq.topic)
+        mapped: Future[Any] = Future()
+
+        def resolve(f: Future[Any]) -> None:
+            try:
+                mapped.set_result(f.result())
+            except grpc.RpcError as exc:
+                mapped.set_exception(_rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage"))
+            except BaseException as exc:
+                mapped.set_exception(exc)
+
+        self._send_calls(addr, request).add_done_callback(resolve)
+        return mapped
+
+    def _send_calls(self, addr: str, request: list[pb.SendMessageRequest]) -> Future[Any]:
         stub, meta, timeout = self.stub(addr), self.metadata(), self.config.request_timeout_s
 
         def call(r: pb.SendMessageRequest) -> Any:
@@ -424,7 +470,7 @@ class GrpcClient(SequentialManyQueueCalls):
                         finish(i + 1)
                         return
                     call(request[i + 1]).add_done_callback(lambda f: chain(i + 1, f))
-                except Exception as exc:  # grpc.RpcError (or a failed call): mapped and retried by the caller
+                except Exception as exc:  # grpc.RpcError (or a failed call): send_async maps it
                     merged.set_exception(exc)
 
             call(request[0]).add_done_callback(lambda f: chain(0, f))
@@ -440,7 +486,7 @@ class GrpcClient(SequentialManyQueueCalls):
                     return
             try:
                 answers[:] = [c.result() for c in calls]
-            except Exception as exc:  # grpc.RpcError: the caller maps and retries it
+            except Exception as exc:  # grpc.RpcError: send_async maps it
                 merged.set_exception(exc)
                 return
             finish(len(calls))
@@ -448,6 +494,9 @@ class GrpcClient(SequentialManyQueueCalls):
         for c in calls:
             c.add_done_callback(done)
         return merged
+
+    def check_sent(self, mq: MessageQueue, count: int, answer: Any) -> None:
+        self.send_results(mq, count, answer)
 
     def send_results(self, mq: MessageQueue, count: int, resp: Any) -> list[SendResult]:
         addr = self._broker_endpoints.get(mq.broker, "?")
@@ -472,8 +521,6 @@ class GrpcClient(SequentialManyQueueCalls):
         addr = self.broker_addr(mq.broker, mq.topic)
         try:
             resp = self.send_async(mq, reqs).result(self.config.request_timeout_s * len(reqs))
-        except grpc.RpcError as exc:
-            raise _rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage") from None
         except TimeoutError:
             raise RequestTimeoutError(addr, f"send to {mq}", f"no answer within "
                                       f"{self.config.request_timeout_s * len(reqs):g}s") from None
@@ -530,11 +577,16 @@ class GrpcClient(SequentialManyQueueCalls):
         for t, fut in pending:
             settle(t, fut)
 
-    def start_producer(self, topics: Sequence[str],
-                       on_check: Callable[[dict[str, str], str], bool | None] | None = None) -> None:
+    def transaction(self, result: SendResult, msg_id: str) -> Txn:
+        """A half message is named by the transaction id the proxy gave (positions 0)."""
+        return Txn(result.queue.broker, result.queue.topic, result.queue_offset, 0, msg_id, result.transaction_id)
+
+    def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:
         """Announce a producer of ``topics`` (Telemetry settings, then a heartbeat). With
         ``on_check``, transaction check-backs are answered: it gets the message's properties
-        and id and returns True (commit), False (rollback) or None (not known yet)."""
+        and id and returns True (commit), False (rollback) or None (not known yet). The 5.x
+        protocol names no producer group (the proxy keys check-backs by the client), so
+        ``group`` is not sent."""
         if self._telemetry is not None:
             self._telemetry.add_topics(topics)
             return
@@ -548,7 +600,7 @@ class _Telemetry:
     """A producer's Telemetry stream: settings out, server settings and check-backs in."""
 
     def __init__(self, client: GrpcClient, address: str, topics: list[str],
-                 on_check: Callable[[dict[str, str], str], bool | None] | None) -> None:
+                 on_check: CheckHandler | None) -> None:
         self.client = client
         self.address = address
         self.topics = topics

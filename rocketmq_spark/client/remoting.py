@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec import (
     BatchEntry,
@@ -25,6 +27,7 @@ from ..codec import (
     encode_batch,
     java_string_hash,
     join_properties,
+    parse_offset_msg_id,
     subscribed_tags,
 )
 from ..errors import (
@@ -41,10 +44,14 @@ from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..names import AUTO_CREATE_TOPIC
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.frame import RemotingCommand
+from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection
+from .contract import CheckHandler
 from .retry import ClientConfig, retrying
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +92,14 @@ def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
 
 
 class RemotingClient:
-    """Talks to name servers and brokers over the classic remoting protocol.
+    """Talks to name servers and brokers over the classic remoting protocol; a
+    :class:`~.contract.BrokerClient`.
 
     With credentials (``credentials=`` or ``config.credentials``; the argument wins) every
-    request to name servers and brokers is signed (ACL 1.0)."""
+    request to name servers and brokers is signed (ACL 1.0). ``on_request`` gets the requests
+    brokers send on its connections (other than the check-backs :meth:`start_producer` answers)."""
+
+    compresses_bodies = True
 
     def __init__(
         self,
@@ -108,6 +119,9 @@ class RemotingClient:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
+        self._on_check: CheckHandler | None = None
+        self._producer_group = ""
+        self._producer_addrs: set[str] = set()
         self._conns: dict[str, RemotingConnection] = {}
         self._conn_lock = threading.Lock()
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
@@ -137,10 +151,19 @@ class RemotingClient:
                 # Signing lives in the connection so that every way a request leaves (send,
                 # send_many, replies to check-backs, callers using connection() directly) is covered.
                 conn = RemotingConnection(address, connect_timeout_s=self.config.connect_timeout_s,
-                                          on_request=self.on_request,
+                                          on_request=self._on_broker_request,
                                           signer=self._sign if self.config.credentials is not None else None)
                 self._conns[address] = conn
             return conn
+
+    def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """A request a broker sent on one of our connections: a transaction check-back is
+        answered by the producer's handler (see :meth:`start_producer`), the rest go to
+        ``on_request``."""
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self._on_check is not None:
+            self._answer_check(conn, cmd, self._on_check)
+        elif self.on_request is not None:
+            self.on_request(conn, cmd)
 
     def _conn(self, address: str, operation: str) -> RemotingConnection:
         try:
@@ -548,35 +571,40 @@ class RemotingClient:
             "bname": mq.broker,
         })
 
-    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> Future[RemotingCommand]:
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
+                   subscription: str = "*", suspend_ms: int = 0) -> Future[RemotingCommand]:
         """Send a pull without waiting; resolve it with :meth:`pull_result`."""
         addr = self.broker_addr(mq.broker, mq.topic)
-        return self.connection(addr).send(self.pull_request(mq, offset, max_nums, **kw))
+        fut = self._conn(addr, f"pull of {mq}").send(
+            self.pull_request(mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms))
+        fut.hold_s = suspend_ms / 1000.0  # type: ignore[attr-defined]  # the broker may hold it that long
+        return fut
 
-    def pull_result(self, mq: MessageQueue, resp: RemotingCommand) -> PullResult:
+    def pull_result(self, mq: MessageQueue, pending: Future[RemotingCommand]) -> PullResult:
+        """Wait for a pull: the request timeout, plus the time a long-polling pull may be held."""
+        op = f"pull of {mq}"
+        wait = self.config.request_timeout_s + getattr(pending, "hold_s", 0.0)
+        try:
+            resp = pending.result(wait)
+        except TimeoutError:
+            raise ConnectionFailedError(self._broker_addrs.get(mq.broker, "?"), op,
+                                        f"no response within {wait:g}s") from None
         status = _PULL_STATUS.get(resp.code)
         if status is None:
-            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
-                               operation=f"pull of {mq}")
-        op = f"pull of {mq}"
+            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"), operation=op)
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
                           self._answer_int(mq, resp, "minOffset", op, -1),
                           self._answer_int(mq, resp, "maxOffset", op, -1), resp.body)
 
-    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
-        suspend = int(kw.get("suspend_ms", 0))
-        timeout = self.config.request_timeout_s + suspend / 1000.0
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
+             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+        return self._retrying(lambda: self.pull_result(mq, self.pull_async(
+            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)))
 
-        def once() -> PullResult:
-            fut = self.pull_async(mq, offset, max_nums, **kw)
-            try:
-                resp = fut.result(timeout)
-            except TimeoutError:
-                raise ConnectionFailedError(self._broker_addrs.get(mq.broker, "?"), f"pull of {mq}",
-                                            f"no response within {timeout:g}s") from None
-            return self.pull_result(mq, resp)
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+        from ..codec.arrow import decode_to_batch
 
-        return self._retrying(once)
+        return decode_to_batch([r.body for r in results if r.body], mq.broker, end)
 
     def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
         """Store time (epoch ms) of the message at ``offset``, None when there is none."""
@@ -664,15 +692,18 @@ class RemotingClient:
                                                                        body=request.body))
 
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
-        if resp.code != ResponseCode.SUCCESS:
-            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"),
-                               operation=f"send to {mq}")
+        self.check_sent(mq, count, resp)
         ids = resp.ext_fields.get("msgId", "").split(",")
         first = self._answer_int(mq, resp, "queueOffset", f"send to {mq}", 0)
         qid = self._answer_int(mq, resp, "queueId", f"send to {mq}", mq.queue_id)
         q = MessageQueue(mq.topic, mq.broker, qid)
         txid = resp.ext_fields.get("transactionId", "")
         return [SendResult(ids[i] if i < len(ids) else "", q, first + i, txid) for i in range(count)]
+
+    def check_sent(self, mq: MessageQueue, count: int, answer: RemotingCommand) -> None:
+        if answer.code != ResponseCode.SUCCESS:
+            raise broker_error(answer.code, answer.remark, address=self._broker_addrs.get(mq.broker, "?"),
+                               operation=f"send to {mq}")
 
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
                    producer_group: str = "rocketmq-spark", sys_flag: int = 0,
@@ -796,6 +827,74 @@ class RemotingClient:
         if not isinstance(ids, list):
             raise ProtocolError(f"consumer list of group {group!r} at {broker_addr}: consumerIdList is not a list")
         return [str(i) for i in ids]
+
+    @property
+    def client_id(self) -> str:
+        """How this client names itself to brokers (host@pid, as the Java client does)."""
+        return f"rocketmq-spark@{socket.gethostname()}@{os.getpid()}"
+
+    def group_consumers(self, group: str, topics: Sequence[str]) -> dict[str, list[str]] | None:
+        """Client ids of the group's online consumers by broker name, on the brokers serving
+        ``topics``; brokers that cannot be reached are logged and left out."""
+        out: dict[str, list[str]] = {}
+        seen: set[str] = set()
+        for topic in topics:
+            for b in self.route(topic).broker_datas:
+                if not b.master_addr or b.broker_name in seen:
+                    continue
+                seen.add(b.broker_name)
+                try:
+                    ids = self.consumer_ids(group, b.master_addr, b.broker_name)
+                except ConnectionFailedError as exc:
+                    log.warning("consumers of group %s on broker %s not checked: %s", group, b.broker_name, exc)
+                    continue
+                if ids:
+                    out[b.broker_name] = ids
+        return out
+
+    def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
+        """One consumer heartbeat to the broker of ``mq`` (it creates the group and its retry
+        topic), unregistered at once, then one pull at the max offset (an empty answer)."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        self.heartbeat_consumer(group, self.client_id, addr, subscriptions)
+        self.unregister_consumer(group, self.client_id, addr)
+        self.pull(mq, self.max_offset(mq), 1, group=group, subscription=subscriptions.get(mq.topic, "*"))
+
+    def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:
+        """A producer heartbeat of ``group`` to each broker with writable queues of ``topics``
+        (once per broker); brokers send their check-backs of the group's transactions over
+        these connections, answered by ``on_check`` with a oneway END_TRANSACTION."""
+        if on_check is not None:
+            self._on_check = on_check
+        self._producer_group = group
+        addrs = {self.broker_addr(q.broker, t) for t in topics for q in self.message_queues(t, writable=True)}
+        for addr in sorted(addrs - self._producer_addrs):
+            self.heartbeat_producer(group, self.client_id, addr)
+            self._producer_addrs.add(addr)
+
+    def _answer_check(self, conn: RemotingConnection, cmd: RemotingCommand, on_check: CheckHandler) -> None:
+        """CHECK_TRANSACTION_STATE: the half message's record is in the body, its positions in
+        the header; a message that does not decode is not ours to answer."""
+        try:
+            rec = decode_records(cmd.body)[0]
+            queue_offset = int(cmd.ext_fields.get("tranStateTableOffset", "0"))
+            commit_log_offset = int(cmd.ext_fields.get("commitLogOffset", "0"))
+        except (RocketMQSparkError, ValueError, IndexError):
+            return
+        msg_id = cmd.ext_fields.get("msgId") or rec.properties.get("UNIQ_KEY", "")
+        decision = on_check(rec.properties, msg_id)
+        if decision is None:
+            return  # undecided: the broker asks again later
+        answer = self.end_transaction_request("", producer_group=self._producer_group,
+                                              commit_log_offset=commit_log_offset, queue_offset=queue_offset,
+                                              msg_id=msg_id, commit=decision, from_check=True)
+        answer.flag = FLAG_ONEWAY
+        conn.reply(answer)
+
+    def transaction(self, result: SendResult, msg_id: str) -> Txn:
+        """A half message is named by its positions: its offset message id holds the commit-log one."""
+        _, pos = parse_offset_msg_id(result.msg_id)
+        return Txn(result.queue.broker, result.queue.topic, result.queue_offset, pos, msg_id)
 
     # -- admin views (CLI tools) -----------------------------------------------------
 

@@ -33,6 +33,7 @@ __all__ = [
     "MAGIC_V2",
     "MessageRecord",
     "SysFlag",
+    "TransactionType",
     "body_crc",
     "body_span",
     "decode_record",
@@ -68,6 +69,15 @@ class SysFlag:
     TRANSACTION_MASK = 0xC
     BORN_HOST_V6 = 0x10
     STORE_HOST_V6 = 0x20
+
+
+class TransactionType:
+    """Values of ``sysFlag & SysFlag.TRANSACTION_MASK`` and of END_TRANSACTION's commitOrRollback."""
+
+    NOT_TYPE = 0
+    PREPARED = 0x4
+    COMMIT = 0x8
+    ROLLBACK = 0xC
 
 
 def body_crc(body: bytes) -> int:

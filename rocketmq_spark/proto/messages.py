@@ -18,9 +18,8 @@ import gzip
 import zlib
 from collections.abc import Mapping
 
-from ..codec import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey, SysFlag
+from ..codec import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey, SysFlag, TransactionType
 from ..errors import ProtocolError
-from ..remoting.codes import TransactionType
 from . import pb
 
 __all__ = [

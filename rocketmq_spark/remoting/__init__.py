@@ -2,7 +2,7 @@
 records they carry are :mod:`rocketmq_spark.codec`). No sockets and no pyspark here.
 """
 
-from .codes import LanguageCode, RequestCode, ResponseCode, TransactionType
+from .codes import LanguageCode, RequestCode, ResponseCode
 from .frame import (
     DEFAULT_MAX_FRAME,
     FLAG_ONEWAY,
@@ -28,7 +28,6 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "TopicRouteData",
-    "TransactionType",
     "decode_frame",
     "loads_lenient",
     "read_frame_length",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["LanguageCode", "RequestCode", "ResponseCode", "TransactionType"]
+__all__ = ["LanguageCode", "RequestCode", "ResponseCode"]
 
 
 class RequestCode(IntEnum):
@@ -87,12 +87,3 @@ class LanguageCode(IntEnum):
     OMS = 11
     RUST = 12
     NODE_JS = 13
-
-
-class TransactionType:
-    """Values of ``sysFlag & SysFlag.TRANSACTION_MASK`` and of END_TRANSACTION's commitOrRollback."""
-
-    NOT_TYPE = 0
-    PREPARED = 0x4
-    COMMIT = 0x8
-    ROLLBACK = 0xC

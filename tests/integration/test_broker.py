@@ -13,7 +13,7 @@ import pytest
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.client.connection import RemotingConnection
-from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
+from rocketmq_spark.codec import BatchEntry, TransactionType, decode_records, encode_properties
 from rocketmq_spark.errors import BrokerError, ConnectionFailedError, GroupNotFoundError, TopicNotFoundError
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import (
@@ -21,7 +21,6 @@ from rocketmq_spark.remoting import (
     RemotingCommand,
     RequestCode,
     ResponseCode,
-    TransactionType,
     decode_frame,
 )
 

@@ -205,7 +205,7 @@ def test_transaction_check_back_over_telemetry(tmp_path) -> None:
                 asked.append((msg_id, props.get("batch", "")))
                 return props.get("batch") == "keep"
 
-            producer.start_producer([topic], on_check=decide)
+            producer.start_producer("rocketmq-spark", [topic], on_check=decide)
             q = producer.message_queues(topic, writable=True)[0]
             for name in ("keep", "drop"):
                 producer.send_batch(q, [BatchEntry(name.encode(), encode_properties({"batch": name,

@@ -22,12 +22,12 @@ import pytest
 from brokers import skip_or_fail, wait_until
 from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
 from rocketmq_spark import RocketMQOffsetCommitter
-from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.client import RemotingClient, connect
 from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties, java_string_hash
 from rocketmq_spark.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.sink.txlog import TxLog
-from rocketmq_spark.sink.writer import _txns, answer_check, write_rows
+from rocketmq_spark.sink.writer import _txns, check_decision, write_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -188,21 +188,15 @@ def test_open_half_messages_are_decided_by_check_backs_answered_from_the_record(
     txlog.record(6, [])
     answered: dict[str, bool] = {}
 
-    class Spy:  # the connection the check came on: records what answer_check replies
-        def __init__(self, conn) -> None:  # type: ignore[no-untyped-def]
-            self.conn = conn
+    def decide(properties: dict[str, str], msg_id: str) -> bool | None:  # the writer's rule, recorded
+        decision = check_decision(txlog, properties, msg_id)
+        if decision is not None:
+            answered[msg_id] = decision
+        return decision
 
-        def reply(self, cmd: RemotingCommand) -> None:
-            answered[cmd.ext_fields["msgId"]] = cmd.ext_fields["commitOrRollback"] == "8"
-            self.conn.reply(cmd)
-
-    def on_request(conn, cmd) -> None:  # type: ignore[no-untyped-def]
-        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
-            answer_check(Spy(conn), cmd, txlog, opts.producer_group)  # type: ignore[arg-type]
-
-    checker = RemotingClient(broker.namesrv_addr, on_request=on_request)
+    checker = connect(broker.namesrv_addr)
     try:
-        checker.heartbeat_producer(opts.producer_group, "par-checker@1", broker.broker_addr)
+        checker.start_producer(opts.producer_group, [topic], decide)
         # a real broker first checks after transactionTimeOut (3 s here), the embedded one after 6 s
         assert wait_until(lambda: len(answered) == 5, 60), answered
     finally:

@@ -26,6 +26,8 @@ class _FakeClient:
     class config:
         request_timeout_s = 5
 
+    compresses_bodies = True
+
     def __init__(self) -> None:
         self.sent: list[tuple[int, bytes, int]] = []  # (queue id, batch body, messages)
 
@@ -43,16 +45,19 @@ class _FakeClient:
         fut.set_result(RemotingCommand(0))
         return fut
 
+    def check_sent(self, mq: MessageQueue, count: int, answer: RemotingCommand) -> None:
+        assert answer.code == 0
+
     def close(self) -> None:
         pass
 
 
 def _sender(opts: WriterOptions) -> Any:
     s = writer._Sender.__new__(writer._Sender)
-    s.opts, s.batch_id, s.partition, s.attempt, s.txlog, s.grpc = opts, None, 0, 0, None, False
+    s.opts, s.batch_id, s.partition, s.attempt, s.txlog = opts, None, 0, 0, None
     s.client = _FakeClient()
     s._queues, s._rr, s._uniq_prefix, s._seq, s.rows = {}, 0, "0123456789ABCDEF012345", 41, 0
-    s.txns, s._inflight, s._buffers, s._registered, s._paused = [], collections.deque(), {}, set(), {}
+    s.txns, s._inflight, s._buffers, s._paused = [], collections.deque(), {}, {}
     s._checked_topics = set()
     return s
 

@@ -1,0 +1,155 @@
+"""The contract of a broker client: what the reader, the writer and the offset side use of a
+broker, whichever transport carries it (:class:`~.remoting.RemotingClient`, the classic
+protocol through name servers; :class:`~.grpc_client.GrpcClient`, the 5.x gRPC protocol
+through proxy endpoints).
+
+Both implement every method here with the same signature; only :class:`RocketMQSparkError`
+(and its subclasses) escapes them, futures included. What differs between the transports
+stays behind the contract: how a pull's answer becomes Arrow rows (:meth:`BrokerClient.rows`),
+how transactions are named and ended and check-backs answered, how a group is made known.
+
+Offsets are next-offsets throughout: a queue's max offset is one past its last message, a
+committed offset is the first message not yet consumed. Times are epoch milliseconds.
+A client is used from one thread at a time, except that futures it returned may be resolved
+from another; it opens connections lazily and :meth:`BrokerClient.close` drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..codec import BatchEntry, EncodedBatch
+from ..errors import RocketMQSparkError
+from ..model import MessageQueue, PullResult, SendResult, Txn
+from .retry import ClientConfig
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["BrokerClient", "CheckHandler"]
+
+#: A transaction check-back: (the half message's properties, its message id) -> True to
+#: commit, False to roll back, None when not known yet (the broker asks again later).
+CheckHandler = Callable[[dict[str, str], str], "bool | None"]
+
+
+class BrokerClient(Protocol):
+    config: ClientConfig
+    #: whether a body may be sent zlib-compressed with ``SysFlag.COMPRESSED`` (the classic
+    #: protocol); the 5.x protocol carries bodies as given
+    compresses_bodies: bool
+
+    def close(self) -> None:
+        """Close every connection; the client opens new ones if used again."""
+
+    # -- routes -----------------------------------------------------------------------
+
+    def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
+        """The topic's readable (or ``writable``) queues, from a cached route unless ``refresh``.
+        Raises TopicNotFoundError, or NoPermissionError when every queue refuses the access."""
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        """The address requests for ``broker`` go to (for messages that name it)."""
+
+    # -- offsets ----------------------------------------------------------------------
+
+    def min_offset(self, mq: MessageQueue) -> int: ...
+
+    def max_offset(self, mq: MessageQueue) -> int: ...
+
+    def min_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]: ...
+
+    def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]: ...
+
+    def offset_ranges(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
+        """queue -> (min offset, max offset), asked together."""
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the first message stored at or after ``timestamp_ms``."""
+
+    def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
+        """Store time of the message at ``offset``, None when there is none."""
+
+    def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq``; None when the group has none there."""
+
+    def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]: ...
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None: ...
+
+    def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
+                                ) -> dict[MessageQueue, RocketMQSparkError]:
+        """Every queue's offset; the failures are returned (queue -> error), not raised."""
+
+    # -- consumer group ---------------------------------------------------------------
+
+    def group_consumers(self, group: str, topics: Sequence[str]) -> dict[str, list[str]] | None:
+        """Client ids of the group's online consumers by broker name, on the brokers serving
+        ``topics`` (brokers that cannot be reached are logged and left out); None where the
+        transport cannot list them (gRPC)."""
+
+    def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
+        """Have the broker of ``mq`` create ``group`` (and its retry topic) as a consumer's
+        first contact would, without staying listed as an online consumer; fails with
+        GroupNotFoundError where the broker does not create groups."""
+
+    # -- reading ----------------------------------------------------------------------
+
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
+                   subscription: str = "*", suspend_ms: int = 0) -> Any:
+        """Start a pull of up to ``max_nums`` messages from ``offset`` and return at once; the
+        opaque pending pull is resolved by :meth:`pull_result` (several may be in flight)."""
+
+    def pull_result(self, mq: MessageQueue, pending: Any) -> PullResult:
+        """Wait for a pull :meth:`pull_async` started (a broker that does not answer in time
+        raises ConnectionFailedError)."""
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
+             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+        """A pull, waited for, retried on transient faults."""
+
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+        """The messages of ``results`` (pulls of ``mq``, in order) as rows of the reader's
+        schema, those at or after offset ``end`` left out. Raises ProtocolError on bytes that
+        do not decode."""
+
+    # -- writing ----------------------------------------------------------------------
+
+    def send_request(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
+                     producer_group: str = "rocketmq-spark", sys_flag: int = 0, born_ts: int | None = None,
+                     batch_properties: str = "") -> Any:
+        """The opaque request that sends ``entries`` to ``mq`` (``batch_properties``: the
+        batch's own properties, appended to each message's by brokers)."""
+
+    def send_async(self, mq: MessageQueue, request: Any) -> Future[Any]:
+        """Send without waiting; the future's answer goes to :meth:`send_results`."""
+
+    def send_results(self, mq: MessageQueue, count: int, answer: Any) -> list[SendResult]:
+        """One result per message of an answer; a refusal raises the broker's error."""
+
+    def check_sent(self, mq: MessageQueue, count: int, answer: Any) -> None:
+        """Raise the broker's error if the answer refused the send (results not built)."""
+
+    def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
+                   producer_group: str = "rocketmq-spark", sys_flag: int = 0, born_ts: int | None = None,
+                   batch_properties: str = "") -> list[SendResult]:
+        """Send and wait, retried on transient faults."""
+
+    # -- transactions -----------------------------------------------------------------
+
+    def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:
+        """Announce a producer of ``group`` for ``topics`` to the brokers (repeatable, for
+        more topics); with ``on_check`` the brokers' transaction check-backs are answered
+        by it, on this client's connections."""
+
+    def transaction(self, result: SendResult, msg_id: str) -> Txn:
+        """The half message a prepared send's ``result`` stored (``msg_id``: its UNIQ_KEY),
+        named as this transport ends it."""
+
+    def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
+                         window: int = 256) -> None:
+        """Commit or roll back every half message, up to ``window`` requests in flight; one
+        the broker no longer holds (ended before) is fine; a failed one is retried alone."""
+
