@@ -23,12 +23,11 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..client import BrokerClient, connect
+from ..client import BrokerClient, Credentials, connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import Offsets, OffsetsFormatError
 from ..options import group_name, topic_name
-from ..remoting.acl import Credentials
 from .offset_store import BrokerOffsetStore
 
 log = logging.getLogger(__name__)

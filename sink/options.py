@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..client import Credentials
 from ..errors import OptionError
 from ..options import (
     CREDENTIAL_OPTIONS,
@@ -27,7 +28,6 @@ from ..options import (
     positive_int,
     topic_name,
 )
-from ..remoting.acl import Credentials
 
 __all__ = ["WriterOptions", "check_columns"]
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..client import Credentials
 from ..errors import OptionError
 from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
@@ -23,7 +24,6 @@ from ..options import (
     positive_int,
     topic_name,
 )
-from ..remoting.acl import Credentials
 
 __all__ = ["ReaderOptions"]
 
