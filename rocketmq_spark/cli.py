@@ -366,7 +366,7 @@ async def _serve_until_signal(start: Callable[[], Any], stop: Callable[[], Any],
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from .broker.broker import BrokerConfig
+    from .broker.config import BrokerConfig
     from .broker.server import BrokerServer, NamesrvServer, broker_names
     from .client.remoting import parse_namesrv_addr
 

@@ -4,7 +4,8 @@ It never imports pyspark or the Spark-facing packages: it is a standalone server
 any RocketMQ client can use.
 """
 
-from .broker import Broker, BrokerConfig
+from .broker import Broker
+from .config import BrokerConfig
 from .server import BrokerServer, EmbeddedBroker, EmbeddedCluster, NamesrvServer
 from .store import MessageStore, StoreConfig
 

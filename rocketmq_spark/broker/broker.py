@@ -1,47 +1,48 @@
-"""The broker's request handlers: send, pull (long polling), offsets, clients, transactions,
-delayed delivery.
+"""The broker: topics, send, pull (long polling), offsets and clients, as operations both
+transports call (``put_messages``, ``pull_refusal``, ``commit_offset`` ...) and as the remoting
+request handlers over them. Transactions are :mod:`.transactions`, delayed delivery
+:mod:`.delayed`, durability :mod:`.flusher`, the settings :mod:`.config`, the storage
+:mod:`.store`.
 
-Runs on one asyncio event loop. Disk writes happen on the loop (page cache); fsync
-runs in an executor through :class:`Flusher`, which groups concurrent sync-flush
-sends into one fsync.
+Runs on one asyncio event loop. Disk writes happen on the loop (page cache); fsync runs in an
+executor through :class:`~.flusher.Flusher`, which groups concurrent sync-flush sends into one
+fsync.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import ipaddress
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..codec import (
-    MessageRecord,
     PropertyKey,
     SysFlag,
     TransactionType,
     decode_batch,
     decode_properties,
-    decode_record,
     encode_properties,
-    iter_records,
     join_properties,
-    offset_msg_id,
     split_host,
 )
 from ..codec.batch_kernels import offset_msg_ids, parse_batch, special_free
 from ..errors import ProtocolError
-from ..files import atomic_write
 from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import loads_lenient
+from .config import BrokerConfig
 from .connection import Connection, HandlerResult
+from .delayed import SCHEDULE_QUEUE, SCHEDULE_TOPIC, TIMER_OUT_MS, Delayed, DelayedDelivery, delivery_due_ms
+from .errors import SendRejected
+from .flusher import Flusher
 from .state import (
     SYSTEM_TOPICS,
     ClientRegistry,
@@ -50,38 +51,15 @@ from .state import (
     TopicConfig,
     TopicConfigs,
 )
-from .store import GetResult, MessageStore, NewMessage, StoreConfig, Stored, tag_filter
+from .store import GetResult, MessageStore, NewMessage, Stored, tag_filter
+from .transactions import HALF_TOPIC, OP_TOPIC, Transactions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accepted", "Broker", "BrokerConfig", "Flusher", "SendRejected"]
+__all__ = ["Accepted", "Broker", "BrokerConfig", "SendRejected"]
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TX_GROUP = "CID_RMQ_SYS_TRANS"
-
-# Delayed delivery (see "delayed messages" in Broker). Queue 0 of the schedule topic holds
-# the waiting messages; queue 1 holds one "done" marker per delivered entry (body = the
-# entry's offset in queue 0). Both live in the commit log, so restarts recover them.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SCHEDULE_QUEUE = 0
-SCHEDULE_DONE_QUEUE = 1
-SCHEDULE_GROUP = "CID_RMQ_SYS_SCHEDULE"
-#: Internal property: the absolute due time (epoch ms) of a waiting message.
-TIMER_OUT_MS = "TIMER_OUT_MS"
 #: the region a broker names in MSG_REGION (Java's default regionId)
 REGION = "DefaultRegion"
-TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
-TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-#: 4.x delay levels 1..18 (the ``messageDelayLevel`` default), in milliseconds.
-DELAY_LEVELS_MS = (
-    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
-    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
-)
-#: The scheduler looks at the heap at least this often (and sooner when a due time is near).
-_SCHEDULE_TICK_S = 0.1
-#: At most this many delayed messages are re-put by one store write.
-_SCHEDULE_BATCH = 512
 
 # SEND_MESSAGE_V2's one-letter header keys.
 _V2_KEYS = {
@@ -94,44 +72,6 @@ _V2_KEYS = {
 
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
-
-
-def delivery_due_ms(props: dict[str, str], now_ms: int, max_delay_ms: int) -> tuple[int | None, bool]:
-    """When a message with these properties may be delivered, and whether a DELAY level set it.
-
-    The time is epoch ms, or None for "at once".
-
-    Follows Java brokers: a DELAY level above 0 wins (levels above 18 count as 18) and the
-    5.x timer properties are then ignored; otherwise TIMER_DELAY_MS, then TIMER_DELAY_SEC
-    (both relative to ``now_ms``), then TIMER_DELIVER_MS (absolute). A due time not in the
-    future means "at once". Raises ValueError for a malformed value or a timer delay
-    beyond ``max_delay_ms``.
-    """
-    level_s = props.get(PropertyKey.DELAY)
-    if level_s is not None and level_s.strip():
-        try:
-            level = int(level_s)
-        except ValueError:
-            raise ValueError(f"property DELAY={level_s!r} is not an integer delay level") from None
-        if level > 0:
-            return now_ms + DELAY_LEVELS_MS[min(level, len(DELAY_LEVELS_MS)) - 1], True
-    for key, base, scale in ((PropertyKey.TIMER_DELAY_MS, now_ms, 1),
-                             (PropertyKey.TIMER_DELAY_SEC, now_ms, 1000),
-                             (PropertyKey.TIMER_DELIVER_MS, 0, 1)):
-        raw = props.get(key)
-        if raw is None:
-            continue
-        try:
-            due = base + int(raw) * scale
-        except ValueError:
-            raise ValueError(f"property {key}={raw!r} is not an integer") from None
-        if due <= now_ms:
-            return None, False
-        if due - now_ms > max_delay_ms:
-            raise ValueError(f"timer message illegal: property {key}={raw} asks for a delay of "
-                             f"{due - now_ms} ms; at most {max_delay_ms} ms are accepted")
-        return due, False
-    return None, False
 
 
 #: A record stores its properties' length as an int16: longer properties are refused.
@@ -165,195 +105,6 @@ def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"header field {key}={raw!r} is not an integer") from None
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    """Settings of one embedded broker. Times in milliseconds, sizes in bytes."""
-
-    data_dir: str
-    host: str = "127.0.0.1"
-    broker_name: str = "broker-a"
-    cluster: str = "DefaultCluster"
-    flush: str = "async"  # async | sync
-    flush_interval_ms: int = 500
-    auto_create_topics: bool = True
-    #: Java's autoCreateSubscriptionGroup: a consumer group comes into being on its first pull
-    #: or consumer heartbeat; off, only UPDATE_AND_CREATE_SUBSCRIPTIONGROUP creates one
-    auto_create_groups: bool = True
-    #: Java's enableMixedMessageType: topics of message.type MIXED may be created (off by default)
-    mixed_message_type: bool = False
-    #: Java 5.x's useServerSideResetOffset (on by default): a reset by time writes the group's offsets,
-    #: ignores its commits of those queues until its next pull of each, which is answered
-    #: PULL_OFFSET_MOVED to the reset offset; nothing is pushed. Off: the 4.x way, the offsets are
-    #: written and pushed to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET)
-    server_side_reset: bool = True
-    default_queue_nums: int = 4
-    max_message_size: int = 4 * 1024 * 1024
-    #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
-    #: serves larger pulls by default so local pipelines are not round-trip bound.
-    max_pull_messages: int = 1024
-    max_pull_bytes: int = 4 * 1024 * 1024
-    max_suspend_ms: int = 30_000
-    segment_size: int = 64 * 1024 * 1024
-    retention_hours: float = 72.0
-    #: How often the broker registers with its name servers again (its heartbeat there).
-    register_interval_ms: int = 30_000
-    transaction_timeout_ms: int = 6_000
-    transaction_check_interval_ms: int = 30_000
-    transaction_max_checks: int = 15
-    #: Longest delay a 5.x timer property may ask for (Java's timerMaxDelaySec: 3 days).
-    max_delay_ms: int = 3 * 24 * 3600_000
-    #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by
-    #: one of these keys or is answered NO_PERMISSION (16). Left out of the repr (secrets).
-    acl: dict[str, str] | None = field(default=None, repr=False)
-
-    def store_config(self) -> StoreConfig:
-        return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)
-
-
-class Flusher:
-    """Durability of the store and the offsets file.
-
-    ``async`` mode fsyncs every ``interval``; ``sync`` mode fsyncs as soon as a writer
-    waits, so a send's success means its bytes are on disk. Concurrent waiters share
-    one fsync (group commit).
-    """
-
-    def __init__(self, store: MessageStore, offsets: ConsumerOffsets, *, sync: bool, interval_s: float,
-                 extra: list[Callable[[], None]] | None = None) -> None:
-        self.store = store
-        self.offsets = offsets
-        self.sync = sync
-        self.interval_s = interval_s
-        self.flushed_pos = store.commitlog.write_pos
-        self._offsets_round = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._round = 0
-        self._lock = asyncio.Lock()
-        self._extra = extra or []
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        await self.flush_once()
-
-    async def wait_durable(self, pos: int | None = None) -> None:
-        """Return once everything appended before this call (and the offsets) is on disk."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        target = self.store.commitlog.write_pos if pos is None else pos
-        self._waiters.append((target, self._round + 1, fut))
-        self._wake.set()
-        await fut
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                if self.sync:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), self.interval_s)
-                    except TimeoutError:
-                        pass
-                else:
-                    await asyncio.sleep(self.interval_s)
-                self._wake.clear()
-                await self.flush_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # keep flushing; fail the waiters of this round
-                log.exception("flush failed")
-                for _, _, fut in self._waiters:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                self._waiters.clear()
-                await asyncio.sleep(0.1)
-
-    async def flush_once(self) -> None:
-        """One flush round; rounds never overlap (they share the checkpoint's temp file)."""
-        async with self._lock:
-            self._round += 1
-            this_round = self._round
-            snap = self.store.flush_snapshot()
-            offsets_json = self.offsets.snapshot()
-            loop = asyncio.get_running_loop()
-            path = self.offsets.path
-
-            def job() -> None:
-                if snap is not None:
-                    snap[1]()
-                if offsets_json is not None:
-                    atomic_write(path, offsets_json)
-                for fn in self._extra:
-                    fn()
-
-            done = loop.run_in_executor(None, job)
-            try:
-                try:
-                    await asyncio.shield(done)
-                except asyncio.CancelledError:
-                    # The job goes on in its thread: keep the lock until it is finished, or
-                    # the next round (the final one at stop) would share its temp file.
-                    await done
-                    raise
-            except BaseException:
-                self.store.mark_dirty()
-                if offsets_json is not None:
-                    self.offsets.dirty = True
-                raise
-            if snap is not None:
-                self.flushed_pos = max(self.flushed_pos, snap[0])
-            still = []
-            for target, rnd, fut in self._waiters:
-                if fut.done():
-                    continue
-                if target <= self.flushed_pos and rnd <= this_round:
-                    fut.set_result(None)
-                else:
-                    still.append((target, rnd, fut))
-            self._waiters = still
-            if still:
-                self._wake.set()
-
-
-@dataclass(slots=True)
-class _Pending:
-    """An open transaction: a half message not yet committed or rolled back."""
-
-    half_offset: int
-    commit_log_offset: int
-    size: int
-    producer_group: str
-    store_ts: int
-    checks: int = 0
-    last_check: float = 0.0
-
-
-@dataclass(slots=True)
-class _Delayed:
-    """A delayed message waiting in the schedule queue."""
-
-    schedule_offset: int
-    due_ms: int
-    commit_log_offset: int
-    size: int
-
-
-class SendRejected(Exception):
-    """A send the broker refuses; ``code`` is the remoting response code."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(slots=True)
@@ -448,17 +199,18 @@ class Broker:
         self.flusher: Flusher | None = None
         self._pull_waiters: dict[tuple[str, int], list[asyncio.Future[None]]] = {}
         self.store.listeners.append(self._on_new_messages)
-        self.pending_tx: dict[int, _Pending] = {}
-        #: Delayed messages not delivered yet, by schedule-queue offset.
-        self.pending_delay: dict[int, _Delayed] = {}
-        self._delay_heap: list[tuple[int, int]] = []  # (due ms, schedule offset)
-        self._delay_low: list[int] = []  # schedule offsets; lazily pruned, for the progress
-        self._delay_wake = asyncio.Event()
+        self.transactions = Transactions(self.store, self.offsets, self.clients, config, addr=advertised_addr,
+                                         pack_peer=self.pack_peer)
+        #: open transactions by half-queue offset
+        self.pending_tx = self.transactions.pending
+        self.delayed = DelayedDelivery(self.store, self.offsets, pack_peer=self.pack_peer)
+        #: delayed messages not delivered yet, by schedule-queue offset
+        self.pending_delay = self.delayed.pending
         self._tasks: list[asyncio.Task[None]] = []
         if config.auto_create_topics and AUTO_CREATE_TOPIC not in self.topics:
             self.topics.put(TopicConfig(AUTO_CREATE_TOPIC, 8, 8, 7))
-        self._load_transactions()
-        self._load_schedule()
+        self.transactions.load()
+        self.delayed.load()
         self.handlers: dict[int, Callable[[Connection, RemotingCommand], HandlerResult]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -494,7 +246,7 @@ class Broker:
                                interval_s=cfg.flush_interval_ms / 1000.0)
         self.flusher.start()
         self._tasks.append(asyncio.ensure_future(self._housekeeping()))
-        self._tasks.append(asyncio.ensure_future(self._run_scheduler()))
+        self._tasks.append(asyncio.ensure_future(self.delayed.run()))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -511,10 +263,10 @@ class Broker:
         while True:
             await asyncio.sleep(1.0)
             try:
-                self._check_transactions()
+                self.transactions.check()
                 # Recovery starts its scan of half messages here; saving it once a second
                 # (not per END_TRANSACTION: min() over the open ones) only makes that scan longer.
-                self._save_tx_progress()
+                self.transactions.save_progress()
                 if self.config.retention_hours > 0:
                     self.store.delete_expired(int(self.config.retention_hours * 3600_000))
             except Exception:
@@ -627,7 +379,7 @@ class Broker:
         try:
             acc = self.put_messages(
                 ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
-                born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
+                born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),
                 reconsume=_int(ext, "reconsumeTimes", 0), producer_group=ext.get("producerGroup", ""))
         except SendRejected as exc:
             return req.response_to(exc.code, remark=exc.remark)
@@ -649,9 +401,7 @@ class Broker:
         if transaction_id is not None:
             resp_ext["transactionId"] = transaction_id
         resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
-        if self.config.flush == "sync" and self.flusher is not None:
-            return self._after_flush(resp, self.store.commitlog.write_pos)
-        return resp
+        return self._when_durable(resp)
 
     def _send_batch_fast(self, conn: Connection, req: RemotingCommand, ext: dict[str, str]) -> HandlerResult | None:
         """A batch of plain messages (no delay, timer or transaction) stored in one vectorised
@@ -675,7 +425,7 @@ class Broker:
         queue_id = _write_queue(_int(ext, "queueId", -1), cfg)
         done = self.store.put_batch(
             topic, queue_id, layout, sys_flag=sys_flag,
-            born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self._pack_peer(conn.peer),
+            born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),
             reconsume=_int(ext, "reconsumeTimes", 0),
             suffix=join_properties(extra, self._broker_suffix).encode() if extra else self._broker_suffix_bytes)
         if done is None:
@@ -691,7 +441,7 @@ class Broker:
 
         An out-of-range ``queue_id`` is mapped onto the writable queues. A message whose
         DELAY / TIMER_* properties put its due time in the future is stored in the schedule
-        queue instead (see :meth:`_run_scheduler`); the stored position is then that of the
+        queue instead (see :class:`.DelayedDelivery`); the stored position is then that of the
         schedule-queue entry (as Java brokers answer) and the client message id (UNIQ_KEY)
         is the one delivered later. A prepared (transactional) message goes to the half
         topic and is tracked until END_TRANSACTION.
@@ -767,13 +517,10 @@ class Broker:
         stored = self.store.put(messages)
         for due, s in zip(dues, stored):
             if due is not None:
-                self._add_delayed(_Delayed(s.queue_offset, due, s.physical_offset, s.size))
+                self.delayed.add(Delayed(s.queue_offset, due, s.physical_offset, s.size))
         prepared = tx_type == TransactionType.PREPARED
         if prepared:
-            for m, s in zip(messages, stored):
-                self.pending_tx[s.queue_offset] = _Pending(
-                    s.queue_offset, s.physical_offset, s.size,
-                    decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
+            self.transactions.opened(messages, stored)
         return Accepted(queue_id, messages, stored, prepared)
 
     async def durable(self) -> None:
@@ -781,6 +528,13 @@ class Broker:
         when the flush failed). With async flushing: at once."""
         if self.config.flush == "sync" and self.flusher is not None:
             await self.flusher.wait_durable(self.store.commitlog.write_pos)
+
+    def _when_durable(self, resp: RemotingCommand) -> HandlerResult:
+        """``resp`` at once, or with ``flush=sync`` once everything stored so far is on disk
+        (answered FLUSH_DISK_TIMEOUT when the flush failed)."""
+        if self.config.flush == "sync" and self.flusher is not None:
+            return self._after_flush(resp, self.store.commitlog.write_pos)
+        return resp
 
     async def _after_flush(self, resp: RemotingCommand, pos: int) -> RemotingCommand:
         assert self.flusher is not None
@@ -791,7 +545,8 @@ class Broker:
             resp.remark = f"flush to disk failed: {exc}"
         return resp
 
-    def _pack_peer(self, peer: str) -> bytes:
+    def pack_peer(self, peer: str) -> bytes:
+        """A peer address (``host:port``) packed as records store hosts (cached)."""
         packed = self._peer_cache.get(peer)
         if packed is None:
             try:
@@ -961,9 +716,7 @@ class Broker:
         if outcome is not None:
             return req.response_to(outcome[0], remark=outcome[1])
         resp = req.response_to()
-        if self.config.flush == "sync" and self.flusher is not None:
-            return self._after_flush(resp, self.store.commitlog.write_pos)
-        return resp
+        return self._when_durable(resp)
 
     def search_offset_by_timestamp(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields
@@ -1004,20 +757,10 @@ class Broker:
 
     def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         pos = _int(req.ext_fields, "offset")
-        rec = self._read_record_at(pos)
+        rec = self.store.record_at(pos)
         if rec is None:
             return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"no message at commit log offset {pos}")
         return req.response_to(body=rec)
-
-    def _read_record_at(self, pos: int) -> bytes | None:
-        head = self.store.read_record(pos, 4)
-        if len(head) < 4:
-            return None
-        size = int.from_bytes(head, "big", signed=True)
-        if size <= 0 or size > self.config.max_message_size + 64 * 1024:
-            return None
-        data = self.store.read_record(pos, size)
-        return data if len(data) == size else None
 
     def reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET: set a group's offsets to the first message at/after a time."""
@@ -1131,52 +874,6 @@ class Broker:
 
     # -- transactions ---------------------------------------------------------------
 
-    def _load_transactions(self) -> None:
-        """Rebuild open transactions: half messages since the saved progress minus ended ones."""
-        half = self.store.find_queue(HALF_TOPIC, 0)
-        if half is None:
-            return
-        start = self.offsets.query(HALF_TOPIC, TX_GROUP, 0) or half.min_offset
-        start = max(start, half.min_offset)
-        if start >= half.max_offset:
-            return
-        ended: set[int] = set()
-        op = self.store.find_queue(OP_TOPIC, 0)
-        if op is not None:
-            # Every op that ends a half at/after `start` was stored after that half.
-            first_ts = half.entry(start)[3]
-            for rec in self._scan(OP_TOPIC, 0, op.offset_by_time(first_ts)):
-                try:
-                    ended.add(int(rec.body.decode()))
-                except ValueError:
-                    pass
-        for rec in self._scan(HALF_TOPIC, 0, start):
-            if rec.queue_offset not in ended:
-                self.pending_tx[rec.queue_offset] = _Pending(
-                    rec.queue_offset, rec.physical_offset, rec.total_size,
-                    rec.properties.get(PropertyKey.PGROUP, ""), rec.store_timestamp)
-        if self.pending_tx:
-            log.info("recovered %d open transactions", len(self.pending_tx))
-
-    def _scan(self, topic: str, queue_id: int, start: int) -> Iterator[MessageRecord]:
-        """Every record of an internal queue from ``start`` (recovery of open work)."""
-        o = start
-        while True:
-            res = self.store.get(topic, queue_id, o, 1024, 1 << 30)
-            if not res.records:
-                return
-            for block in res.records:
-                yield from iter_records(block)
-            o = res.next_offset
-
-    def _save_tx_progress(self) -> None:
-        half = self.store.find_queue(HALF_TOPIC, 0)
-        if half is None:
-            return
-        progress = min(self.pending_tx) if self.pending_tx else half.max_offset
-        if self.offsets.query(HALF_TOPIC, TX_GROUP, 0) != progress:
-            self.offsets.commit(HALF_TOPIC, TX_GROUP, 0, progress)
-
     def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         ext = req.ext_fields
         kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
@@ -1186,247 +883,12 @@ class Broker:
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")
         try:
-            self.finish_transaction(_int(ext, "commitLogOffset"), _int(ext, "tranStateTableOffset", -1),
+            self.transactions.finish(_int(ext, "commitLogOffset"), _int(ext, "tranStateTableOffset", -1),
                                     commit=kind == TransactionType.COMMIT)
         except SendRejected as exc:
             return req.response_to(exc.code, remark=exc.remark)
         resp = req.response_to()
-        if self.config.flush == "sync" and self.flusher is not None:
-            return self._after_flush(resp, self.store.commitlog.write_pos)
-        return resp
-
-    def finish_transaction(self, commit_log_offset: int, half_offset: int, *, commit: bool) -> None:
-        """End the transaction of the half message at ``commit_log_offset`` (its half queue
-        offset ``half_offset`` is a hint): commit makes a visible copy, both record an op marker.
-
-        As on Java brokers (EndTransactionProcessor), an END for a half message that was already
-        ended is applied again as long as the half is still in the commit log: a second commit
-        stores a second copy. Raises :class:`SendRejected` when there is no half message there."""
-        pos = commit_log_offset
-        pending = self.pending_tx.get(half_offset)
-        if pending is None or pending.commit_log_offset != pos:
-            pending = next((p for p in self.pending_tx.values() if p.commit_log_offset == pos), None)
-        raw = self._read_record_at(pos)
-        rec = decode_record(raw) if raw is not None else None
-        if rec is None or rec.topic != HALF_TOPIC or (pending is None and 0 <= half_offset != rec.queue_offset):
-            raise SendRejected(ResponseCode.SYSTEM_ERROR,
-                               f"Find prepared transaction message failed: no half message at commitLogOffset {pos}")
-        if pending is None:
-            log.info("END_TRANSACTION (%s) for the already ended half message at %d: applied again",
-                     "commit" if commit else "rollback", pos)
-        messages: list[NewMessage] = []
-        if commit:
-            messages.append(self._committed_copy(rec, pending.checks if pending else 0))
-        messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
-                                   born_timestamp=int(time.time() * 1000), born_host=self._store_host))
-        self.store.put(messages)
-        if pending is not None:
-            del self.pending_tx[pending.half_offset]  # progress is saved by housekeeping
-
-    def _committed_copy(self, rec: MessageRecord, checks: int = 0) -> NewMessage:
-        """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,
-        TRAN_MSG, PGROUP and __transactionId__, and TRANSACTION_CHECK_TIMES once checked back."""
-        props = dict(rec.properties)
-        topic = props.get(PropertyKey.REAL_TOPIC, rec.topic)
-        queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
-        if checks:
-            props[PropertyKey.CHECK_TIMES] = str(checks)
-        sys_flag = (rec.sys_flag & ~SysFlag.TRANSACTION_MASK) | TransactionType.COMMIT
-        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, sys_flag,
-                          rec.born_timestamp, self._pack_peer(rec.born_host), rec.reconsume_times,
-                          rec.physical_offset)
-
-    def _check_transactions(self) -> None:
-        if not self.pending_tx:
-            return
-        now = time.time()
-        cfg = self.config
-        for p in list(self.pending_tx.values()):
-            age_ms = now * 1000 - p.store_ts
-            if age_ms < cfg.transaction_timeout_ms:
-                continue
-            if p.checks and (now - p.last_check) * 1000 < cfg.transaction_check_interval_ms:
-                continue
-            if p.checks >= cfg.transaction_max_checks:
-                log.warning("transaction of group %s at half offset %d unresolved after %d checks; "
-                            "rolling it back", p.producer_group, p.half_offset, p.checks)
-                self.store.put([NewMessage(OP_TOPIC, 0, str(p.half_offset).encode(), "TAGS\x01d\x02",
-                                           born_timestamp=int(now * 1000), born_host=self._store_host)])
-                del self.pending_tx[p.half_offset]
-                continue
-            producers = self.clients.producers(p.producer_group)
-            if not producers:
-                continue  # nobody to ask yet; try again on the next round
-            raw = self._read_record_at(p.commit_log_offset)
-            if raw is None:
-                continue
-            rec = decode_record(raw)
-            copy = self._committed_copy(rec)
-            # The check carries the message as the producer sent it (real topic and queue).
-            from ..codec import encode_record
-
-            body = encode_record(
-                topic=copy.topic, queue_id=copy.queue_id, queue_offset=p.half_offset, body=rec.body,
-                properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
-                physical_offset=rec.physical_offset, born_timestamp=rec.born_timestamp,
-                born_host=rec.born_host, store_timestamp=rec.store_timestamp, store_host=rec.store_host,
-            )
-            uniq = rec.properties.get(PropertyKey.UNIQ_KEY, "")
-            fields = {
-                "tranStateTableOffset": str(p.half_offset),
-                "commitLogOffset": str(p.commit_log_offset),
-                "msgId": uniq,
-                "transactionId": rec.properties.get(PropertyKey.TRANSACTION_ID, uniq),
-                "offsetMsgId": offset_msg_id(self.addr, p.commit_log_offset),
-            }
-            p.checks += 1
-            p.last_check = now
-            producers[p.checks % len(producers)].push(RequestCode.CHECK_TRANSACTION_STATE, fields, body)
-
-    # -- delayed messages -----------------------------------------------------------
-    #
-    # A delayed message is stored in SCHEDULE_TOPIC queue 0 with REAL_TOPIC / REAL_QID
-    # (its destination) and TIMER_OUT_MS (its due time); only the schedule queue sees it,
-    # so the destination queue's pulls, min and max offsets do not. The scheduler keeps
-    # the waiting ones in a heap by (due time, schedule offset) and, once due, re-puts
-    # each into its destination queue together with a done marker in SCHEDULE_TOPIC
-    # queue 1 (body = the schedule offset) in the same store write, delivery first: a
-    # crash between the two can only deliver again, never lose. The progress (lowest
-    # schedule offset still waiting) is kept as the consumer offset of SCHEDULE_GROUP,
-    # so a restart rescans only the schedule queue beyond it, minus the done markers.
-
-    def _add_delayed(self, d: _Delayed) -> None:
-        self.pending_delay[d.schedule_offset] = d
-        heapq.heappush(self._delay_heap, (d.due_ms, d.schedule_offset))
-        heapq.heappush(self._delay_low, d.schedule_offset)
-        if self._delay_heap[0][1] == d.schedule_offset:
-            self._delay_wake.set()  # a new earliest due time: let the scheduler re-arm
-
-    def _load_schedule(self) -> None:
-        """Rebuild the waiting delayed messages: schedule entries since the saved progress
-        minus those with a done marker (the pattern of :meth:`_load_transactions`)."""
-        sched = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_QUEUE)
-        if sched is None:
-            return
-        start = self.offsets.query(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE) or sched.min_offset
-        start = max(start, sched.min_offset)
-        if start >= sched.max_offset:
-            return
-        done: set[int] = set()
-        done_q = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE)
-        if done_q is not None:
-            # A marker for an entry at/after `start` was stored after that entry.
-            for rec in self._scan(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, done_q.offset_by_time(sched.entry(start)[3])):
-                try:
-                    done.add(int(rec.body.decode()))
-                except ValueError:
-                    pass
-        for rec in self._scan(SCHEDULE_TOPIC, SCHEDULE_QUEUE, start):
-            if rec.queue_offset in done:
-                continue
-            if PropertyKey.REAL_TOPIC not in rec.properties:
-                log.warning("schedule queue entry %d has no REAL_TOPIC; ignoring it", rec.queue_offset)
-                continue
-            try:
-                due = int(rec.properties.get(TIMER_OUT_MS, "0"))
-            except ValueError:
-                due = 0  # unreadable due time: deliver it now rather than never
-            self._add_delayed(_Delayed(rec.queue_offset, due, rec.physical_offset, rec.total_size))
-        if self.pending_delay:
-            log.info("recovered %d delayed messages waiting for delivery", len(self.pending_delay))
-
-    def _save_schedule_progress(self) -> None:
-        sched = self.store.find_queue(SCHEDULE_TOPIC, SCHEDULE_QUEUE)
-        if sched is None:
-            return
-        low = self._delay_low
-        while low and low[0] not in self.pending_delay:
-            heapq.heappop(low)
-        progress = low[0] if low else sched.max_offset
-        if self.offsets.query(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE) != progress:
-            self.offsets.commit(SCHEDULE_TOPIC, SCHEDULE_GROUP, SCHEDULE_QUEUE, progress)
-
-    async def _run_scheduler(self) -> None:
-        """Deliver delayed messages when due; wakes at the earliest due time (at least every
-        ``_SCHEDULE_TICK_S``) and at once when a send brings an earlier one."""
-        while True:
-            timeout = _SCHEDULE_TICK_S
-            try:
-                self.deliver_due()
-            except Exception:
-                log.exception("delivering delayed messages failed")
-            else:
-                if self._delay_heap:
-                    wait = self._delay_heap[0][0] / 1000.0 - time.time()
-                    timeout = min(timeout, max(wait, 0.001))
-            self._delay_wake.clear()
-            try:
-                await asyncio.wait_for(self._delay_wake.wait(), timeout)
-            except TimeoutError:
-                pass
-
-    def deliver_due(self, now_ms: int | None = None) -> int:
-        """Re-put every delayed message due by ``now_ms`` into its destination queue, in
-        due-time order, with its done markers. Returns how many were delivered."""
-        heap = self._delay_heap
-        delivered = 0
-        while True:
-            now = int(time.time() * 1000) if now_ms is None else now_ms
-            taken: list[tuple[int, int]] = []
-            batch: list[NewMessage] = []
-            while heap and heap[0][0] <= now and len(taken) < _SCHEDULE_BATCH:
-                item = heapq.heappop(heap)
-                d = self.pending_delay.get(item[1])
-                if d is None or d.due_ms != item[0]:
-                    continue
-                taken.append(item)
-                copy = self._delivered_copy(d)
-                if copy is not None:
-                    batch.append(copy)
-                batch.append(NewMessage(SCHEDULE_TOPIC, SCHEDULE_DONE_QUEUE, str(d.schedule_offset).encode(),
-                                        "", born_timestamp=now, born_host=self._store_host))
-            if not taken:
-                break
-            try:
-                self.store.put(batch)
-            except Exception:
-                for item in taken:  # still waiting: try again on the next round
-                    heapq.heappush(heap, item)
-                raise
-            for _, off in taken:
-                del self.pending_delay[off]
-            delivered += len(batch) - len(taken)
-            self._save_schedule_progress()
-        return delivered
-
-    def _delivered_copy(self, d: _Delayed) -> NewMessage | None:
-        """The message as its destination queue gets it, or None when the entry is lost."""
-        raw = self._read_record_at(d.commit_log_offset)
-        rec = decode_record(raw) if raw is not None else None
-        if rec is None or rec.topic != SCHEDULE_TOPIC or rec.queue_offset != d.schedule_offset:
-            log.error("delayed message at schedule offset %d (commit log %d) is unreadable; "
-                      "dropping it", d.schedule_offset, d.commit_log_offset)
-            return None
-        props = dict(rec.properties)
-        topic = props.get(PropertyKey.REAL_TOPIC, "")
-        try:
-            queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
-        except ValueError:
-            queue_id = 0
-        # What a 5.x broker's delivered copy keeps (its timer wheel serves both kinds): a
-        # delay-level message its DELAY, REAL_TOPIC and REAL_QID; a timer message also
-        # TIMER_OUT_MS and when it entered and left the timer (TIMER_ENQUEUE_MS/DEQUEUE_MS).
-        if PropertyKey.DELAY in props:
-            props.pop(TIMER_OUT_MS, None)
-        else:
-            props[TIMER_ENQUEUE_MS] = str(rec.store_timestamp)
-            props[TIMER_DEQUEUE_MS] = str(int(time.time() * 1000))
-        if not topic:
-            log.error("delayed message at schedule offset %d has no REAL_TOPIC; dropping it",
-                      d.schedule_offset)
-            return None
-        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, rec.sys_flag,
-                          rec.born_timestamp, self._pack_peer(rec.born_host), rec.reconsume_times)
+        return self._when_durable(resp)
 
     # -- admin helpers (tests, CLI) -------------------------------------------------
 

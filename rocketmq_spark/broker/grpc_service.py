@@ -38,7 +38,8 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
-from .broker import Broker, SendRejected, message_type
+from .broker import Broker, message_type
+from .errors import SendRejected
 from .state import TopicConfig
 from .store import tag_filter
 
@@ -275,7 +276,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: pb.SendMessageRequest, context: Any) -> pb.SendMessageResponse:
         if not request.messages:
             return pb.SendMessageResponse(status=_status(pb.BAD_REQUEST, "no messages"))
-        born_host = self.broker._pack_peer(_peer_address(context))
+        born_host = self.broker.pack_peer(_peer_address(context))
         # Messages without a group share one queue (round-robin per request, so a batch
         # stays one store write); a group's messages go to its queue by hash, in order.
         round_robin = next(self._rr)
@@ -348,7 +349,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
             return pb.EndTransactionResponse(status=_status(pb.OK, "resolution unknown: will check back"))
         try:
-            self.broker.finish_transaction(ids[0], ids[1], commit=request.resolution == pb.COMMIT)
+            self.broker.transactions.finish(ids[0], ids[1], commit=request.resolution == pb.COMMIT)
             await self.broker.durable()
         except SendRejected as exc:
             return pb.EndTransactionResponse(status=_status(pb.INVALID_TRANSACTION_ID, exc.remark))
@@ -620,7 +621,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
             props = dict(rec.properties, RETRY_TOPIC=topic, ORIGIN_MESSAGE_ID=rec.msg_id)
             self.broker.put_messages(dlq, 0, [(rec.body, encode_properties(props), rec.flag)],
                                      sys_flag=rec.sys_flag, born_ts=rec.born_timestamp,
-                                     born_host=self.broker._pack_peer(rec.born_host))
+                                     born_host=self.broker.pack_peer(rec.born_host))
         self._ack(group, topic, state, entry)
         await self.broker.durable()
         return pb.ForwardMessageToDeadLetterQueueResponse(status=_status(pb.OK))

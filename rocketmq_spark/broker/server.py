@@ -24,7 +24,8 @@ from typing import Any
 
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand
-from .broker import Broker, BrokerConfig
+from .broker import Broker
+from .config import BrokerConfig
 from .connection import Connection
 from .namesrv import BrokerRegistration, NameServer
 from .outbound import request

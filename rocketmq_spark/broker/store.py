@@ -1,4 +1,5 @@
-"""Durable message store: commit log segments, consume queues, recovery, flushing.
+"""Durable message store: the commit log (:mod:`.commitlog`) and the consume queues
+(:mod:`.consumequeue`) together, recovery, reads and flushing.
 
 Layout under ``<data_dir>/store``::
 
@@ -31,7 +32,6 @@ import logging
 import os
 import struct
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -49,6 +49,7 @@ from ..codec import (
     body_span,
     decode_properties,
     decode_record,
+    iter_records,
     java_string_hash,
     properties_text,
     record_parts,
@@ -59,12 +60,12 @@ from ..codec import (
 )
 from ..codec.batch_kernels import BatchLayout, pack_records
 from ..files import atomic_write
+from .commitlog import BLANK, CommitLog, Segment
+from .consumequeue import CQ_DTYPE, CQ_ENTRY, ConsumeQueue
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CQ_ENTRY",
-    "ConsumeQueue",
     "GetResult",
     "MessageStore",
     "NewMessage",
@@ -72,12 +73,8 @@ __all__ = [
     "tag_filter",
 ]
 
-CQ_ENTRY = struct.Struct(">qiqq")
-_CQ_SIZE = CQ_ENTRY.size
-_CQ_DTYPE = np.dtype([("pos", ">i8"), ("size", ">i4"), ("tag", ">i8"), ("ts", ">i8")])
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_BLANK = struct.Struct(">ii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,277 +129,6 @@ class GetResult:
     max_offset: int
     records: list[bytes]
     count: int = 0
-
-
-class _Segment:
-    __slots__ = ("fd", "path", "size", "start")
-
-    def __init__(self, start: int, path: str, fd: int, size: int) -> None:
-        self.start = start
-        self.path = path
-        self.fd = fd
-        self.size = size
-
-
-class CommitLog:
-    """Append-only segments of records; positions are global byte offsets."""
-
-    def __init__(self, directory: str, segment_size: int) -> None:
-        self.dir = directory
-        self.segment_size = segment_size
-        os.makedirs(directory, exist_ok=True)
-        self.segments: list[_Segment] = []
-        self._starts: list[int] = []
-        for name in sorted(os.listdir(directory)):
-            if not name.isdigit():
-                continue
-            path = os.path.join(directory, name)
-            fd = os.open(path, os.O_RDWR)
-            self.segments.append(_Segment(int(name), path, fd, os.fstat(fd).st_size))
-        self._starts = [s.start for s in self.segments]
-        if not self.segments:
-            self._new_segment(0)
-        self.write_pos = self.segments[-1].start + self.segments[-1].size
-
-    def _new_segment(self, start: int) -> _Segment:
-        path = os.path.join(self.dir, f"{start:020d}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        seg = _Segment(start, path, fd, 0)
-        self.segments.append(seg)
-        self._starts.append(start)
-        return seg
-
-    @property
-    def min_pos(self) -> int:
-        return self.segments[0].start
-
-    def fits(self, used: int, size: int) -> bool:
-        """Whether ``size`` more bytes fit a segment holding ``used``: as in Java's commit log,
-        a segment always keeps room for the blank marker that ends it, so no record ends
-        exactly at a segment's end and records of two segments are never contiguous."""
-        return used + size + _BLANK.size <= self.segment_size
-
-    def reserve(self, size: int) -> int:
-        """Position where a record of ``size`` bytes will go, rolling the segment if needed."""
-        seg = self.segments[-1]
-        used = self.write_pos - seg.start
-        if not self.fits(used, size) and used > 0:
-            remaining = self.segment_size - used
-            if remaining >= _BLANK.size:
-                os.pwrite(seg.fd, _BLANK.pack(remaining, BLANK_MAGIC), used)
-                seg.size = used + _BLANK.size
-            seg = self._new_segment(seg.start + self.segment_size)
-            self.write_pos = seg.start
-        return self.write_pos
-
-    def write(self, pos: int, data: bytes) -> None:
-        seg = self.segments[-1]
-        off = pos - seg.start
-        os.pwrite(seg.fd, data, off)
-        seg.size = max(seg.size, off + len(data))
-        self.write_pos = pos + len(data)
-
-    def _segment_for(self, pos: int) -> _Segment | None:
-        i = bisect_right(self._starts, pos) - 1
-        if i < 0:
-            return None
-        return self.segments[i]
-
-    def read(self, pos: int, size: int) -> bytes:
-        """``size`` bytes from ``pos``, across segments if they run on (a store written before
-        segments kept room for their blank marker can hold records contiguous across two)."""
-        i = bisect_right(self._starts, pos) - 1
-        if i < 0:
-            return b""
-        seg = self.segments[i]
-        data = os.pread(seg.fd, size, pos - seg.start)
-        while len(data) < size and i + 1 < len(self.segments) and self._starts[i + 1] == pos + len(data):
-            i += 1
-            data += os.pread(self.segments[i].fd, size - len(data), 0)
-        return data
-
-    def truncate(self, pos: int) -> None:
-        """Drop everything at and after ``pos`` (recovery)."""
-        while len(self.segments) > 1 and self.segments[-1].start > pos:
-            seg = self.segments.pop()
-            self._starts.pop()
-            os.close(seg.fd)
-            os.unlink(seg.path)
-        seg = self.segments[-1]
-        keep = max(0, pos - seg.start)
-        os.ftruncate(seg.fd, keep)
-        seg.size = keep
-        self.write_pos = seg.start + keep
-
-    def delete_segments_before(self, pos: int) -> int:
-        """Delete whole segments that end at or before ``pos``; keeps the active one."""
-        deleted = 0
-        while len(self.segments) > 1 and self.segments[1].start <= pos:
-            seg = self.segments.pop(0)
-            self._starts.pop(0)
-            os.close(seg.fd)
-            os.unlink(seg.path)
-            deleted += 1
-        return deleted
-
-    def fds(self) -> list[int]:
-        return [s.fd for s in self.segments[-2:]]
-
-    def close(self) -> None:
-        for s in self.segments:
-            os.close(s.fd)
-        self.segments.clear()
-
-
-class ConsumeQueue:
-    """Fixed-size entries of one (topic, queueId); entry n is queue offset n."""
-
-    def __init__(self, directory: str, topic: str, queue_id: int, seg_entries: int) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.dir = directory
-        self.seg_entries = seg_entries
-        os.makedirs(directory, exist_ok=True)
-        self.segments: list[_Segment] = []
-        for name in sorted(os.listdir(directory)):
-            if not name.isdigit():
-                continue
-            path = os.path.join(directory, name)
-            fd = os.open(path, os.O_RDWR)
-            size = os.fstat(fd).st_size
-            if size % _CQ_SIZE:
-                size -= size % _CQ_SIZE
-                os.ftruncate(fd, size)
-            self.segments.append(_Segment(int(name), path, fd, size))
-        self._starts = [s.start for s in self.segments]
-        self.min_offset = self.segments[0].start if self.segments else 0
-        if self.segments:
-            last = self.segments[-1]
-            self.max_offset = last.start + last.size // _CQ_SIZE
-        else:
-            self.max_offset = 0
-        self.dirty = False
-
-    def _segment_for(self, offset: int) -> _Segment | None:
-        i = bisect_right(self._starts, offset) - 1
-        if i < 0:
-            return None
-        return self.segments[i]
-
-    def append(self, offset: int, pos: int, size: int, taghash: int, store_ts: int) -> None:
-        self.append_many([(offset, pos, size, taghash)], store_ts)
-
-    def append_many(self, entries: list[tuple[int, int, int, int]], store_ts: int) -> None:
-        """Append consecutive ``(offset, pos, size, taghash)`` entries, one write per segment."""
-        if entries:
-            self.append_block(entries[0][0], b"".join(CQ_ENTRY.pack(pos, size, th, store_ts)
-                                                      for _, pos, size, th in entries))
-
-    def append_block(self, first: int, data: bytes | memoryview) -> None:
-        """Append raw consecutive entries (``len(data) // 28`` of them) from offset ``first``,
-        one write per segment."""
-        if first != self.max_offset:
-            raise ValueError(f"consume queue {self.topic}:{self.queue_id} expected offset "
-                             f"{self.max_offset}, got {first}")
-        view = memoryview(data)
-        count = len(view) // _CQ_SIZE
-        done = 0
-        while done < count:
-            at = first + done
-            if not self.segments or at >= self.segments[-1].start + self.seg_entries:
-                path = os.path.join(self.dir, f"{at:020d}")
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                self.segments.append(_Segment(at, path, fd, 0))
-                self._starts.append(at)
-            seg = self.segments[-1]
-            part = min(count - done, seg.start + self.seg_entries - at)
-            off = (at - seg.start) * _CQ_SIZE
-            os.pwrite(seg.fd, view[done * _CQ_SIZE : (done + part) * _CQ_SIZE], off)
-            seg.size = off + part * _CQ_SIZE
-            self.max_offset = at + part
-            done += part
-        self.dirty = True
-
-    def read(self, offset: int, count: int) -> bytes:
-        """Up to ``count`` raw entries from ``offset`` (stops at a segment boundary)."""
-        seg = self._segment_for(offset)
-        if seg is None or offset >= self.max_offset:
-            return b""
-        first = offset - seg.start
-        n = min(count, seg.size // _CQ_SIZE - first)
-        if n <= 0:
-            return b""
-        return os.pread(seg.fd, n * _CQ_SIZE, first * _CQ_SIZE)
-
-    def entry(self, offset: int) -> tuple[int, int, int, int]:
-        raw = self.read(offset, 1)
-        if len(raw) < _CQ_SIZE:
-            raise IndexError(offset)
-        return CQ_ENTRY.unpack(raw)
-
-    def last_store_ts(self) -> int:
-        return self.entry(self.max_offset - 1)[3] if self.max_offset > self.min_offset else 0
-
-    def offset_by_time(self, ts: int) -> int:
-        """First offset whose store timestamp >= ``ts``; ``max_offset`` when none."""
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.entry(mid)[3] < ts:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def first_offset_at_or_after_pos(self, pos: int) -> int:
-        """First offset whose commit-log position >= ``pos`` (positions grow with offsets)."""
-        lo, hi = self.min_offset, self.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.entry(mid)[0] < pos:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def truncate(self, offset: int) -> None:
-        """Drop entries at and after ``offset``."""
-        offset = max(offset, self.min_offset)
-        while self.segments and self.segments[-1].start >= offset and len(self.segments) > 1:
-            seg = self.segments.pop()
-            self._starts.pop()
-            os.close(seg.fd)
-            os.unlink(seg.path)
-        if self.segments:
-            seg = self.segments[-1]
-            keep = max(0, (offset - seg.start) * _CQ_SIZE)
-            if keep < seg.size:
-                os.ftruncate(seg.fd, keep)
-                seg.size = keep
-            self.max_offset = seg.start + seg.size // _CQ_SIZE
-        else:
-            self.max_offset = offset
-        self.min_offset = min(self.min_offset, self.max_offset)
-
-    def advance_min(self, offset: int) -> None:
-        """Forget entries before ``offset`` (retention); deletes whole segments."""
-        offset = min(offset, self.max_offset)
-        if offset <= self.min_offset:
-            return
-        self.min_offset = offset
-        while len(self.segments) > 1 and self.segments[1].start <= offset:
-            seg = self.segments.pop(0)
-            self._starts.pop(0)
-            os.close(seg.fd)
-            os.unlink(seg.path)
-
-    def fds(self) -> list[int]:
-        return [s.fd for s in self.segments[-2:]]
-
-    def close(self) -> None:
-        for s in self.segments:
-            os.close(s.fd)
-        self.segments.clear()
 
 
 class MessageStore:
@@ -485,13 +211,13 @@ class MessageStore:
             self.root, cl.min_pos, cl.write_pos, len(self.queues), redone, time.monotonic() - t0,
         )
 
-    def _scan_valid_end(self, seg: _Segment) -> int:
+    def _scan_valid_end(self, seg: Segment) -> int:
         """End position of the last intact record of ``seg`` (checks size, magic, body CRC)."""
         size = seg.size
         data = os.pread(seg.fd, size, 0) if size else b""
         p = 0
         while p + 8 <= len(data):
-            total, magic = _BLANK.unpack_from(data, p)
+            total, magic = BLANK.unpack_from(data, p)
             if magic == BLANK_MAGIC:
                 return seg.start + p  # a blank tail marks a full segment: nothing valid after
             if magic not in (MAGIC_V1, MAGIC_V2) or total < HEAD.size or p + total > len(data):
@@ -519,7 +245,7 @@ class MessageStore:
             data = os.pread(seg.fd, seg.size, 0)
             p = max(0, start - seg.start)
             while p + 8 <= len(data):
-                total, magic = _BLANK.unpack_from(data, p)
+                total, magic = BLANK.unpack_from(data, p)
                 if magic == BLANK_MAGIC or total <= 0 or p + total > len(data):
                     break
                 yield seg.start + p, decode_record(data, p)
@@ -674,7 +400,7 @@ class MessageStore:
         self._last_ts = now
         first = cq.max_offset
         cl.write(cl.write_pos, data)
-        entries = np.empty(len(pos), _CQ_DTYPE)
+        entries = np.empty(len(pos), CQ_DTYPE)
         entries["pos"] = pos
         entries["size"] = sizes
         entries["tag"] = tags
@@ -688,6 +414,53 @@ class MessageStore:
 
     def read_record(self, pos: int, size: int) -> bytes:
         return self.commitlog.read(pos, size)
+
+    def record_at(self, pos: int) -> bytes | None:
+        """The whole record at commit-log position ``pos``, None when there is none there (a
+        size that does not fit a record of at most the maximum message size is not one)."""
+        head = self.read_record(pos, 4)
+        if len(head) < 4:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if size <= 0 or size > self.config.max_message_size + 64 * 1024:
+            return None
+        data = self.read_record(pos, size)
+        return data if len(data) == size else None
+
+    def scan(self, topic: str, queue_id: int, start: int) -> Iterator[MessageRecord]:
+        """Every record of a queue from offset ``start`` (recovery of internal queues)."""
+        o = start
+        while True:
+            res = self.get(topic, queue_id, o, 1024, 1 << 30)
+            if not res.records:
+                return
+            for block in res.records:
+                yield from iter_records(block)
+            o = res.next_offset
+
+    def unfinished(self, work: tuple[str, int], done: tuple[str, int], start: int | None) -> Iterator[MessageRecord]:
+        """The open work a restart recovers (half messages not ended, delayed messages not
+        delivered): records of the internal queue ``work`` from its saved progress ``start``
+        (None: from its min offset) whose offset no record of the queue ``done`` names (a
+        marker's body is the offset, as text)."""
+        queue = self.find_queue(*work)
+        if queue is None:
+            return
+        first = max(start or queue.min_offset, queue.min_offset)
+        if first >= queue.max_offset:
+            return
+        ended: set[int] = set()
+        markers = self.find_queue(*done)
+        if markers is not None:
+            # a marker of an entry at/after ``first`` was stored after that entry
+            for rec in self.scan(*done, markers.offset_by_time(queue.entry(first)[3])):
+                try:
+                    ended.add(int(rec.body.decode()))
+                except ValueError:
+                    pass
+        for rec in self.scan(*work, first):
+            if rec.queue_offset not in ended:
+                yield rec
 
     def get(
         self,

@@ -15,7 +15,7 @@ import pytest
 
 from broker_support import start_broker_process  # tests/ is on sys.path through conftest
 from rocketmq_spark.broker import EmbeddedBroker
-from rocketmq_spark.broker.broker import SCHEDULE_TOPIC
+from rocketmq_spark.broker.delayed import SCHEDULE_TOPIC
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, MessageRecord, decode_records, encode_properties
 from rocketmq_spark.errors import MessageIllegalError

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from rocketmq_spark import EmbeddedBroker
-from rocketmq_spark.broker.broker import BrokerConfig
+from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.client import ClientConfig, Credentials, RemotingClient, connect
 from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import NoPermissionError, OptionError

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.broker.broker import Broker, BrokerConfig
+from rocketmq_spark.broker.broker import Broker
+from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.codec import BatchEntry, SysFlag, decode_records, encode_batch
 from rocketmq_spark.codec.batch_kernels import offset_msg_ids, parse_batch
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode

@@ -211,7 +211,7 @@ def test_a_cancelled_flush_round_finishes_before_the_next_one_starts(tmp_path) -
     import asyncio
     import threading
 
-    from rocketmq_spark.broker.broker import Flusher
+    from rocketmq_spark.broker.flusher import Flusher
     from rocketmq_spark.broker.state import ConsumerOffsets
 
     running = 0

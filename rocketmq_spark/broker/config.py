@@ -1,0 +1,54 @@
+"""The settings of one embedded broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .store import StoreConfig
+
+__all__ = ["BrokerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Settings of one embedded broker. Times in milliseconds, sizes in bytes."""
+
+    data_dir: str
+    host: str = "127.0.0.1"
+    broker_name: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    flush: str = "async"  # async | sync
+    flush_interval_ms: int = 500
+    auto_create_topics: bool = True
+    #: Java's autoCreateSubscriptionGroup: a consumer group comes into being on its first pull
+    #: or consumer heartbeat; off, only UPDATE_AND_CREATE_SUBSCRIPTIONGROUP creates one
+    auto_create_groups: bool = True
+    #: Java's enableMixedMessageType: topics of message.type MIXED may be created (off by default)
+    mixed_message_type: bool = False
+    #: Java 5.x's useServerSideResetOffset (on by default): a reset by time writes the group's offsets,
+    #: ignores its commits of those queues until its next pull of each, which is answered
+    #: PULL_OFFSET_MOVED to the reset offset; nothing is pushed. Off: the 4.x way, the offsets are
+    #: written and pushed to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET)
+    server_side_reset: bool = True
+    default_queue_nums: int = 4
+    max_message_size: int = 4 * 1024 * 1024
+    #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one
+    #: serves larger pulls by default so local pipelines are not round-trip bound.
+    max_pull_messages: int = 1024
+    max_pull_bytes: int = 4 * 1024 * 1024
+    max_suspend_ms: int = 30_000
+    segment_size: int = 64 * 1024 * 1024
+    retention_hours: float = 72.0
+    #: How often the broker registers with its name servers again (its heartbeat there).
+    register_interval_ms: int = 30_000
+    transaction_timeout_ms: int = 6_000
+    transaction_check_interval_ms: int = 30_000
+    transaction_max_checks: int = 15
+    #: Longest delay a 5.x timer property may ask for (Java's timerMaxDelaySec: 3 days).
+    max_delay_ms: int = 3 * 24 * 3600_000
+    #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by
+    #: one of these keys or is answered NO_PERMISSION (16). Left out of the repr (secrets).
+    acl: dict[str, str] | None = field(default=None, repr=False)
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)

@@ -1,0 +1,178 @@
+"""Transactional messages: a prepared send is stored in the half topic and stays open (invisible
+to consumers) until END_TRANSACTION commits it (a visible copy in its real queue) or rolls it
+back; either way an op marker records the end. Producers of transactions open past the timeout
+are asked (CHECK_TRANSACTION_STATE); a restart recovers the open ones from the store."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..codec import (
+    MessageRecord,
+    PropertyKey,
+    SysFlag,
+    TransactionType,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    encode_record,
+    offset_msg_id,
+)
+from ..remoting.codes import RequestCode, ResponseCode
+from .config import BrokerConfig
+from .errors import SendRejected
+from .state import ClientRegistry, ConsumerOffsets
+from .store import MessageStore, NewMessage, Stored
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HALF_TOPIC", "OP_TOPIC", "TX_GROUP", "Pending", "Transactions"]
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TX_GROUP = "CID_RMQ_SYS_TRANS"
+
+
+@dataclass(slots=True)
+class Pending:
+    """An open transaction: a half message not yet committed or rolled back."""
+
+    half_offset: int
+    commit_log_offset: int
+    size: int
+    producer_group: str
+    store_ts: int
+    checks: int = 0
+    last_check: float = 0.0
+
+
+
+class Transactions:
+    """The broker's open transactions (by half-queue offset) and what ends or checks them."""
+
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsets, clients: ClientRegistry, config: BrokerConfig,
+                 *, addr: str, pack_peer: Callable[[str], bytes]) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.clients = clients
+        self.config = config
+        self.addr = addr
+        self.pack_peer = pack_peer
+        self.pending: dict[int, Pending] = {}
+
+    def opened(self, messages: list[NewMessage], stored: list[Stored]) -> None:
+        """Half messages just stored: open until ended."""
+        for m, s in zip(messages, stored):
+            self.pending[s.queue_offset] = Pending(
+                s.queue_offset, s.physical_offset, s.size,
+                decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
+
+    def load(self) -> None:
+        """Rebuild open transactions: half messages since the saved progress minus ended ones."""
+        start = self.offsets.query(HALF_TOPIC, TX_GROUP, 0)
+        for rec in self.store.unfinished((HALF_TOPIC, 0), (OP_TOPIC, 0), start):
+            self.pending[rec.queue_offset] = Pending(
+                rec.queue_offset, rec.physical_offset, rec.total_size,
+                rec.properties.get(PropertyKey.PGROUP, ""), rec.store_timestamp)
+        if self.pending:
+            log.info("recovered %d open transactions", len(self.pending))
+
+    def save_progress(self) -> None:
+        half = self.store.find_queue(HALF_TOPIC, 0)
+        if half is None:
+            return
+        progress = min(self.pending) if self.pending else half.max_offset
+        if self.offsets.query(HALF_TOPIC, TX_GROUP, 0) != progress:
+            self.offsets.commit(HALF_TOPIC, TX_GROUP, 0, progress)
+
+    def finish(self, commit_log_offset: int, half_offset: int, *, commit: bool) -> None:
+        """End the transaction of the half message at ``commit_log_offset`` (its half queue
+        offset ``half_offset`` is a hint): commit makes a visible copy, both record an op marker.
+
+        As on Java brokers (EndTransactionProcessor), an END for a half message that was already
+        ended is applied again as long as the half is still in the commit log: a second commit
+        stores a second copy. Raises :class:`SendRejected` when there is no half message there."""
+        pos = commit_log_offset
+        pending = self.pending.get(half_offset)
+        if pending is None or pending.commit_log_offset != pos:
+            pending = next((p for p in self.pending.values() if p.commit_log_offset == pos), None)
+        raw = self.store.record_at(pos)
+        rec = decode_record(raw) if raw is not None else None
+        if rec is None or rec.topic != HALF_TOPIC or (pending is None and 0 <= half_offset != rec.queue_offset):
+            raise SendRejected(ResponseCode.SYSTEM_ERROR,
+                               f"Find prepared transaction message failed: no half message at commitLogOffset {pos}")
+        if pending is None:
+            log.info("END_TRANSACTION (%s) for the already ended half message at %d: applied again",
+                     "commit" if commit else "rollback", pos)
+        messages: list[NewMessage] = []
+        if commit:
+            messages.append(self.committed_copy(rec, pending.checks if pending else 0))
+        messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
+                                   born_timestamp=int(time.time() * 1000), born_host=self.store.store_host))
+        self.store.put(messages)
+        if pending is not None:
+            del self.pending[pending.half_offset]  # progress is saved by housekeeping
+
+    def committed_copy(self, rec: MessageRecord, checks: int = 0) -> NewMessage:
+        """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,
+        TRAN_MSG, PGROUP and __transactionId__, and TRANSACTION_CHECK_TIMES once checked back."""
+        props = dict(rec.properties)
+        topic = props.get(PropertyKey.REAL_TOPIC, rec.topic)
+        queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
+        if checks:
+            props[PropertyKey.CHECK_TIMES] = str(checks)
+        sys_flag = (rec.sys_flag & ~SysFlag.TRANSACTION_MASK) | TransactionType.COMMIT
+        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, sys_flag,
+                          rec.born_timestamp, self.pack_peer(rec.born_host), rec.reconsume_times,
+                          rec.physical_offset)
+
+    def check(self) -> None:
+        """Ask the producers of transactions open longer than the timeout (CHECK_TRANSACTION_STATE,
+        at most every check interval); roll back one unresolved after the maximum of checks."""
+        if not self.pending:
+            return
+        now = time.time()
+        cfg = self.config
+        for p in list(self.pending.values()):
+            age_ms = now * 1000 - p.store_ts
+            if age_ms < cfg.transaction_timeout_ms:
+                continue
+            if p.checks and (now - p.last_check) * 1000 < cfg.transaction_check_interval_ms:
+                continue
+            if p.checks >= cfg.transaction_max_checks:
+                log.warning("transaction of group %s at half offset %d unresolved after %d checks; "
+                            "rolling it back", p.producer_group, p.half_offset, p.checks)
+                self.store.put([NewMessage(OP_TOPIC, 0, str(p.half_offset).encode(), "TAGS\x01d\x02",
+                                           born_timestamp=int(now * 1000), born_host=self.store.store_host)])
+                del self.pending[p.half_offset]
+                continue
+            producers = self.clients.producers(p.producer_group)
+            if not producers:
+                continue  # nobody to ask yet; try again on the next round
+            raw = self.store.record_at(p.commit_log_offset)
+            if raw is None:
+                continue
+            rec = decode_record(raw)
+            copy = self.committed_copy(rec)
+            # The check carries the message as the producer sent it (real topic and queue).
+            body = encode_record(
+                topic=copy.topic, queue_id=copy.queue_id, queue_offset=p.half_offset, body=rec.body,
+                properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
+                physical_offset=rec.physical_offset, born_timestamp=rec.born_timestamp,
+                born_host=rec.born_host, store_timestamp=rec.store_timestamp, store_host=rec.store_host,
+            )
+            uniq = rec.properties.get(PropertyKey.UNIQ_KEY, "")
+            fields = {
+                "tranStateTableOffset": str(p.half_offset),
+                "commitLogOffset": str(p.commit_log_offset),
+                "msgId": uniq,
+                "transactionId": rec.properties.get(PropertyKey.TRANSACTION_ID, uniq),
+                "offsetMsgId": offset_msg_id(self.addr, p.commit_log_offset),
+            }
+            p.checks += 1
+            p.last_check = now
+            producers[p.checks % len(producers)].push(RequestCode.CHECK_TRANSACTION_STATE, fields, body)
+
