@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,7 +156,9 @@ def test_mqadmin_and_our_progress_show_the_offsets_the_query_committed(spark, br
 @pytest.mark.brokers("real")
 def test_our_reset_offset_plan_and_mqadmin_reset_offset_by_time_agree(broker, client) -> None:
     topic, group = broker.create_topic("PAR_RESET", queues=2), "g_par_reset"
-    _send(client, topic, [(i % 2, b"a%d" % i, "") for i in range(10)])
+    for i in range(10):  # each in a millisecond of its own: a search by time finds the first of a millisecond
+        _send(client, topic, [(i % 2, b"a%d" % i, "")])
+        time.sleep(0.003)
     qs = client.message_queues(topic)
     middle = client.store_time_at(qs[0], 3)  # the 4th message of queue 0: offsets 3 (q0) and 3 or 4 (q1)
     assert middle is not None
