@@ -26,7 +26,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..client import BrokerClient, Credentials, connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
-from ..offsets import Offsets, OffsetsFormatError
+from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import group_name, topic_name
 from .offset_store import BrokerOffsetStore
 
@@ -61,7 +61,7 @@ def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
     """A source's end offsets from Spark's progress, or {} when they are not in the rocketmq
     offsets form (the progress of every source of the query comes here)."""
     try:
-        return dict(Offsets.from_json(raw))
+        return dict(split_batch_end(raw)[0])  # a batch that followed a reset: its ends are committed
     except OffsetsFormatError as exc:
         log.debug("end offsets not in the rocketmq form, not committed (%s): %.200s", exc, raw)
         return {}

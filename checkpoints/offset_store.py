@@ -69,6 +69,12 @@ class BrokerOffsetStore:
             self._pending.pop(mq, None)
         return failed
 
+    def forget(self, mq: MessageQueue) -> None:
+        """The broker's offset of ``mq`` changed behind this store (a reset): the next commit
+        writes whatever it is given, even a value written before."""
+        self._written.pop(mq, None)
+        self._pending.pop(mq, None)
+
     @property
     def pending(self) -> dict[MessageQueue, int]:
         return dict(self._pending)

@@ -82,6 +82,15 @@ class InFlightTracker:
             self._committed[queue] = candidate
             return candidate
 
+    def reset(self, queue: Hashable, offset: int) -> None:
+        """The group's offset of ``queue`` was reset to ``offset`` and the query follows: what was
+        planned or done before no longer counts; the commit starts again from ``offset`` (it
+        may move backwards this once)."""
+        with self._lock:
+            self._inflight.pop(queue, None)
+            self._done_high.pop(queue, None)
+            self._committed[queue] = offset
+
     def queues(self) -> Iterable[Hashable]:
         with self._lock:
             return list(set(self._inflight) | set(self._done_high))

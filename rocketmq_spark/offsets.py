@@ -15,11 +15,15 @@ from typing import Any
 
 from .model import MessageQueue
 
-__all__ = ["EARLIEST", "LATEST", "Offsets", "OffsetsFormatError"]
+__all__ = ["EARLIEST", "LATEST", "RESET_KEY", "Offsets", "OffsetsFormatError", "batch_end_json", "split_batch_end"]
 
 #: option-only offsets: a queue's earliest (min) and latest (max) offset
 EARLIEST, LATEST = -2, -1
 _SHAPE = 'JSON like {"topic":{"broker-a:0":42}}'
+#: In a stream's batch end offsets (Spark's offset log), the queues whose batch starts somewhere
+#: else than the previous batch's end (an offset reset the query followed), in the offsets form:
+#: ``{"topic":{"broker-a:0":42}, "@reset":{"topic":{"broker-a:0":7}}}``. "@" is in no topic name.
+RESET_KEY = "@reset"
 
 
 class OffsetsFormatError(ValueError):
@@ -101,3 +105,26 @@ class Offsets(Mapping[MessageQueue, int]):
                     raise OffsetsFormatError(f"offset {off!r} of queue {key!r}: {accepted}", str(key))
                 out[mq] = off
         return cls(out)
+
+
+def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int]) -> dict[str, Any]:
+    """A stream batch's end offsets with the starts of the queues it reads from a reset offset."""
+    out: dict[str, Any] = Offsets(ends).to_json()
+    if resets:
+        out[RESET_KEY] = Offsets(resets).to_json()
+    return out
+
+
+def split_batch_end(value: str | Mapping[str, Any]) -> tuple[Offsets, Offsets]:
+    """(ends, reset starts) of a stream batch's offsets (:func:`batch_end_json`); any offsets
+    object without resets reads as its offsets and no resets."""
+    obj: Any = value
+    if isinstance(value, str):
+        try:
+            obj = json.loads(value)
+        except ValueError:
+            raise OffsetsFormatError(f"not JSON; expected {_SHAPE}") from None
+    if isinstance(obj, Mapping) and RESET_KEY in obj:
+        rest = {k: v for k, v in obj.items() if k != RESET_KEY}
+        return Offsets.from_json(rest), Offsets.from_json(obj[RESET_KEY])
+    return Offsets.from_json(obj), Offsets()

@@ -31,8 +31,11 @@ _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
-    *CREDENTIAL_OPTIONS,
+    "onOffsetReset", *CREDENTIAL_OPTIONS,
 )
+#: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
+#: its next batch, stops it, or is overwritten by its next commit
+ON_OFFSET_RESET = ("follow", "fail", "ignore")
 #: Spark passes these for file-like sources; harmless here.
 _HIDDEN = ("path",)
 
@@ -91,6 +94,8 @@ class ReaderOptions:
     broker_down_timeout_ms: int
     #: ACL access key / secret key (options accessKey, secretKey, securityToken); the repr masks the secret.
     credentials: Credentials | None = None
+    #: what a running query does when its group's offsets are reset: follow | fail | ignore
+    on_offset_reset: str = "follow"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
@@ -141,6 +146,9 @@ class ReaderOptions:
         else:
             ending_json = _offsets_json("endingOffsets", ending_raw, topics, "latest")
             ending = "json"
+        on_reset = opts.get("onOffsetReset", "follow").strip().lower()
+        if on_reset not in ON_OFFSET_RESET:
+            raise OptionError("onOffsetReset", opts["onOffsetReset"], f"accepted: {', '.join(ON_OFFSET_RESET)}")
         ts = opts.get("startingTimestamp")
         max_per = opts.get("maxMessagesPerTrigger")
         min_parts = opts.get("minPartitions")
@@ -164,4 +172,5 @@ class ReaderOptions:
             allow_shared_group=parse_bool("allowSharedGroup", opts.get("allowSharedGroup", "false")),
             broker_down_timeout_ms=positive_int("brokerDownTimeoutMs", opts.get("brokerDownTimeoutMs", "30000")),
             credentials=credentials(opts),
+            on_offset_reset=on_reset,
         )

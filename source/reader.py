@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, connect
+from ..client.membership import GroupMember, QueueStatus
 from ..codec import subscribed_tags
 from ..codec.arrow import only_subscribed, tag_set
 from ..errors import (
@@ -39,10 +40,11 @@ from ..errors import (
     OffsetResetError,
     OptionError,
     ProtocolError,
+    RocketMQSparkError,
     TopicNotFoundError,
 )
 from ..model import MessageQueue, PullResult
-from ..offsets import EARLIEST, LATEST, Offsets
+from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
 from .options import ReaderOptions
 
 if TYPE_CHECKING:
@@ -67,11 +69,6 @@ _WARN_EVERY_S = 10.0
 def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
     """Offsets as Spark keeps them in its checkpoint (the canonical form, see :mod:`..offsets`)."""
     return Offsets(offsets).to_json()
-
-
-def _from_json(obj: Mapping[str, Any]) -> QueueOffsets:
-    """Offsets from Spark's checkpoint, as a dict the planner updates."""
-    return dict(Offsets.from_json(obj))
 
 
 @dataclass(frozen=True)
@@ -111,12 +108,27 @@ class Planner:
         self._group_checked = False
         #: topics seen with a route (one gone later means its brokers are down, see queues())
         self._routed: set[str] = set()
+        #: a streaming query's membership of its group (see join_group), and what it knows of
+        #: each queue: the offset the broker holds for the group as this query last wrote or
+        #: read it (a different one later is a reset), what it planned and processed
+        self._member: GroupMember | None = None
+        self._joined = False
+        self._status: dict[MessageQueue, QueueStatus] = {}
+        #: resets seen and not yet applied: queue -> (new offset, where it came from)
+        self._resets: dict[MessageQueue, tuple[int, str]] = {}
+        #: True once the broker's offsets were compared with this run's first offsets
+        self._synced = False
+        #: queues whose reset the next batch follows: Spark's commit of the batch before it
+        #: (it comes after the next batch is planned) no longer counts for them
+        self._stale: set[MessageQueue] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
         state = dict(self.__dict__)
         state["_client"] = None
         state["_store"] = None
+        state["_member"] = None
+        state["_joined"] = False
         return state
 
     @property
@@ -241,6 +253,7 @@ class Planner:
         offsets with consumeFromWhere). A queue's start cannot be guessed, so a broker that
         is down is waited for (polling, up to brokerDownTimeoutMs), then the query fails."""
         queues = self.queues()
+        self._synced = True  # a new query: the group's offsets are its own from here on
         while True:
             out = self._ask_brokers(queues, self._starts_of)
             missing = [mq for mq in queues if mq not in out]
@@ -324,8 +337,11 @@ class Planner:
             self._sleep(_POLL_S)
         if isinstance(limit, ReadMaxRows):
             end = self._admit(begin, end, limit.max_rows)
+        now = int(time.time() * 1000)
         for mq in end:
             self.tracker.register(mq, begin[mq], end[mq])
+            st = self._status_of(mq)
+            st.planned, st.last_planned_ms = end[mq], now
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
@@ -424,11 +440,151 @@ class Planner:
             return
         committable: QueueOffsets = {}
         for mq, off in end.items():
+            if mq in self._stale:  # the end of a batch planned before the queue's reset
+                self._stale.discard(mq)
+                continue
             self.tracker.complete_through(mq, off)
+            self._status_of(mq).processed = off
             c = self.tracker.committable(mq)
             if c is not None:
                 committable[mq] = c
-        self.store.commit(committable)
+        # the broker's offsets first: one that moved since this query wrote it is a reset, which
+        # a commit would overwrite (it is applied by the next batch, see follow_resets)
+        self.find_resets(committable)
+        todo = {mq: off for mq, off in committable.items() if mq not in self._resets}
+        failed = self.store.commit(todo)
+        now = int(time.time() * 1000)
+        for mq, off in todo.items():
+            if mq not in failed:
+                st = self._status_of(mq)
+                st.committed, st.last_committed_ms = off, now
+
+    # -- the group: membership and offset resets ---------------------------------------
+
+    def _status_of(self, mq: MessageQueue) -> QueueStatus:
+        st = self._status.get(mq)
+        if st is None:
+            st = self._status[mq] = QueueStatus()
+        return st
+
+    def running_info(self) -> dict[MessageQueue, QueueStatus]:
+        """What the query has planned, processed and committed per queue (for the brokers'
+        GET_CONSUMER_RUNNING_INFO: mqadmin consumerStatus, rocketmq-spark progress)."""
+        return {mq: QueueStatus(st.planned, st.processed, st.committed, st.last_planned_ms, st.last_committed_ms)
+                for mq, st in list(self._status.items())}
+
+    def join_group(self) -> None:
+        """Once per streaming query with a consumerGroup: become an online consumer of it on
+        its brokers (after the shared-group check, which would otherwise see this query)."""
+        if self._joined or not self.options.consumer_group:
+            return
+        self._joined = True
+        subs = {t: self.options.sub_expression for t in self.options.topics}
+        try:
+            self._member = self.client.join_group(self.options.consumer_group, subs, self.running_info)
+        except RocketMQSparkError as exc:  # presence is for the tools: reading goes on without it
+            log.warning("consumer group %s: not registered as an online consumer: %s", self.options.consumer_group,
+                        exc)
+
+    def leave_group(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+
+    def find_resets(self, expected: QueueOffsets) -> None:
+        """Note the resets of the group's offsets since the last look: those brokers pushed
+        (RESET_CONSUMER_CLIENT_OFFSET), and queues whose offset on the broker is not the one
+        this query last wrote or read there (a 5.x broker's server-side reset, an operator's
+        direct write). ``expected`` are the offsets the query stands at (a batch's end)."""
+        group = self.options.consumer_group
+        if not group:
+            return
+        if self._member is not None:
+            for notice in self._member.take_resets():
+                for mq, off in notice.offsets.items():
+                    when = "now" if notice.timestamp_ms < 0 else f"timestamp {notice.timestamp_ms}"
+                    self._resets[mq] = (off, f"RESET_CONSUMER_CLIENT_OFFSET from {notice.broker_addr} ({when})")
+        if not self.options.commit_offsets:
+            return  # the group's offsets are not this query's to compare
+        mqs = sorted(mq for mq in expected if mq not in self._resets)
+        if not mqs:
+            return
+        try:
+            held = self.store.read_many(mqs)
+        except ConnectionFailedError as exc:
+            log.info("group %s: offsets not compared this time: %s", group, exc)
+            return
+        for mq in mqs:
+            now_held = held.get(mq)
+            if now_held is None:
+                continue
+            st = self._status_of(mq)
+            if st.committed < 0:  # first look in this run
+                st.committed = now_held
+                if not self._synced and now_held > expected[mq]:
+                    # the broker holds a later offset than the checkpoint: never one this query
+                    # wrote (it commits what its checkpoint holds): a reset while it was stopped
+                    self._resets[mq] = (now_held, f"the group's offset on the broker ({now_held}) is past the "
+                                                  f"checkpoint's ({expected[mq]}): reset while the query was stopped")
+                elif not self._synced and now_held < expected[mq]:
+                    log.info("%s: group %s holds %d on the broker, the checkpoint %d: the commit of the last batch "
+                             "before the restart (Spark does not wait for it), or a reset to an earlier time made "
+                             "while the query was stopped; the two cannot be told apart, read on from the "
+                             "checkpoint", mq, group, now_held, expected[mq])
+                continue
+            if now_held != st.committed:
+                self._resets[mq] = (now_held, f"the group's offset on the broker changed from {st.committed} to "
+                                              f"{now_held} (a server-side reset or a direct write)")
+        self._synced = True
+
+    def follow_resets(self, start: QueueOffsets) -> QueueOffsets:
+        """Apply the resets noted (see :meth:`find_resets`) to the next batch's ``start``, as
+        onOffsetReset says: follow (the batch starts each reset queue at its new offset; returned,
+        they go into the batch's offsets, so a restart replays the same ranges), fail, or
+        ignore. Either way the broker's hold on a reset queue is released (a pull of the group),
+        so the query's later commits are taken."""
+        if not self._resets:
+            return {}
+        resets, self._resets = self._resets, {}
+        group = self.options.consumer_group or ""
+        how = self.options.on_offset_reset
+        if how == "fail":
+            listed = "; ".join(f"{mq}: {start.get(mq, '?')} -> {off} ({why})"
+                               for mq, (off, why) in sorted(resets.items()))
+            raise OffsetResetError(
+                f"the offsets of consumer group {group!r} were reset while this query reads it ({listed}); "
+                f"onOffsetReset=fail stops the query. Restart it to read from the reset offsets (startingOffsets="
+                f"group on a new checkpoint), or set onOffsetReset=follow or ignore")
+        followed: QueueOffsets = {}
+        for mq, (off, why) in sorted(resets.items()):
+            if mq not in start:
+                continue  # not a queue of this query (another topic of the group)
+            self._release(mq, off)
+            self.store.forget(mq)
+            st = self._status_of(mq)
+            if how == "ignore":
+                log.warning("%s: consumer group %s's offset was reset to %d (%s); onOffsetReset=ignore: the query "
+                            "reads on from %d and its next commit overwrites the reset", mq, group, off, why,
+                            start[mq])
+                st.committed = off  # the broker holds it until the next commit
+                continue
+            log.warning("%s: consumer group %s's offset was reset from %d to %d (%s); the next batch reads the "
+                        "queue from %d", mq, group, start[mq], off, why, off)
+            self.tracker.reset(mq, off)
+            self._stale.add(mq)
+            st.committed = off
+            followed[mq] = off
+        return followed
+
+    def _release(self, mq: MessageQueue, offset: int) -> None:
+        """A pull of the group at the queue takes a 5.x broker's pending server-side reset
+        (it ignores the group's commits of the queue until then); elsewhere an empty read."""
+        try:
+            self.client.pull(mq, offset, 1, group=self.options.consumer_group or "",
+                             subscription=self.options.sub_expression)
+        except RocketMQSparkError as exc:
+            log.info("%s: reset not released on the broker (its commits may be ignored until the next "
+                     "pull of the group): %s", mq, exc)
 
 
 def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
@@ -447,19 +603,18 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
             c.close()
 
 
-def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
+def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
     """A pull inside the planned range found no message: retention deleted them (fail, or
-    with failOnDataLoss=false log the skip), or they were never there (always fail)."""
+    with failOnDataLoss=false log the skip), or they were never there (always fail). True
+    when the pull is to be sent again at the same offset: a 5.x broker answered the group's
+    first pull after a server-side offset reset with the reset offset (and will serve the next);
+    this batch reads its planned range, the planner applies the reset to the next one."""
     mq = part.mq
     if res.status == "OFFSET_ILLEGAL" and part.group and 0 <= res.min_offset <= offset < res.max_offset:
-        # not retention (the offset is on the broker): a 5.x broker moves the group's next pull of
-        # a queue to the offset an operator reset the group to
-        raise OffsetResetError(
-            f"{mq}: the broker moved consumer group {part.group}'s offset from {offset} to {res.next_offset}: an "
-            f"offset reset (mqadmin resetOffsetByTime, rocketmq-spark reset-offset) made while this query reads "
-            f"the queue. The query keeps its own offsets in its checkpoint and does not follow resets: restart it "
-            f"on a new checkpoint (startingOffsets=group) to start from the reset offsets, or on this one to go on "
-            f"from where it was")
+        log.info("%s: the broker moved consumer group %s's offset from %d to %d (an offset reset); this batch "
+                 "reads its planned range [%d, %d), the next one follows onOffsetReset", mq, part.group, offset,
+                 res.next_offset, part.start, part.end)
+        return True
     if res.status == "OFFSET_ILLEGAL":
         if res.next_offset > offset and not part.fail_on_data_loss:
             log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
@@ -472,6 +627,7 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> None:
     elif res.status == "NO_NEW_MSG":
         raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
                             f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
+    return False
 
 
 class _Failed:
@@ -506,6 +662,7 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
 
     offset = part.start
     pending = begin(offset)
+    repulls = 0
     down_since: float | None = None
     pause = _OUTAGE_BACKOFF_S[0]
     while offset < part.end:
@@ -533,7 +690,12 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
                         time.monotonic() - down_since, offset)
             down_since, pause = None, _OUTAGE_BACKOFF_S[0]
-        _check_pull(part, offset, res)
+        if _check_pull(part, offset, res):
+            if (repulls := repulls + 1) > 3:
+                raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
+                                       f"offset ({res.next_offset}) for consumer group {part.group}")
+            pending = begin(offset)
+            continue
         nxt = max(res.next_offset, offset)
         if nxt < part.end:
             pending = begin(nxt)
@@ -585,11 +747,20 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("rocketmq")``. Offsets are Spark's checkpoint form of
+    :mod:`rocketmq_spark.offsets` (next-offsets per queue); a batch that follows an offset reset
+    also names the queues it reads from the reset offset (``"@reset"``). Spark calls the planning
+    methods from one long-lived process of the driver; ``read`` runs in executors."""
+
     def __init__(self, options: ReaderOptions) -> None:
         self.planner = Planner(options)
 
-    def initialOffset(self) -> dict:
+    def _started(self) -> None:
         self.planner.check_group()
+        self.planner.join_group()
+
+    def initialOffset(self) -> dict:
+        self._started()
         return _to_json(self.planner.initial())
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -597,9 +768,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        self.planner.check_group()
-        begin = self.planner.check_data_loss(_from_json(start))
-        return _to_json(self.planner.next_end(begin, limit))
+        """The next batch's end offsets; resets of the group's offsets seen since the last batch
+        are applied to its start first (onOffsetReset)."""
+        self._started()
+        ends = dict(split_batch_end(start)[0])
+        self.planner.find_resets(ends)
+        restarted = self.planner.follow_resets(ends)
+        begin = self.planner.check_data_loss({**ends, **restarted})
+        end = self.planner.next_end(begin, limit)
+        return batch_end_json(end, {mq: begin[mq] for mq in restarted if mq in begin})
 
     def reportLatestOffset(self) -> dict | None:
         return _to_json(self.planner.latest())
@@ -608,13 +785,20 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner.target = self.planner.latest()
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        return self.planner.partitions(_from_json(start), _from_json(end))
+        begin = dict(split_batch_end(start)[0])
+        ends, restarted = split_batch_end(end)
+        begin.update(restarted)
+        return self.planner.partitions(begin, dict(ends))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        self.planner.commit(_from_json(end))
+        self.planner.commit(dict(split_batch_end(end)[0]))
+
+    def stop(self) -> None:
+        """The query stops: leave the consumer group (the brokers stop listing it)."""
+        self.planner.leave_group()
 
 
 def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets) -> None:

@@ -26,7 +26,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,7 @@ from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
 from .contract import CheckHandler
 from .many import SequentialManyQueueCalls
+from .membership import GroupMember, QueueStatus
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
 
@@ -370,7 +371,12 @@ class GrpcClient(SequentialManyQueueCalls):
             raise _status_error(status, address=addr, operation=f"pull of {mq}")
         if next_offset < 0:
             next_offset = messages[-1].system_properties.queue_offset + 1 if messages else offset
-        return PullResult(state, next_offset, -1, -1, b"", tuple(messages))
+        low = high = -1
+        if state == "OFFSET_ILLEGAL":
+            # the answer carries no range; the reader tells a reset from retention by it, as the
+            # classic protocol's answer lets it
+            low, high = self.min_offset(mq), self.max_offset(mq)
+        return PullResult(state, next_offset, low, high, b"", tuple(messages))
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
              subscription: str = "*", suspend_ms: int = 0) -> PullResult:
@@ -386,6 +392,13 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def group_consumers(self, group: str, topics: Sequence[str]) -> dict[str, list[str]] | None:
         """None: the 5.x protocol has no call listing a group's online consumers."""
+        return None
+
+    def join_group(self, group: str, subscriptions: dict[str, str],
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupMember | None:
+        """None: over the 5.x protocol a consumer's presence is a simple or push consumer's
+        telemetry session, and no reset is ever pushed to it (brokers reset on the server
+        side); the reader finds resets by the group's offsets changing."""
         return None
 
     def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:

@@ -48,6 +48,7 @@ from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection
 from .contract import CheckHandler
+from .membership import GroupMember, QueueStatus
 from .retry import ClientConfig, retrying
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class RemotingClient:
 
     def _init_runtime(self) -> None:
         self._on_check: CheckHandler | None = None
+        self._handlers: list[Callable[[RemotingConnection, RemotingCommand], bool]] = []
         self._producer_group = ""
         self._producer_addrs: set[str] = set()
         self._conns: dict[str, RemotingConnection] = {}
@@ -162,6 +164,8 @@ class RemotingClient:
         ``on_request``."""
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self._on_check is not None:
             self._answer_check(conn, cmd, self._on_check)
+        elif any(handler(conn, cmd) for handler in list(self._handlers)):
+            pass
         elif self.on_request is not None:
             self.on_request(conn, cmd)
 
@@ -782,23 +786,45 @@ class RemotingClient:
                            "consumerDataSet": []}).encode()
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), "heartbeat")
 
+    @staticmethod
+    def subscription_data(topic: str, expression: str) -> dict[str, Any]:
+        """A TAG subscription as Java's SubscriptionData serializes (heartbeats, running info)."""
+        tags = sorted(subscribed_tags(expression) or ())
+        return {"topic": topic, "subString": expression or "*", "tagsSet": tags,
+                "codeSet": [java_string_hash(t) for t in tags], "subVersion": int(time.time() * 1000),
+                "expressionType": "TAG", "classFilterMode": False}
+
     def heartbeat_consumer(self, group: str, client_id: str, broker_addr: str,
-                           subscriptions: dict[str, str]) -> None:
-        """HEART_BEAT as a consumer of ``group`` (CLUSTERING, pulling itself) subscribed to
-        ``subscriptions`` (topic -> tag expression). Brokers create the group (with
-        autoCreateSubscriptionGroup) and its retry topic %RETRY%<group>, which RocketMQ's tools
-        (mqadmin consumerProgress) need; until UNREGISTER_CLIENT or the connection closes, the
-        client is listed as an online consumer of the group."""
-        subs = []
-        for topic, expr in sorted(subscriptions.items()):
-            tags = sorted(subscribed_tags(expr) or ())
-            subs.append({"topic": topic, "subString": expr or "*", "tagsSet": tags,
-                         "codeSet": [java_string_hash(t) for t in tags], "subVersion": int(time.time() * 1000),
-                         "expressionType": "TAG", "classFilterMode": False})
+                           subscriptions: dict[str, str], *, consume_type: str = "CONSUME_PASSIVELY") -> None:
+        """HEART_BEAT as a consumer of ``group`` (CLUSTERING) subscribed to ``subscriptions``
+        (topic -> tag expression). Brokers create the group (with autoCreateSubscriptionGroup)
+        and its retry topic %RETRY%<group>, which RocketMQ's tools (mqadmin consumerProgress)
+        need; until UNREGISTER_CLIENT or the connection closes, the client is listed as an
+        online consumer of the group. ``consume_type``: CONSUME_ACTIVELY for a consumer that
+        pulls itself (a pull or lite-pull consumer, a Spark query), CONSUME_PASSIVELY for a push
+        consumer."""
+        subs = [self.subscription_data(topic, expr) for topic, expr in sorted(subscriptions.items())]
         body = json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
-            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "groupName": group, "consumeType": consume_type, "messageModel": "CLUSTERING",
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": subs, "unitMode": False}]}).encode()
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), f"heartbeat of group {group!r}")
+
+    def join_group(self, group: str, subscriptions: dict[str, str],
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupMember | None:
+        """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
+        member is closed (see :mod:`.membership`)."""
+        member = GroupMember(self, group, subscriptions, running_info)
+        member.start()
+        return member
+
+    def add_request_handler(self, handler: Callable[[RemotingConnection, RemotingCommand], bool]) -> None:
+        """``handler`` sees the requests brokers send on this client's connections first; it
+        returns True for one it answered."""
+        self._handlers.append(handler)
+
+    def remove_request_handler(self, handler: Callable[[RemotingConnection, RemotingCommand], bool]) -> None:
+        if handler in self._handlers:
+            self._handlers.remove(handler)
 
     def unregister_consumer(self, group: str, client_id: str, broker_addr: str) -> None:
         """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker."""

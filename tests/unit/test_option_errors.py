@@ -150,6 +150,8 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("failOnDataLoss", {"failOnDataLoss": "off"}, False, "off", "true or false"),
     ("allowSharedGroup", {"allowSharedGroup": "maybe"}, True, "maybe", "true or false"),
     ("allowSharedGroup", {"allowSharedGroup": "y"}, True, "y", "true or false"),
+    ("onOffsetReset", {"onOffsetReset": "skip"}, True, "skip", "follow, fail, ignore"),
+    ("onOffsetReset", {"onOffsetReset": ""}, True, "", "follow, fail, ignore"),
     # credentials: accessKey and secretKey go together; the token needs both
     ("accessKey", {"secretKey": SK}, True, None, "must be given together"),
     ("accessKey", {"accessKey": "  ", "secretKey": SK}, True, None, "must be given together"),

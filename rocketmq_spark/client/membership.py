@@ -1,0 +1,215 @@
+"""A running query as a member of its consumer group: what RocketMQ's consumers do to be seen
+by the brokers and their tools, done for a Spark query's planning side.
+
+Over the classic protocol a member sends HEART_BEAT (its client id, CONSUME_ACTIVELY,
+CLUSTERING, one subscription per topic) to every broker serving its topics, again every
+``interval_s`` (the Java client's 30 s), UNREGISTER_CLIENT when closed; the brokers list it as
+an online consumer of the group (``mqadmin consumerConnection``) while its connection stays
+open. On that connection the brokers send it requests: RESET_CONSUMER_CLIENT_OFFSET (an
+operator reset the group's offsets: kept for :meth:`GroupMember.take_resets`) and
+GET_CONSUMER_RUNNING_INFO (answered from the ``running_info`` callback: what the query has
+planned, processed and committed, for ``mqadmin consumerStatus``).
+
+Thread safety: the heartbeat runs on a daemon thread, broker requests arrive on the
+connections' reader threads; :meth:`GroupMember.take_resets` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RocketMQSparkError
+from ..model import MessageQueue
+
+if TYPE_CHECKING:
+    from .remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GroupMember", "QueueStatus", "ResetNotice"]
+
+#: Java's heartbeatBrokerInterval
+HEARTBEAT_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResetNotice:
+    """A broker's RESET_CONSUMER_CLIENT_OFFSET: the group's new offsets of one topic's queues
+    (next-offsets) and the time (epoch ms) they were computed for."""
+
+    topic: str
+    offsets: dict[MessageQueue, int]
+    timestamp_ms: int
+    broker_addr: str
+
+
+@dataclass(slots=True)
+class QueueStatus:
+    """A queue as the query sees it (next-offsets; -1 when not known yet)."""
+
+    planned: int = -1  # end of the last planned batch
+    processed: int = -1  # what Spark finished (what the query may commit)
+    committed: int = -1  # what the broker holds for the group, as the query last wrote or read it
+    last_planned_ms: int = 0
+    last_committed_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class GroupMember:
+    """One query's membership of ``group`` on the brokers of ``subscriptions`` (topic -> tag
+    expression), over a :class:`~.remoting.RemotingClient` of its own (its connections are the
+    ones the brokers reach it on). ``running_info()`` returns the queues' :class:`QueueStatus`."""
+
+    def __init__(self, client: RemotingClient, group: str, subscriptions: dict[str, str],
+                 running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
+                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self.client = client
+        self.group = group
+        self.subscriptions = dict(subscriptions)
+        self.running_info = running_info
+        self.interval_s = interval_s
+        self.client_id = f"{client.client_id}@{id(self):x}"
+        self.started_ms = int(time.time() * 1000)
+        self._resets: list[ResetNotice] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._addrs: set[str] = set()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """One heartbeat round now (so the brokers list the query before its first batch),
+        then one every ``interval_s`` on a daemon thread."""
+        self.client.add_request_handler(self._on_request)
+        self.heartbeat()
+        self._thread = threading.Thread(target=self._run, name=f"rocketmq-member-{self.group}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the heartbeats and unregister from every broker (best effort: a broker that is
+        down drops the client when its connection closes)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for addr in sorted(self._addrs):
+            try:
+                self.client.unregister_consumer(self.group, self.client_id, addr)
+            except RocketMQSparkError as exc:
+                log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
+                         self.group, addr, exc)
+        self.client.remove_request_handler(self._on_request)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """HEART_BEAT to every broker serving the topics now (new brokers included)."""
+        addrs: set[str] = set()
+        for topic in self.subscriptions:
+            try:
+                addrs |= {self.client.broker_addr(q.broker, topic) for q in self.client.message_queues(topic)}
+            except RocketMQSparkError as exc:
+                log.info("heartbeat of group %s: no route of topic %s now: %s", self.group, topic, exc)
+        for addr in sorted(addrs):
+            try:
+                self.client.heartbeat_consumer(self.group, self.client_id, addr, self.subscriptions,
+                                               consume_type="CONSUME_ACTIVELY")
+                self._addrs.add(addr)
+            except RocketMQSparkError as exc:
+                log.info("heartbeat of group %s to %s failed: %s", self.group, addr, exc)
+
+    # -- requests from brokers --------------------------------------------------------
+
+    def take_resets(self) -> list[ResetNotice]:
+        """The resets brokers pushed since the last call, oldest first."""
+        with self._lock:
+            out, self._resets = self._resets, []
+        return out
+
+    def _on_request(self, conn: Any, cmd: Any) -> bool:
+        from ..remoting.codes import RequestCode
+
+        ext = cmd.ext_fields
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and ext.get("group") == self.group:
+            from .remoting import parse_offset_table
+
+            topic = ext.get("topic", "")
+            offsets = {mq: off for mq, off in parse_offset_table(cmd.body).items() if mq.topic == topic}
+            try:
+                ts = int(ext.get("timestamp", "-1"))
+            except ValueError:
+                ts = -1
+            log.info("group %s: broker %s reset %d queues of %s (timestamp %d)", self.group, conn.address,
+                     len(offsets), topic, ts)
+            with self._lock:
+                self._resets.append(ResetNotice(topic, offsets, ts, conn.address))
+            return True
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO and ext.get("consumerGroup") == self.group:
+            conn.reply(cmd.response_to(body=self.running_info_body()))
+            return True
+        return False
+
+    def running_info_body(self) -> bytes:
+        """ConsumerRunningInfo as fastjson writes it (map keys that are MessageQueue objects are
+        written as objects, which Java's tools read back)."""
+        props = {
+            "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY",
+            "PROP_CONSUMEORDERLY": "false",
+            "PROP_CLIENT_VERSION": "rocketmq-spark",
+            "PROP_CONSUMER_START_TIMESTAMP": str(self.started_ms),
+            "PROP_NAMESERVER_ADDR": ";".join(self.client.namesrv_addrs),
+            "PROP_THREADPOOL_CORE_SIZE": "1",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+        }
+        subs = [self.client.subscription_data(topic, expr) for topic, expr in sorted(self.subscriptions.items())]
+        try:
+            queues = self.running_info()
+        except Exception:  # a broken callback must not leave the tool without an answer
+            log.exception("running info of group %s", self.group)
+            queues = {}
+        entries = []
+        for mq, st in sorted(queues.items()):
+            key = json.dumps({"brokerName": mq.broker, "queueId": mq.queue_id, "topic": mq.topic},
+                             separators=(",", ":"))
+            info = {"commitOffset": st.committed, "cachedMsgMinOffset": st.processed,
+                    "cachedMsgMaxOffset": st.planned, "cachedMsgCount": max(0, st.planned - st.processed)
+                    if st.planned >= 0 and st.processed >= 0 else 0,
+                    "cachedMsgSizeInMiB": 0, "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0,
+                    "transactionMsgCount": 0, "locked": False, "tryUnlockTimes": 0, "lastLockTimestamp": 0,
+                    "droped": False, "lastPullTimestamp": st.last_planned_ms,
+                    "lastConsumeTimestamp": st.last_committed_ms}
+            entries.append(f"{key}:{json.dumps(info, separators=(',', ':'))}")
+        body = (f'{{"jstack":"","mqTable":{{{",".join(entries)}}},"properties":{json.dumps(props)},'
+                f'"statusTable":{{}},"subscriptionSet":{json.dumps(subs)}}}')
+        return body.encode()
+
+
+def parse_running_info(body: bytes) -> dict[MessageQueue, dict[str, Any]]:
+    """The queues of a ConsumerRunningInfo body (as :meth:`GroupMember.running_info_body` or a
+    Java consumer writes it) -> queue -> its ProcessQueueInfo fields."""
+    import re
+
+    out: dict[MessageQueue, dict[str, Any]] = {}
+    text = body.decode(errors="replace")
+    for m in re.finditer(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}", text):
+        try:
+            key = json.loads("{" + m.group(1) + "}")
+            value = json.loads("{" + m.group(2) + "}")
+        except ValueError:
+            continue
+        if isinstance(key, dict) and {"topic", "queueId"} <= key.keys() and isinstance(value, dict):
+            out[MessageQueue(str(key["topic"]), str(key.get("brokerName", "")), int(key["queueId"]))] = value
+    return out
+
+
+def subscriptions_of(topics: Sequence[str], expression: str) -> dict[str, str]:
+    return {t: expression for t in topics}
