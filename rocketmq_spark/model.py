@@ -1,4 +1,7 @@
-"""Value objects shared by the client, the Spark source/sink and the offset side."""
+"""Value objects shared by the client, the Spark source/sink and the offset side.
+
+Offsets here are queue offsets (a message's index in its queue), counted in messages; where
+a field holds a next-offset (one past the last message) its docstring says so."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ __all__ = ["MessageQueue", "PullResult", "SendResult", "Txn"]
 
 @dataclass(frozen=True, order=True, slots=True)
 class MessageQueue:
-    """One queue of a topic on one broker: RocketMQ's unit of ordering and of offsets."""
+    """One queue of a topic on one broker: RocketMQ's unit of ordering and of offsets.
+
+    Ordered by (topic, broker, queue_id), the canonical order of offsets JSON."""
 
     topic: str
     broker: str
@@ -23,6 +28,8 @@ class MessageQueue:
 
     @classmethod
     def from_key(cls, topic: str, key: str) -> MessageQueue:
+        """Inverse of :attr:`key`: ``"broker-a:0"`` of ``topic``. The last ``:`` splits (a
+        broker name may hold one); the queue id is ASCII digits. Raises ValueError otherwise."""
         broker, sep, qid = key.rpartition(":")
         if not sep or not broker or not (qid.isascii() and qid.isdigit()):
             raise ValueError(f"queue key {key!r} of topic {topic!r} is not 'broker:queueId'")
@@ -36,9 +43,13 @@ class MessageQueue:
 class PullResult:
     """A pull's answer. ``body`` holds the records end to end, as the broker stored them.
 
-    ``status``: ``FOUND``, ``NO_NEW_MSG``, ``NO_MATCHED_MSG`` (tag filter skipped a range;
-    ``next_offset`` moved past it) or ``OFFSET_ILLEGAL`` (``next_offset`` is where the
-    queue really is).
+    ``status``: ``FOUND``, ``NO_NEW_MSG`` (nothing at the offset yet), ``NO_MATCHED_MSG``
+    (tag filter skipped a range; ``next_offset`` moved past it) or ``OFFSET_ILLEGAL``
+    (``next_offset`` is where the queue really is).
+
+    ``next_offset`` is the offset to pull next (one past the last message answered or
+    skipped); ``min_offset`` and ``max_offset`` are the queue's, as next-offsets (max: one
+    past its last message), -1 when the answer does not carry them (always over gRPC).
     """
 
     status: str
@@ -57,6 +68,12 @@ class PullResult:
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
+    """One stored message of a send. ``queue_offset`` is the message's own offset (not a
+    next-offset). Over remoting ``msg_id`` is the broker's offset message id and ``queue`` the
+    queue the broker answered; over gRPC ``msg_id`` is the id the proxy gave and ``queue`` the
+    queue the send named (the proxy picks the queue itself, so the offset may be another
+    queue's). ``transaction_id``: the proxy's id of a half message (gRPC), else ""."""
+
     msg_id: str
     queue: MessageQueue
     queue_offset: int
@@ -67,8 +84,10 @@ class SendResult:
 class Txn:
     """One half message (transactional send): enough to end it with END_TRANSACTION.
 
-    Over remoting a transaction is named by its positions on the broker; over gRPC by
-    the opaque ``transaction_id`` the proxy gave (positions are then 0)."""
+    Over remoting a transaction is named by its positions on the broker: ``queue_offset``
+    the half message's offset as its send answered (END_TRANSACTION's tranStateTableOffset),
+    ``commit_log_offset`` its byte position in the broker's commit log; over gRPC by the
+    opaque ``transaction_id`` the proxy gave (``commit_log_offset`` is then 0)."""
 
     broker: str
     topic: str
@@ -78,6 +97,9 @@ class Txn:
     transaction_id: str = ""
 
     def to_list(self) -> list[object]:
+        """The JSON form the writer's task reports and the sink's txlog keep:
+        ``[broker, topic, queue_offset, commit_log_offset, msg_id]``, plus ``transaction_id``
+        when there is one."""
         out: list[object] = [self.broker, self.topic, self.queue_offset, self.commit_log_offset, self.msg_id]
         if self.transaction_id:
             out.append(self.transaction_id)
@@ -85,6 +107,7 @@ class Txn:
 
     @classmethod
     def from_list(cls, raw: list[object]) -> Txn:
+        """Inverse of :meth:`to_list`; ValueError (or TypeError) on a list not in that form."""
         b, t, q, c, m, *rest = raw
         return cls(str(b), str(t), int(q), int(c), str(m),  # type: ignore[call-overload]
                    str(rest[0]) if rest else "")

@@ -36,7 +36,12 @@ class OffsetsFormatError(ValueError):
 
 
 class Offsets(Mapping[MessageQueue, int]):
-    """An immutable mapping queue -> offset that reads and writes the offsets JSON form."""
+    """An immutable mapping queue -> next offset (parsed from an option, also :data:`EARLIEST`
+    or :data:`LATEST`) that reads and writes the offsets JSON form.
+
+    Kept in :class:`MessageQueue` order, so equal offsets give equal JSON text. The
+    constructor takes any mapping or pairs and converts the values with ``int()`` without
+    checking them (:meth:`from_json` checks)."""
 
     __slots__ = ("_by_queue",)
 
@@ -63,6 +68,7 @@ class Offsets(Mapping[MessageQueue, int]):
 
     @property
     def topics(self) -> list[str]:
+        """The topics that have a queue here, sorted."""
         return sorted({mq.topic for mq in self._by_queue})
 
     def to_json(self) -> dict[str, dict[str, int]]:
@@ -73,6 +79,7 @@ class Offsets(Mapping[MessageQueue, int]):
         return out
 
     def dumps(self) -> str:
+        """:meth:`to_json` as JSON text (canonical: what Spark compares)."""
         return json.dumps(self.to_json())
 
     @classmethod
