@@ -15,6 +15,9 @@ __all__ = ["BrokerOffsetStore", "OffsetClient", "OffsetStore"]
 
 
 class OffsetClient(Protocol):
+    """What :class:`BrokerOffsetStore` uses of a client (a :class:`~rocketmq_spark.client.BrokerClient`
+    has it; see :mod:`rocketmq_spark.client.contract` for the semantics)."""
+
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None: ...
 
     def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]: ...
@@ -24,6 +27,8 @@ class OffsetClient(Protocol):
 
 
 class OffsetStore(Protocol):
+    """A consumer group's committed offsets (next offsets: the first message not yet consumed)."""
+
     def read(self, mq: MessageQueue) -> int | None: ...
 
     def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]: ...
@@ -35,6 +40,9 @@ class BrokerOffsetStore:
     :meth:`commit` never raises for a broker fault: failures are logged with the queue
     and offset, kept, and retried on the next commit (a later offset for the same
     queue supersedes them).
+
+    Offsets are next offsets (the first message not yet consumed). Not thread-safe: one
+    caller at a time (the reader's planner; the committer listener holds its own lock).
     """
 
     def __init__(self, client: OffsetClient, group: str) -> None:
@@ -44,6 +52,8 @@ class BrokerOffsetStore:
         self._written: dict[MessageQueue, int] = {}
 
     def read(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` on its broker, None when it has none; the
+        client's errors are raised."""
         return self.client.query_consumer_offset(self.group, mq)
 
     def read_many(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
@@ -51,6 +61,9 @@ class BrokerOffsetStore:
         return self.client.query_consumer_offsets(self.group, mqs)
 
     def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]:
+        """Write ``offsets`` and the pending failures of earlier commits, skipping queues
+        whose offset this store already wrote; returns this round's failures (queue -> error),
+        kept for the next commit. Offsets are written as given: nothing stops one moving back."""
         todo = dict(self._pending)
         todo.update(offsets)
         changed = {mq: off for mq, off in sorted(todo.items()) if self._written.get(mq) != off}
@@ -77,4 +90,5 @@ class BrokerOffsetStore:
 
     @property
     def pending(self) -> dict[MessageQueue, int]:
+        """The offsets whose commit failed and waits for the next commit (a copy)."""
         return dict(self._pending)

@@ -17,7 +17,10 @@ __all__ = ["InFlightTracker"]
 
 
 class InFlightTracker:
-    """Thread-safe; queue keys are any hashable (``MessageQueue`` in the reader)."""
+    """Ranges in flight and the committable offset per queue (see the module docstring).
+
+    Offsets are next-offsets; ranges are ``[start, end)``. Thread-safe (one lock); queue keys
+    are any hashable (``MessageQueue`` in the reader). Pickles without its lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -36,7 +39,8 @@ class InFlightTracker:
         self._committed = state["committed"]  # type: ignore[assignment]
 
     def register(self, queue: Hashable, start: int, end: int) -> None:
-        """A range was planned; it holds the commit at ``start`` until completed."""
+        """A range was planned; it holds the commit at ``start`` until completed. An empty
+        range is ignored; a reversed one (``end < start``) raises ValueError."""
         if end < start:
             raise ValueError(f"range [{start}, {end}) of {queue} is reversed")
         if end == start:
@@ -55,7 +59,8 @@ class InFlightTracker:
             self._done_high[queue] = max(self._done_high.get(queue, end), end)
 
     def complete_through(self, queue: Hashable, end: int) -> None:
-        """Everything planned below ``end`` is processed (Spark commits batches in order)."""
+        """Everything planned below ``end`` is processed (Spark commits batches in order):
+        the ranges ending at or before ``end`` are dropped, the high mark is at least ``end``."""
         with self._lock:
             ranges = self._inflight.get(queue)
             if ranges:
@@ -64,7 +69,9 @@ class InFlightTracker:
             self._done_high[queue] = max(self._done_high.get(queue, end), end)
 
     def committable(self, queue: Hashable) -> int | None:
-        """The offset it is safe to commit now, or None if nothing was completed yet."""
+        """The offset it is safe to commit now: the lowest start in flight, or the highest
+        completed end when that is lower or nothing is in flight; None while the queue has
+        neither. Never lower than an answer it gave before (each answer is remembered)."""
         with self._lock:
             ranges = self._inflight.get(queue)
             high = self._done_high.get(queue)
@@ -92,5 +99,6 @@ class InFlightTracker:
             self._committed[queue] = offset
 
     def queues(self) -> Iterable[Hashable]:
+        """Every queue a range was registered or completed for (a snapshot)."""
         with self._lock:
             return list(set(self._inflight) | set(self._done_high))
