@@ -75,7 +75,12 @@ def encode_plain_rows(batch: pa.RecordBatch, *, uniq_prefix: str, first_seq: int
                       max_message_size: int, max_batch_messages: int,
                       max_batch_bytes: int) -> list[EncodedBatch] | None:
     """Batch-send bodies for ``batch``'s rows (UNIQ_KEY sequence from ``first_seq``), or
-    None when a row needs the per-row path (see the module docstring)."""
+    None when a row needs the per-row path (see the module docstring).
+
+    Sizes are in bytes. A body over ``min(compress_threshold, max_message_size)`` or
+    properties over 32767 bytes send the batch to the per-row path. Each body holds at most
+    ``max_batch_messages`` rows and ends with the row that brings its estimated size (body +
+    properties + 24 per row) to ``max_batch_bytes`` or more, as the per-row path's buffer does."""
     n = batch.num_rows
     body = _column(batch, "body")
     if not n or body is None or body.type not in _PLAIN_TYPES or body.null_count:

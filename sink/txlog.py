@@ -31,7 +31,14 @@ __all__ = ["TxLog", "Txn"]
 
 
 class TxLog:
-    """Batch commit records under a checkpoint directory (local or mounted filesystem)."""
+    """Batch commit records under a checkpoint directory (local or mounted filesystem).
+
+    ``checkpoint_location`` is a path or a ``file:`` URI; any other scheme is taken as a
+    relative local path. ``keep``: how many batch ids back records are kept (see
+    :meth:`record`). Files are replaced atomically (:func:`~rocketmq_spark.files.atomic_write`),
+    so readers in other processes or threads (check-backs on executors) see a whole record
+    or none; only the driver writes.
+    """
 
     def __init__(self, checkpoint_location: str, keep: int = 200) -> None:
         path = checkpoint_location
@@ -46,7 +53,7 @@ class TxLog:
         return os.path.join(self.dir, f"{batch_id}.json")
 
     def read(self, batch_id: int) -> set[str] | None:
-        """Message ids recorded for the batch, or None when it is not recorded."""
+        """Message ids (UNIQ_KEY) recorded for the batch, or None when it is not recorded."""
         try:
             with open(self._path(batch_id), "rb") as fh:
                 obj = json.load(fh)
@@ -55,6 +62,9 @@ class TxLog:
         return {str(m) for m in obj["msgIds"]}
 
     def record(self, batch_id: int, txns: list[Txn]) -> None:
+        """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, replacing any
+        earlier record of it, and delete the records and end marks of batch ids below
+        ``batch_id - keep``. OSError when the directory cannot be written."""
         os.makedirs(self.dir, exist_ok=True)
         body = json.dumps({"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
                            "txns": [t.to_list() for t in sorted(txns)]}).encode()
@@ -66,13 +76,16 @@ class TxLog:
         atomic_write(os.path.join(self.dir, f"{batch_id}.ended"), b"")
 
     def ended(self, batch_id: int) -> bool:
+        """Whether :meth:`mark_ended` was written for the batch."""
         return os.path.exists(os.path.join(self.dir, f"{batch_id}.ended"))
 
     def txns(self, batch_id: int) -> list[Txn]:
+        """The transactions recorded for the batch; FileNotFoundError when it is not recorded."""
         with open(self._path(batch_id), "rb") as fh:
             return [Txn.from_list(t) for t in json.load(fh)["txns"]]
 
     def latest(self) -> int | None:
+        """The highest recorded batch id, None when none is."""
         try:
             ids = [int(n[:-5]) for n in os.listdir(self.dir) if n.endswith(".json") and n[:-5].isdigit()]
         except FileNotFoundError:

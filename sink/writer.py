@@ -7,7 +7,8 @@ of another broker when the topic has several.
 exactly-once: every row is sent as a transactional half message (invisible to
 consumers) tagged with the batch; the driver's ``commit()`` records the batch's
 transactions under the checkpoint location (:mod:`.txlog`) and then ends them with
-commit; ``abort()`` rolls them back. A replayed batch commits nothing twice.
+commit; ``abort()`` rolls them back. A replayed batch commits nothing twice once its first
+commit finished (see :func:`commit_batch`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ _BROKER_PAUSE_S = 5.0
 
 @dataclass
 class TaskReport(WriterCommitMessage):
+    """What a task hands the driver (Spark's commit message): its partition id, the rows it
+    sent, and in exactly-once mode its half messages (:meth:`Txn.to_list` form), which the
+    driver commits or rolls back."""
+
     partition: int
     rows: int
     txns: list[list[Any]] = field(default_factory=list)
@@ -358,7 +363,15 @@ def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> boo
 
 
 def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:
-    """One task's work: send every row; in exactly-once mode report the half messages."""
+    """One task's work (executor side): send every row of ``batches`` and return once every
+    send is acknowledged; in exactly-once mode every row is a half message tagged with
+    ``batch_id`` (-1 when None) and reported in :attr:`TaskReport.txns`.
+
+    Raises OptionError naming the row for a null body, a body over maxMessageSize or a
+    missing or invalid topic; the client's errors (RocketMQSparkError) when a topic has no
+    writable queue or a send still fails after its retries. On any error the task's half
+    messages sent so far are rolled back (exactly-once) before it propagates. at-least-once:
+    a send retried after a lost answer may store its messages twice."""
     sender = _Sender(opts, batch_id)
     try:
         for batch in batches:
@@ -381,10 +394,15 @@ def _txns(messages: list[Any]) -> list[Txn]:
 
 
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("rocketmq")``: tasks send (:meth:`write`), the driver ends the
+    batch (:meth:`commit` / :meth:`abort`); see the module docstring."""
+
     def __init__(self, opts: WriterOptions) -> None:
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        """Executor side: :func:`write_rows` of the task's rows, with the micro-batch id
+        Spark sets on the task (``streaming.sql.batchId``)."""
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -395,18 +413,30 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         return write_rows(self.opts, iterator, batch_id)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
+        """Driver side, once every task of the batch succeeded: exactly-once runs
+        :func:`commit_batch` on the tasks' half messages; at-least-once has nothing to do."""
         if not self.opts.exactly_once:
             return
         commit_batch(self.opts, _txns(messages), batchId)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
+        """Driver side, when the batch failed: exactly-once runs :func:`abort_batch` on the
+        half messages the successful tasks reported; at-least-once has nothing to undo."""
         if not self.opts.exactly_once:
             return
         abort_batch(self.opts, _txns(messages), batchId)
 
 
 def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
-    """Record the batch (once), then end its transactions; a replay commits nothing twice."""
+    """Record the batch (once), then end its transactions.
+
+    First time: ``txns`` are recorded under the checkpoint (:class:`TxLog`), committed, and
+    the batch marked ended. A replay of a recorded batch rolls back the ``txns`` not in the
+    record and commits the recorded ones again only if the batch was not marked ended (its
+    first commit did not finish: a transaction that commit had already ended is then
+    committed a second time, which brokers store twice). Raises OptionError without a
+    checkpointLocation, OSError when the record cannot be written, the client's errors when
+    an END_TRANSACTION fails after retries (the batch is then not marked ended)."""
     if not opts.checkpoint_location:
         raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
     txlog = TxLog(opts.checkpoint_location)
@@ -432,6 +462,9 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
 
 
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
+    """Roll back ``txns``, except those recorded for ``batch_id`` under the checkpoint (a
+    recorded batch is committed, never aborted); all of them without a checkpointLocation or
+    a batch id. Raises the client's errors when a rollback fails after retries."""
     recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
                                                                    batch_id is not None) else None
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
@@ -443,6 +476,10 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("rocketmq")``: tasks send (:func:`write_rows`, no batch id); with
+    exactly-once the driver commits every reported half message, or rolls them back on
+    abort, without a batch record (Spark does not replay a batch write)."""
+
     def __init__(self, opts: WriterOptions) -> None:
         self.opts = opts
 
