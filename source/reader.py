@@ -73,7 +73,11 @@ def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
 
 @dataclass(frozen=True)
 class QueueRange(InputPartition):
-    """One Spark partition: queue ``mq`` over ``[start, end)``."""
+    """One Spark partition: queue ``mq`` over ``[start, end)``.
+
+    ``start`` is the first offset read, ``end`` the first one not read (next-offsets).
+    Pickled to an executor, it carries what the task needs to connect (``namesrv`` or
+    ``endpoints``, ``credentials``) and to pull (``pull_batch_size`` messages a pull)."""
 
     mq: MessageQueue
     start: int
@@ -91,7 +95,11 @@ class QueueRange(InputPartition):
 
 
 class Planner:
-    """Offsets and partitions for one query (driver side)."""
+    """Offsets and partitions for one query (driver side).
+
+    Offsets are next-offsets throughout (a queue's latest offset is one past its last
+    message). Spark calls the planning methods one after another, so a planner is used
+    from one thread at a time; it opens its client lazily and pickles without it."""
 
     def __init__(self, options: ReaderOptions, client: BrokerClient | None = None) -> None:
         self.options = options
@@ -133,6 +141,7 @@ class Planner:
 
     @property
     def client(self) -> BrokerClient:
+        """The planner's client, connected on first use."""
         if self._client is None:
             self._client = connect(self.options.namesrv_addr, self.options.endpoints,
                                    credentials=self.options.credentials)
@@ -140,7 +149,7 @@ class Planner:
 
     @property
     def store(self) -> BrokerOffsetStore:
-        """The consumer group's offsets on the brokers (only planned with a consumerGroup)."""
+        """The consumer group's offsets on the brokers; OptionError without a consumerGroup."""
         if self._store is None:
             if not self.options.consumer_group:
                 raise OptionError("consumerGroup", None, "required to read or commit a group's offsets")
@@ -293,7 +302,9 @@ class Planner:
         return self._start_for(mq, o.starting)
 
     def check_data_loss(self, start: QueueOffsets) -> QueueOffsets:
-        """Starts below a queue's min offset: fail, or skip (logged) with failOnDataLoss=false."""
+        """Starts below a queue's min offset: fail (DataLossError), or skip (logged) with
+        failOnDataLoss=false. Returns ``start`` with the skipped ones moved up to the min
+        offset (a down broker's queues unchanged)."""
         fixed = dict(start)
         self._highs.clear()
         lows = self._ask_brokers(sorted(start), self._lows_of)
@@ -413,6 +424,9 @@ class Planner:
         return {mq: begin[mq] + share[mq] for mq in end}
 
     def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
+        """A :class:`QueueRange` per queue of ``end`` that has messages to read (``end`` above
+        its start; a queue missing from ``start`` starts at its min offset, asked now), cut
+        into about minPartitions pieces in proportion to their size when that asks for more."""
         o = self.options
         ranges = []
         for mq in sorted(end):
@@ -436,6 +450,10 @@ class Planner:
                 for mq, s, e in ranges]
 
     def commit(self, end: QueueOffsets) -> None:
+        """Spark processed every batch up to ``end``: with commitOffsets and a consumerGroup,
+        each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes
+        to the brokers. Broker faults are logged and retried at the next commit, not raised
+        (:meth:`BrokerOffsetStore.commit`)."""
         if not self.options.commit_offsets or not self.options.consumer_group:
             return
         committable: QueueOffsets = {}
@@ -588,8 +606,17 @@ class Planner:
 
 
 def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
-    """Pull ``[start, end)`` of one queue, keeping the next pull in flight while decoding;
-    rows whose tag the subscription does not name are left out."""
+    """The rows of ``[part.start, part.end)`` of one queue in offset order, as Arrow batches
+    of :data:`~rocketmq_spark.codec.arrow.ARROW_SCHEMA`, keeping the next pull in flight while
+    decoding; rows whose tag the subscription does not name are left out (their offsets
+    still pass). ``client`` is used and left open when given; otherwise one is opened from
+    the partition and closed.
+
+    Raises DataLossError when planned offsets are gone (deleted by retention, unless
+    failOnDataLoss=false skips them; or never stored), OffsetResetError when the group's
+    offset was reset meanwhile, BrokerUnavailableError when the broker stays unreachable past
+    brokerDownTimeoutMs, ProtocolError on bytes that do not decode, and the client's other
+    errors."""
     own = client is None
     c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
     tags = tag_set(subscribed_tags(part.sub_expression))
@@ -747,19 +774,25 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("rocketmq")``. Offsets are Spark's checkpoint form of
-    :mod:`rocketmq_spark.offsets` (next-offsets per queue); a batch that follows an offset reset
-    also names the queues it reads from the reset offset (``"@reset"``). Spark calls the planning
-    methods from one long-lived process of the driver; ``read`` runs in executors."""
+    """``spark.readStream.format("rocketmq")``. Offsets cross Spark as the offsets JSON form
+    (:mod:`rocketmq_spark.offsets`: next-offsets); a batch that follows an offset reset also
+    names the queues it reads from the reset offset (``"@reset"``). Everything but :meth:`read`
+    runs in the driver-side planning process, one call at a time; :meth:`read` runs in executors."""
 
     def __init__(self, options: ReaderOptions) -> None:
         self.planner = Planner(options)
 
     def _started(self) -> None:
+        """Checks the group once (:meth:`Planner.check_group`: GroupInUseError,
+        GroupNotFoundError), then joins it as an online consumer (:meth:`Planner.join_group`)."""
         self.planner.check_group()
         self.planner.join_group()
 
     def initialOffset(self) -> dict:
+        """Where a query without a checkpoint starts: every queue's first offset to read
+        (startingTimestamp, startingOffsets, or the group's committed offsets with
+        consumeFromWhere). A down broker is waited for; BrokerUnavailableError past
+        brokerDownTimeoutMs; TopicNotFoundError for a topic without a route."""
         self._started()
         return _to_json(self.planner.initial())
 
@@ -768,8 +801,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The next batch's end offsets; resets of the group's offsets seen since the last batch
-        are applied to its start first (onOffsetReset)."""
+        """The end of the next batch from ``start``: resets of the group's offsets seen since
+        the last batch are applied to its start first (onOffsetReset; OffsetResetError with
+        fail); then each queue's latest offset now, capped by ``limit`` (messages shared across
+        queues by backlog) and, under AvailableNow, by the target
+        :meth:`prepareForTriggerAvailableNow` fixed; a new queue starts at its min offset. The
+        planned ranges are registered for :meth:`commit`. A start below the queue's min offset
+        raises DataLossError (failOnDataLoss=false: skipped, logged). Queues of a down broker
+        keep their offset; BrokerUnavailableError past brokerDownTimeoutMs."""
         self._started()
         ends = dict(split_batch_end(start)[0])
         self.planner.find_resets(ends)
@@ -779,21 +818,28 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return batch_end_json(end, {mq: begin[mq] for mq in restarted if mq in begin})
 
     def reportLatestOffset(self) -> dict | None:
+        """Every queue's max offset now (one past its last message), for Spark's progress;
+        queues of brokers that do not answer are left out."""
         return _to_json(self.planner.latest())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.target = self.planner.latest()
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
+        """The batch ``[start, end)`` as :class:`QueueRange` partitions (:meth:`Planner.partitions`);
+        a queue the batch reads from a reset offset starts there."""
         begin = dict(split_batch_end(start)[0])
         ends, restarted = split_batch_end(end)
         begin.update(restarted)
         return self.planner.partitions(begin, dict(ends))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the partition's rows (:func:`read_range`, which says what it raises)."""
         return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
+        """Spark finished the batches up to ``end``: the group's offsets follow
+        (:meth:`Planner.commit`; broker faults are logged, not raised)."""
         self.planner.commit(dict(split_batch_end(end)[0]))
 
     def stop(self) -> None:
@@ -816,10 +862,17 @@ def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets
 
 
 class RocketMQBatchReader(DataSourceReader):
+    """``spark.read.format("rocketmq")``: one batch from the stream's initial offsets (after
+    the data-loss check) to endingOffsets or every queue's max offset now. It does not check
+    the consumer group for other consumers, nor commit its offsets."""
+
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
 
     def partitions(self) -> list[QueueRange]:
+        """Plans on the driver with a client of its own, closed after. Raises as
+        :meth:`RocketMQStreamReader.initialOffset` does (without the group check), DataLossError
+        for starts deleted by retention, OptionError for endingOffsets outside a queue's range."""
         planner = Planner(self.options)
         try:
             start = planner.check_data_loss(planner.initial())
@@ -835,4 +888,5 @@ class RocketMQBatchReader(DataSourceReader):
             planner.client.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the partition's rows (:func:`read_range`)."""
         return _read_partition(partition)
