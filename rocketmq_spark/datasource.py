@@ -21,13 +21,18 @@ __all__ = ["RocketMQDataSource", "register"]
 
 
 class RocketMQDataSource(DataSource):
-    """``format("rocketmq")`` for spark.read/readStream and DataFrame.write/writeStream."""
+    """``format("rocketmq")`` for spark.read/readStream and DataFrame.write/writeStream.
+
+    Options are parsed when Spark asks for a reader or writer (on the driver); a missing,
+    unknown or invalid option or column raises :class:`OptionError` naming it. Nothing here
+    connects to a broker."""
 
     @classmethod
     def name(cls) -> str:
         return "rocketmq"
 
     def schema(self) -> str:
+        """The reader's fixed row schema (:data:`~rocketmq_spark.codec.arrow.SCHEMA_DDL`)."""
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -37,12 +42,15 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Append only: overwrite mode raises OptionError, as do options or columns the
+        writer does not accept."""
         _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
         return RocketMQBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """As :meth:`writer`; delivery=exactly-once also needs a checkpointLocation."""
         _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
