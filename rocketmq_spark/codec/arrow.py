@@ -2,7 +2,12 @@
 reader's kernel of the record codec (:mod:`.record` has the layout and the scalar decoder).
 
 The Arrow form matches what Spark expects for the schema exactly (string, int32,
-timestamp[us, tz=UTC], list<string>, map<string,string>, all nullable).
+timestamp[us, tz=UTC], list<string>, map<string,string>, all nullable). A row's
+``queueOffset`` is the message's own offset; its timestamps are the records' epoch
+milliseconds as microseconds.
+
+The decoders may run in several threads at once; the module-level caches below say why
+that is safe.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ def decode_to_batch_reference(
     """Decode record bytes (pull bodies) into one RecordBatch; records at/after ``end`` are dropped.
 
     The per-record reference implementation: :func:`decode_to_batch` must give the same batch.
+    Raises ProtocolError naming the byte position of the first malformed record.
     """
     topics: list[str] = []
     qids: list[int] = []
@@ -402,7 +408,8 @@ def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None
     Vectorised (numpy + pyarrow.compute): gives the same batch as
     :func:`decode_to_batch_reference`, bit for bit. A call costs a fixed few hundred
     microseconds of kernel launches plus well under a microsecond per record, so pass many
-    pull bodies per call (a few thousand records).
+    pull bodies per call (a few thousand records). Each chunk must hold whole records.
+    Malformed input raises the reference decoder's ProtocolError.
     """
     parts = [c for c in chunks if len(c)]
     total = sum(len(c) for c in parts)

@@ -17,13 +17,15 @@ _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, bodyCRC, flag, bodyLen
 
 @dataclass(slots=True)
 class BatchEntry:
-    """One message of a batch send body (before the broker stores it)."""
+    """One message of a batch send body (before the broker stores it): ``properties`` as
+    ``key\\x01value\\x02`` text, ``flag`` the producer's message flag."""
 
     body: bytes
     properties: str = ""
     flag: int = 0
 
     def property_map(self) -> dict[str, str]:
+        """The properties as a dict (:func:`~.properties.decode_properties`)."""
         return decode_properties(self.properties)
 
 
@@ -49,7 +51,10 @@ def batch_entries(entries: list[BatchEntry] | EncodedBatch) -> list[BatchEntry]:
 
 
 def encode_batch(entries: list[BatchEntry]) -> bytes:
-    """A batch body: per message int32 total, magic, bodyCRC, flag, bodyLen+body, int16 propLen+props."""
+    """A batch body: per message int32 total, magic, bodyCRC, flag, bodyLen+body, int16 propLen+props.
+
+    magic and bodyCRC are written as 0. A message's properties must fit 32767 bytes (UTF-8);
+    longer ones raise ``struct.error`` (not checked before)."""
     out = bytearray()
     for e in entries:
         props = e.properties.encode()

@@ -61,7 +61,9 @@ def _arrow() -> tuple[Any, Any, Any, Any]:
 
 @dataclass(frozen=True, slots=True)
 class BatchLayout:
-    """Where each entry's parts lie in the batch body (int64 arrays, one item per entry)."""
+    """Where each entry's parts lie in the batch body (int64 arrays, one item per entry):
+    ``starts`` byte positions of the entries, ``body_len`` and ``props_len`` in bytes,
+    ``flags`` the producers' message flags."""
 
     body: bytes
     starts: np.ndarray
@@ -95,8 +97,8 @@ def _walk(body: bytes, n: int) -> np.ndarray | None:
 
 
 def parse_batch(body: bytes, max_body: int) -> BatchLayout | None:
-    """The layout of a well-formed batch of plain messages; None sends it down the
-    per-message path (see the module docstring)."""
+    """The layout of a well-formed batch of plain messages (no body over ``max_body``
+    bytes); None sends it down the per-message path (see the module docstring)."""
     n = len(body)
     if n < _MIN_ENTRY:
         return None
@@ -165,7 +167,7 @@ def _powers_of_31(n: int) -> np.ndarray:
 def tag_hashes(props: Any) -> np.ndarray:
     """The consume queue's tag hash per message: Java's ``String.hashCode`` of the value of
     its first TAGS item (0 without one or when it is empty), as
-    :func:`rocketmq_spark.broker.store.tag_hash` computes it. ``props``: an Arrow array of
+    :func:`.properties.tag_hash` computes it. ``props``: an Arrow array of
     ASCII properties, so a byte is a UTF-16 code unit. No per-message Python."""
     pa, pc = _arrow()[0], _arrow()[3]
     k = len(props)
@@ -199,8 +201,14 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
                  reconsume: int, suffix: bytes) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray] | None:
     """The stored records of ``layout``'s messages, laid end to end from ``first_pos``.
 
-    -> (records buffer, sizes, positions, tag hashes), or None when a message's properties
-    are not ASCII or would overflow int16 with the cluster property (per-message path).
+    ``first_offset`` is the first message's queue offset, ``first_pos`` its byte position in
+    the commit log; times are epoch milliseconds; hosts are packed as
+    :func:`.record.pack_host` packs them (``sys_flag`` carries their IPv6 bits); ``suffix``
+    (the broker's own properties) is appended to each message's properties.
+
+    -> (records buffer, sizes in bytes, commit-log positions, tag hashes), or None when a
+    message's properties are not ASCII, name a special property, or would overflow int16
+    with the suffix (per-message path).
     """
     pa, join, take, _ = _arrow()
     body = layout.body
@@ -282,7 +290,9 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
 
 
 def offset_msg_ids(prefix_hex: str, positions: np.ndarray) -> str:
-    """Comma-joined offset message ids (store host hex + 16 hex digits of the position)."""
+    """Comma-joined offset message ids (store host hex + 16 hex digits of the position):
+    ``prefix_hex`` the packed store host in upper-case hex, ``positions`` commit-log byte
+    positions."""
     k = len(positions)
     width = len(prefix_hex) + 17
     out = np.empty((k, width), np.uint8)

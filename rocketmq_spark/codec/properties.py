@@ -81,12 +81,14 @@ def subscribed_tags(expression: str) -> frozenset[str] | None:
 
 
 def encode_properties(props: Mapping[str, str]) -> str:
-    """``key\\x01value\\x02`` repeated."""
+    """``key\\x01value\\x02`` repeated. Nothing is escaped: keys and values must not hold
+    ``\\x01`` or ``\\x02`` (not checked)."""
     return "".join(f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in props.items())
 
 
 def decode_properties(text: str) -> dict[str, str]:
-    """Inverse of :func:`encode_properties`; tolerant of a missing final separator."""
+    """Inverse of :func:`encode_properties`; tolerant of a missing final separator. A key
+    given twice keeps its last value; an item without ``\\x01`` is dropped."""
     out: dict[str, str] = {}
     if not text:
         return out
@@ -110,7 +112,8 @@ def join_properties(props: str, more: str) -> str:
 
 
 def tag_of(props: str) -> str | None:
-    """The TAGS value of a properties text, without building the whole map (None when absent)."""
+    """The value of the first TAGS item of a properties text, without building the whole
+    map (None when absent). :func:`decode_properties` keeps the last of repeated keys."""
     i = props.find("TAGS\x01")
     while i > 0 and props[i - 1] != "\x02":
         i = props.find("TAGS\x01", i + 1)

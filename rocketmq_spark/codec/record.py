@@ -86,7 +86,8 @@ def body_crc(body: bytes) -> int:
 
 
 def split_host(address: str) -> tuple[str, int]:
-    """``"127.0.0.1:10911"`` or ``"[::1]:10911"`` -> (host, port)."""
+    """``"127.0.0.1:10911"`` or ``"[::1]:10911"`` -> (host, port); ValueError when the port
+    is not an integer."""
     host, _, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -94,6 +95,8 @@ def split_host(address: str) -> tuple[str, int]:
 
 
 def pack_host(address: str) -> tuple[bytes, bool]:
+    """``host:port`` as a record stores it: (the IP's 4 or 16 bytes + int32 port, whether it
+    is IPv6). No name lookup: ``localhost`` packs as 127.0.0.1, any other name as 0.0.0.0."""
     host, port = split_host(address)
     try:
         ip = ipaddress.ip_address(host)
@@ -111,13 +114,15 @@ def _unpack_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[str, int]
 
 
 def offset_msg_id(store_host: str, physical_offset: int) -> str:
-    """The broker's message id: hex(store IP + port + physical offset), upper case."""
+    """The broker's message id: hex(store IP + port + physical offset), upper case
+    (``physical_offset``: the record's byte position in the commit log)."""
     packed, _ = pack_host(store_host)
     return (packed + _I64.pack(physical_offset)).hex().upper()
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
-    """Inverse of :func:`offset_msg_id` -> (store host ``ip:port``, physical offset)."""
+    """Inverse of :func:`offset_msg_id` -> (store host ``ip:port``, physical offset);
+    ProtocolError when it is not 16 or 28 bytes of hex."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
@@ -134,7 +139,11 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
 
 @dataclass(slots=True)
 class MessageRecord:
-    """One decoded message record (times in epoch milliseconds)."""
+    """One decoded message record (times in epoch milliseconds).
+
+    ``queue_offset`` is the message's own offset in its queue (not a next-offset);
+    ``physical_offset`` its byte position in the commit log; ``total_size`` the record's
+    bytes; ``flag`` the producer's message flag; ``sys_flag`` the :class:`SysFlag` bits."""
 
     topic: str
     queue_id: int
@@ -156,10 +165,12 @@ class MessageRecord:
 
     @property
     def tags(self) -> str | None:
+        """The TAGS property, None without one."""
         return self.properties.get(PropertyKey.TAGS)
 
     @property
     def keys(self) -> list[str]:
+        """The KEYS property split on spaces (empty keys dropped); [] without one."""
         raw = self.properties.get(PropertyKey.KEYS)
         return [k for k in raw.split(" ") if k] if raw else []
 
@@ -170,6 +181,7 @@ class MessageRecord:
 
     @property
     def offset_msg_id(self) -> str:
+        """The broker's id of this record (:func:`offset_msg_id` of its store host and position)."""
         return offset_msg_id(self.store_host, self.physical_offset)
 
     def payload(self) -> bytes:
@@ -185,6 +197,7 @@ class MessageRecord:
         return self.body
 
     def user_properties(self) -> dict[str, str]:
+        """The properties that are not system keys (:data:`SYSTEM_PROPERTY_KEYS`)."""
         return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTY_KEYS}
 
 
@@ -206,7 +219,10 @@ def encode_record(
     prepared_transaction_offset: int = 0,
     crc: int | None = None,
 ) -> bytes:
-    """Encode one record. The host bits of ``sys_flag`` are derived from the hosts."""
+    """Encode one record. The host bits of ``sys_flag`` are derived from the hosts (packed
+    by :func:`pack_host`); ``crc`` defaults to :func:`body_crc` of ``body``, stored as given
+    (compress it first for ``SysFlag.COMPRESSED``). ProtocolError when the topic or the
+    properties exceed 32767 bytes."""
     props = properties if isinstance(properties, str) else encode_properties(properties)
     props_b = props.encode()
     topic_b = topic.encode()
@@ -257,7 +273,9 @@ def record_parts(topic: bytes, queue_id: int, flag: int, queue_offset: int, phys
 
 
 def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageRecord:
-    """Decode the record starting at ``pos`` of ``buf``."""
+    """Decode the record starting at ``pos`` of ``buf``; ProtocolError when it is malformed
+    (bad magic, a length that overruns the record, text that is not UTF-8) or, with
+    ``check_crc``, when its body does not match its CRC."""
     try:
         (size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = HEAD.unpack_from(
             buf, pos
@@ -319,7 +337,8 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
 
 
 def iter_records(buf: bytes | memoryview, *, check_crc: bool = False) -> Iterator[MessageRecord]:
-    """Records laid end to end, as in a pull response body."""
+    """Records laid end to end, as in a pull response body; ProtocolError (see
+    :func:`decode_record`) at the first malformed one."""
     pos = 0
     n = len(buf)
     while pos < n:
@@ -329,6 +348,7 @@ def iter_records(buf: bytes | memoryview, *, check_crc: bool = False) -> Iterato
 
 
 def decode_records(buf: bytes | memoryview, *, check_crc: bool = False) -> list[MessageRecord]:
+    """:func:`iter_records` as a list."""
     return list(iter_records(buf, check_crc=check_crc))
 
 
@@ -346,7 +366,8 @@ def body_span(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
 
 
 def properties_text(record: bytes | memoryview, pos: int = 0) -> str:
-    """The properties text of the record at ``pos``, the rest of it not decoded."""
+    """The properties text of the record at ``pos``, the rest of it not decoded (no checks
+    beyond :func:`body_span`'s: for records the caller wrote)."""
     q, blen = body_span(record, pos)
     q += blen
     (magic,) = _I32.unpack_from(record, pos + 4)
