@@ -56,13 +56,17 @@ class BrokerClient(Protocol):
 
     # -- offsets ----------------------------------------------------------------------
 
-    def min_offset(self, mq: MessageQueue) -> int: ...
+    def min_offset(self, mq: MessageQueue) -> int:
+        """The offset of the queue's first message still stored."""
 
-    def max_offset(self, mq: MessageQueue) -> int: ...
+    def max_offset(self, mq: MessageQueue) -> int:
+        """One past the queue's last message."""
 
-    def min_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]: ...
+    def min_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`min_offset` of many queues; raises the first failure."""
 
-    def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]: ...
+    def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
+        """:meth:`max_offset` of many queues; raises the first failure."""
 
     def offset_ranges(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         """queue -> (min offset, max offset), asked together."""
@@ -76,9 +80,11 @@ class BrokerClient(Protocol):
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq``; None when the group has none there."""
 
-    def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]: ...
+    def query_consumer_offsets(self, group: str, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int | None]:
+        """:meth:`query_consumer_offset` of many queues; raises the first failure."""
 
-    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None: ...
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Commit ``offset`` (the first message not yet consumed) as the group's offset of ``mq``."""
 
     def update_consumer_offsets(self, group: str, offsets: dict[MessageQueue, int]
                                 ) -> dict[MessageQueue, RocketMQSparkError]:

@@ -100,7 +100,8 @@ _PERM_BITS = {pb.NONE: 0, pb.READ: 4, pb.WRITE: 2, pb.READ_WRITE: 6}
 
 
 def parse_endpoints(value: str | Sequence[str]) -> list[str]:
-    """``"h1:8081;h2:8081"`` -> ["h1:8081", "h2:8081"] (same rules as name server lists)."""
+    """``"h1:8081;h2:8081"`` -> ["h1:8081", "h2:8081"] (same rules as name server lists;
+    ValueError for an entry that is not host:port)."""
     return parse_namesrv_addr(value)
 
 
@@ -130,7 +131,10 @@ def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) ->
 
 class GrpcClient(SequentialManyQueueCalls):
     """Talks to RocketMQ 5 gRPC endpoints (a proxy, or the embedded broker's); a
-    :class:`~.contract.BrokerClient`."""
+    :class:`~.contract.BrokerClient`.
+
+    Threads: as the contract says, one thread at a time; only the channel table is locked. A
+    producer's check-backs are answered on its Telemetry thread (see :meth:`start_producer`)."""
 
     compresses_bodies = False
 
@@ -161,6 +165,7 @@ class GrpcClient(SequentialManyQueueCalls):
     # -- channels -------------------------------------------------------------------
 
     def stub(self, address: str) -> pb_grpc.MessagingServiceStub:
+        """The stub of the channel to ``address``, opened on first use."""
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
@@ -254,6 +259,8 @@ class GrpcClient(SequentialManyQueueCalls):
         return queues
 
     def route(self, topic: str, *, refresh: bool = False) -> list[pb.MessageQueue]:
+        """The topic's queues as the endpoints route them, cached for ``route_refresh_s``
+        seconds unless ``refresh``; TopicNotFoundError when the endpoints do not know the topic."""
         return self._route(topic, refresh=refresh)
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
@@ -540,6 +547,7 @@ class GrpcClient(SequentialManyQueueCalls):
         return self.send_results(mq, len(reqs), resp)
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", **kw: Any) -> SendResult:
+        """Send one message and wait (:meth:`send_batch`)."""
         return self.send_batch(mq, [BatchEntry(body, properties)], **kw)[0]
 
     def _end_request(self, topic: str, msg_id: str, transaction_id: str, commit: bool,
@@ -591,7 +599,7 @@ class GrpcClient(SequentialManyQueueCalls):
             settle(t, fut)
 
     def transaction(self, result: SendResult, msg_id: str) -> Txn:
-        """A half message is named by the transaction id the proxy gave (positions 0)."""
+        """A half message is named by the transaction id the proxy gave (commit-log position 0)."""
         return Txn(result.queue.broker, result.queue.topic, result.queue_offset, 0, msg_id, result.transaction_id)
 
     def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:

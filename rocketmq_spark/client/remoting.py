@@ -82,7 +82,8 @@ def _already_ended(code: int, remark: str | None) -> bool:
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
-    """``"h1:9876;h2:9876"`` (``,`` also accepted) -> ["h1:9876", "h2:9876"]."""
+    """``"h1:9876;h2:9876"`` (``,`` also accepted) -> ["h1:9876", "h2:9876"]; ValueError for
+    an entry that is not host:port."""
     items = value.replace(",", ";").split(";") if isinstance(value, str) else list(value)
     out = [a.strip() for a in items if a and a.strip()]
     for a in out:
@@ -98,7 +99,10 @@ class RemotingClient:
 
     With credentials (``credentials=`` or ``config.credentials``; the argument wins) every
     request to name servers and brokers is signed (ACL 1.0). ``on_request`` gets the requests
-    brokers send on its connections (other than the check-backs :meth:`start_producer` answers)."""
+    brokers send on its connections (other than the check-backs :meth:`start_producer` answers),
+    on the connection's reader thread, as are the check-backs.
+
+    Threads: as the contract says, one thread at a time; only the connection table is locked."""
 
     compresses_bodies = True
 
@@ -147,6 +151,8 @@ class RemotingClient:
             sign_request(cmd, creds)
 
     def connection(self, address: str) -> RemotingConnection:
+        """The connection to ``address``, opened on first use or after it closed;
+        ConnectionFailedError when it cannot be opened."""
         with self._conn_lock:
             conn = self._conns.get(address)
             if conn is None or conn.closed:
@@ -187,7 +193,8 @@ class RemotingClient:
 
     def invoke(self, address: str, cmd: RemotingCommand, operation: str,
                timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        """One request to ``address`` with bounded retries on transient faults."""
+        """One request to ``address`` with bounded retries on transient faults; an answer
+        whose code is not in ``ok`` raises the broker's error (:func:`~rocketmq_spark.errors.broker_error`)."""
         timeout = timeout_s or self.config.request_timeout_s
 
         def once() -> RemotingCommand:
@@ -223,7 +230,8 @@ class RemotingClient:
         raise last
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
-        """The topic's route, cached for ``route_refresh_s``."""
+        """The topic's route from the name servers, cached for ``route_refresh_s`` seconds
+        unless ``refresh``; TopicNotFoundError when they have none."""
         cached = self._routes.get(topic)
         now = time.monotonic()
         if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
@@ -309,6 +317,7 @@ class RemotingClient:
         return addr
 
     def topic_list(self) -> list[str]:
+        """Every topic the name servers know, sorted."""
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list"))
         obj = loads_lenient(resp.body)
@@ -559,6 +568,8 @@ class RemotingClient:
 
     def pull_request(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
                      subscription: str = "*", suspend_ms: int = 0) -> RemotingCommand:
+        """The PULL_MESSAGE request :meth:`pull_async` sends (no offset committed with it;
+        ``suspend_ms`` > 0: the broker may hold it that long for new messages)."""
         sys_flag = 0x4 | (0x2 if suspend_ms > 0 else 0)
         return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
             "consumerGroup": group or "rocketmq-spark",
@@ -645,6 +656,7 @@ class RemotingClient:
                         f"create consumer group {group!r}")
 
     def broker_addrs(self) -> list[str]:
+        """The master address of every broker the name servers know, by broker name."""
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
         obj = loads_lenient(resp.body)
