@@ -372,10 +372,12 @@ _scratch = _Scratch()
 def _arange(n: int) -> np.ndarray:
     """np.arange(n) (int64), read-only, shared."""
     global _arange_cache
-    if n > len(_arange_cache):
-        _arange_cache = np.arange(2 * n, dtype=np.int64)
-        _arange_cache.setflags(write=False)
-    return _arange_cache[:n]
+    table = _arange_cache
+    if n > len(table):
+        table = np.arange(2 * n, dtype=np.int64)
+        table.setflags(write=False)
+        _arange_cache = table
+    return table[:n]
 
 
 def _cached(key: tuple[object, ...], make: Callable[[], object], rows: int) -> object:
