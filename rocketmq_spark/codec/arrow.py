@@ -336,15 +336,36 @@ _FIRST_KEYS = [PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY]
 _KEY_SET = _string_constant(_FIRST_KEYS + sorted(SYSTEM_PROPERTY_KEYS - set(_FIRST_KEYS)))
 _EMPTY_STRINGS = _string_constant([])
 
+# -- state kept between calls ------------------------------------------------------------------
+#
+# The decoders are module functions that any thread may call (a Spark task, the benchmarks,
+# tests), so what is worth keeping from one call to the next lives at module level rather than
+# in an object every caller would have to carry. What the caches hand out, returned batches
+# included, cannot be changed (numpy arrays read-only, Arrow arrays and strings immutable);
+# the per-thread scratch buffers never reach a returned batch.
+
+#: np.arange for :func:`_arange`: read-only, replaced by a longer one (twice the need) when a
+#: call needs more, and kept: 16 bytes per record of the largest call that inflated compressed
+#: bodies. Threads: a call uses the array it read or built, so a race only builds one twice.
 _arange_cache = np.arange(1 << 16, dtype=np.int64)
 _arange_cache.setflags(write=False)
-_cache: dict[tuple[object, ...], object] = {}  # small arrays that depend on the row count only
+#: small arrays that depend on the row count only (:func:`_take3`, :func:`_steps`,
+#: :func:`_repeat_string`): at most 64 entries of at most _CACHE_MAX_ROWS rows each (a few
+#: hundred KiB apiece), all dropped when full. Threads: single dict operations, each atomic,
+#: on immutable values; a race at worst builds a value twice.
+_cache: dict[tuple[object, ...], object] = {}
 _CACHE_MAX_ROWS = 1 << 14
 
 
 class _Scratch(threading.local):
     """Per-thread buffers reused across calls for the largest temporaries (fresh big allocations
-    cost a page fault per 4 KiB each time, which dominates on some machines)."""
+    cost a page fault per 4 KiB each time, which dominates on some machines).
+
+    Per thread because two threads decoding at once must not share them, and at module level
+    because they outlive a call. They grow, never shrink, and go with their thread: the join
+    buffer stays below 2 * BLOCK_BYTES (only inputs of several chunks, at most BLOCK_BYTES,
+    are joined), the masks below twice the largest input the thread decoded (a bool per
+    byte). A call reads them only while it runs: the batch it returns holds copies (takes)."""
 
     def __init__(self) -> None:
         self.join = bytearray()
@@ -370,7 +391,7 @@ _scratch = _Scratch()
 
 
 def _arange(n: int) -> np.ndarray:
-    """np.arange(n) (int64), read-only, shared."""
+    """np.arange(n) (int64), read-only, shared (see ``_arange_cache``)."""
     global _arange_cache
     table = _arange_cache
     if n > len(table):
@@ -504,6 +525,9 @@ def _record_starts(buf: bytes | memoryview, u8: np.ndarray, n: int) -> np.ndarra
     return np.array(starts, np.int64)
 
 
+#: IPv4 + port (as :func:`_host_column` reads it) -> "a.b.c.d:port": a reader sees a few hosts
+#: (the producers, its brokers), so the names are kept for every later call; no more than 4096
+#: are added. Threads: single dict operations, each atomic, on strings.
 _host_names: dict[int, str] = {}
 
 
