@@ -156,12 +156,13 @@ _pow31 = np.ones(1, np.uint64)  # 31**d mod 2**32, grown on demand
 
 def _powers_of_31(n: int) -> np.ndarray:
     global _pow31
-    if len(_pow31) < n:
-        grown = np.full(max(n, 2 * len(_pow31)), 31, np.uint64)
+    table = _pow31
+    if len(table) < n:
+        grown = np.full(max(n, 2 * len(table)), 31, np.uint64)
         grown[0] = 1
         np.multiply.accumulate(grown, out=grown)  # wraps mod 2**64, which keeps it mod 2**32
-        _pow31 = grown & np.uint64(0xFFFFFFFF)
-    return _pow31
+        table = _pow31 = grown & np.uint64(0xFFFFFFFF)
+    return table
 
 
 def tag_hashes(props: Any) -> np.ndarray:
