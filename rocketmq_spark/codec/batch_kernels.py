@@ -40,7 +40,15 @@ _I32 = struct.Struct(">i")
 #: properties that send a batch down the per-message path (they need parsing per message)
 _SPECIAL = (b"DELAY\x01", b"TIMER_", b"CLUSTER\x01", b"MSG_REGION\x01", b"TRACE_ON\x01")
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 1) >> np.array([4, 0]) & 15]
-_pa: Any = None  # pyarrow, imported on the first batch (the broker starts without it)
+
+# Module state: the caches below hold values that depend only on their arguments and never
+# change once built, shared by every store of the process (brokers in one process run on
+# their own loop threads, so a kernel may run in two threads at once).
+#
+#: pyarrow, pyarrow.compute and the two compute functions the kernels call, imported on the
+#: first batch (the broker starts without pyarrow). Set once; threads racing the first batch
+#: import the same modules, so either assignment is right.
+_pa: Any = None
 
 
 def special_free(props: bytes) -> bool:
@@ -120,6 +128,8 @@ def parse_batch(body: bytes, max_body: int) -> BatchLayout | None:
     return BatchLayout(body, starts, body_len, props_len, i32[starts + 12].astype(np.int64))
 
 
+# the record head's dtype per packed host length (8 or 20 bytes each: four in use at most);
+# lru_cache is thread-safe and dtypes immutable
 @lru_cache(maxsize=16)
 def _prefix_dtype(born_len: int, store_len: int) -> np.dtype:
     return np.dtype([
@@ -130,6 +140,7 @@ def _prefix_dtype(born_len: int, store_len: int) -> np.dtype:
     ])
 
 
+# per topic, for the 64 topics most recently appended to in batches; immutable values
 @lru_cache(maxsize=64)
 def _topic_part(topic: str) -> tuple[np.dtype, bytes, int]:
     """dtype of ``topic length | topic | propsLen`` for ``topic``, its length bytes, the magic."""
@@ -140,6 +151,7 @@ def _topic_part(topic: str) -> tuple[np.dtype, bytes, int]:
             MAGIC_V2 if v2 else MAGIC_V1)
 
 
+# Arrow scalars of the broker's property suffixes (one per broker configuration) and b""
 @lru_cache(maxsize=16)
 def _scalar(value: bytes) -> Any:
     return _arrow()[0].scalar(value, _arrow()[0].binary())
@@ -151,7 +163,10 @@ def _binary(pa: Any, offsets: np.ndarray, data: Any, n: int) -> Any:
 
 #: the first TAGS item: at the start of the properties or right after a separator
 _TAGS_RE = "(?:^|\x02)TAGS\x01(?P<tag>[^\x02]*)"
-_pow31 = np.ones(1, np.uint64)  # 31**d mod 2**32, grown on demand
+#: 31**d mod 2**32 for d < len(_pow31): grown (at least doubling) to the longest tag hashed so
+#: far and kept, 8 bytes per character. Never written once built; a call uses the table it read
+#: or built, so threads racing a growth only build it twice.
+_pow31 = np.ones(1, np.uint64)
 
 
 def _powers_of_31(n: int) -> np.ndarray:
