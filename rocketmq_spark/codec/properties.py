@@ -60,7 +60,11 @@ SYSTEM_PROPERTY_KEYS = frozenset(
 )
 
 
-@functools.lru_cache(maxsize=4096)  # tags repeat: the broker hashes one per stored message
+# Memoised at module level: a pure function of its argument, called per message by the broker
+# (each stored message's tag, each gRPC message group) and the writer (each row's messageGroup),
+# where a few values repeat. The cache keeps the 4096 most recent strings (their hash an int);
+# lru_cache is thread-safe.
+@functools.lru_cache(maxsize=4096)
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed int32.
 
