@@ -58,5 +58,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     value = getattr(importlib.import_module(target[0]), target[1])
+    # kept in the module's namespace, so later lookups skip this function; threads racing the
+    # first lookup get the same object from the (locked) import and store it twice
     globals()[name] = value
     return value

@@ -22,5 +22,7 @@ def __getattr__(name: str) -> Any:
     if target is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = importlib.import_module(target, __name__)
+    # kept in the package's namespace, so later lookups skip this function; threads racing the
+    # first lookup get the same module from the (locked) import and store it twice
     globals()[name] = module
     return module

@@ -6,4 +6,6 @@ official ``rocketmq-python-client`` registers these names there, so ours go here
 
 from google.protobuf import descriptor_pool
 
+# Module state by necessity: generated modules register their file in it when imported (under
+# the import lock, once per process); after that it is only read.
 POOL = descriptor_pool.DescriptorPool()
