@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -46,9 +46,6 @@ from ..errors import (
 from ..model import MessageQueue, PullResult
 from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
 from .options import ReaderOptions
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -453,7 +450,8 @@ class Planner:
         """Spark processed every batch up to ``end``: with commitOffsets and a consumerGroup,
         each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes
         to the brokers. Broker faults are logged and retried at the next commit, not raised
-        (:meth:`BrokerOffsetStore.commit`)."""
+        (:meth:`BrokerOffsetStore.commit`). A queue whose offset on the broker moved since
+        this query wrote it (a reset) is not committed: the next batch applies the reset."""
         if not self.options.commit_offsets or not self.options.consumer_group:
             return
         committable: QueueOffsets = {}
