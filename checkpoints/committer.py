@@ -7,54 +7,31 @@ reports the batch done::
 
     spark.streams.addListener(RocketMQOffsetCommitter("127.0.0.1:9876", "etl"))
 
-It also measures lag per queue: messages behind the latest offset and milliseconds
-behind (now minus the store time of the oldest unread message), logged and kept in
-:attr:`RocketMQOffsetCommitter.lag`.
+It also measures lag per queue (:func:`~rocketmq_spark.checkpoints.progress.queue_lags`):
+messages behind the latest offset and milliseconds behind (now minus the store time of the
+oldest unread message), logged and kept in :attr:`RocketMQOffsetCommitter.lag`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..client import BrokerClient, Credentials, connect
+from ..client import Credentials, connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import group_name, topic_name
 from .offset_store import BrokerOffsetStore
+from .progress import QueueLag, queue_lags
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QueueLag", "RocketMQOffsetCommitter", "queue_lag"]
-
-
-@dataclass(frozen=True, slots=True)
-class QueueLag:
-    queue: MessageQueue
-    offset: int  # next offset to consume
-    max_offset: int
-    messages_behind: int
-    ms_behind: int  # 0 when caught up
-
-
-def queue_lag(client: BrokerClient, mq: MessageQueue, offset: int, now_ms: int | None = None) -> QueueLag:
-    """Lag of one queue at ``offset`` (messages and store-time milliseconds behind)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    hi = client.max_offset(mq)
-    behind = max(0, hi - offset)
-    ms = 0
-    if behind:
-        stored = client.store_time_at(mq, max(offset, client.min_offset(mq)))
-        if stored is not None:
-            ms = max(0, now_ms - stored)
-    return QueueLag(mq, offset, hi, behind, ms)
+__all__ = ["RocketMQOffsetCommitter"]
 
 
 def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
@@ -123,14 +100,10 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                 if mq not in failed:
                     self.committed[mq] = off
             if self.measure_lag:
-                now = int(time.time() * 1000)
-                for mq, off in sorted(offsets.items()):
-                    try:
-                        lag = queue_lag(self.client, mq, off, now)
-                    except RocketMQSparkError as exc:
-                        log.warning("lag of %s unavailable: %s", mq, exc)
-                        continue
-                    self.lag[mq] = lag
+                try:
+                    self.lag.update(queue_lags(self.client, offsets))
+                except RocketMQSparkError as exc:
+                    log.warning("lag of group %s on %d queues unavailable: %s", self.group, len(offsets), exc)
                 total = sum(x.messages_behind for x in self.lag.values())
                 worst = max((x.ms_behind for x in self.lag.values()), default=0)
                 log.info("group %s committed %d queues; lag %d messages, %d ms behind at worst",
