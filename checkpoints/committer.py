@@ -21,11 +21,11 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..client import Credentials, connect
+from ..client import connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
-from ..options import group_name, topic_name
+from ..options import credentials, group_name, topic_name
 from .offset_store import BrokerOffsetStore
 from .progress import QueueLag, queue_lags
 
@@ -65,10 +65,9 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
         group_name("consumer_group", consumer_group)
         for t in topics or ():
             topic_name("topics", ",".join(topics or ()), t)
-        creds = None
-        if access_key or secret_key or security_token:
-            # the same credentials the query's accessKey/secretKey options give its reader
-            creds = Credentials(access_key or "", secret_key or "", security_token or None)
+        # the query's accessKey/secretKey/securityToken, checked by the same rules as its reader's
+        creds = credentials({"accessKey": access_key or "", "secretKey": secret_key or "",
+                             "securityToken": security_token or ""})
         self.client = connect(namesrv_addr or (), endpoints, credentials=creds)
         self.store = BrokerOffsetStore(self.client, consumer_group)
         self.group = consumer_group
