@@ -517,19 +517,6 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_time(client: Any, mq: MessageQueue, offset: int) -> int | None:
-    """Store time (epoch ms) of the message at ``offset``, None when there is none."""
-    from .codec import decode_records
-
-    if offset < 0:
-        return None
-    res = client.pull(mq, offset, 1)
-    if res.status != "FOUND" or not res.body:
-        return None
-    recs = decode_records(res.body)
-    return recs[0].store_timestamp if recs else None
-
-
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
     ns = _namesrv(args)
     client = _client(ns, args)
@@ -541,7 +528,7 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         ranges = client.offset_ranges(queues)
         for mq in queues:
             lo, hi = ranges[mq]
-            last = _store_time(client, mq, hi - 1) if hi > lo else None
+            last = client.store_time_at(mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queueId": mq.queue_id, "minOffset": lo, "maxOffset": hi,
                          "messages": hi - lo, "lastStoreTimestamp": last, "lastStoreTime": _iso_utc(last)})
         brokers = [{"broker": q.broker_name, "address": route.broker_addr(q.broker_name),
@@ -779,7 +766,7 @@ def group_progress(client: Any, group: str, topic: str | None, namesrv: str) -> 
         ranges = client.offset_ranges(queues)
         for mq in queues:
             (lo, hi), off = ranges[mq], offsets[mq]
-            last = _store_time(client, mq, off - 1) if off is not None and off - 1 >= lo else None
+            last = client.store_time_at(mq, off - 1) if off is not None and off - 1 >= lo else None
             out.append(QueueProgress(mq, hi, off, lo, last))
     if not out:
         where = f"topic {topic!r}" if topic else f"any topic on {namesrv}"
