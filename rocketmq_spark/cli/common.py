@@ -1,0 +1,201 @@
+"""What the commands share: the error a user can fix, argument types, the name server and
+client a command talks to, and the text/JSON output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from ..names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
+
+PROG = "rocketmq-spark"
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+class CliError(Exception):
+    """A problem the user can fix: printed as one line (what is wrong, what to do); exit 2."""
+
+
+# -- argument parsing -------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what is wrong + where to look), exit 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def namesrv_arg(value: str) -> str:
+    from ..client.remoting import parse_namesrv_addr
+
+    try:
+        addrs = parse_namesrv_addr(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; pass host:port, several separated by ';'") from None
+    if not addrs:
+        raise argparse.ArgumentTypeError("empty name server list; pass host:port")
+    return ";".join(addrs)
+
+
+def topic_arg(value: str) -> str:
+    problem = topic_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({TOPIC_RULE})")
+    return value
+
+
+def group_arg(value: str) -> str:
+    problem = group_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({GROUP_RULE})")
+    return value
+
+
+def positive_int_arg(value: str) -> int:
+    try:
+        n = int(value.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+    return n
+
+
+def parse_timestamp(value: str, *, now_ms: int | None = None) -> int:
+    """``now`` | ``earliest`` (0) | ``latest`` (-1) | epoch milliseconds | ISO-8601 -> epoch ms.
+
+    An ISO-8601 time without a zone is local time. Epoch *seconds* are refused (they would
+    silently mean 1970), with the millisecond value to pass instead.
+    """
+    text = value.strip()
+    low = text.lower()
+    if low == "now":
+        return int(time.time() * 1000) if now_ms is None else now_ms
+    if low == "earliest":
+        return 0
+    if low == "latest":
+        return -1
+    if re.fullmatch(r"\d+", text):
+        ms = int(text)
+        if 0 < ms < 10**11:
+            raise argparse.ArgumentTypeError(
+                f"{text} looks like epoch seconds; pass milliseconds ({ms * 1000}) or ISO-8601")
+        return ms
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a time: give epoch milliseconds, ISO-8601 (2024-05-01T12:00:00Z) or 'now'") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # local time, as mqadmin reads it
+    return int(when.timestamp() * 1000)
+
+
+def timestamp_arg(value: str) -> int:
+    return parse_timestamp(value)
+
+
+def client_parent() -> Parser:
+    p = Parser(add_help=False)
+    p.add_argument("-n", "--namesrv", type=namesrv_arg, default=None, metavar="HOST:PORT[;HOST:PORT]",
+                   help=f"name server list (default $NAMESRV_ADDR, else {DEFAULT_NAMESRV})")
+    p.add_argument("--access-key", default=None, metavar="AK",
+                   help="ACL access key: sign every request (default $ROCKETMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", default=None, metavar="SK",
+                   help="ACL secret key (default $ROCKETMQ_SECRET_KEY; the variable keeps it out of `ps`)")
+    return p
+
+
+def json_parent() -> Parser:
+    p = Parser(add_help=False)
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    return p
+
+
+def namesrv_of(args: argparse.Namespace) -> str:
+    return (getattr(args, "namesrv", None) or getattr(args, "global_namesrv", None)
+            or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV)
+
+
+def _credentials(args: argparse.Namespace | None) -> Any:
+    """ACL credentials from --access-key/--secret-key, else $ROCKETMQ_ACCESS_KEY/$ROCKETMQ_SECRET_KEY
+    (each flag falls back to its variable); None when neither key is set."""
+    from ..remoting.acl import Credentials
+
+    ak = getattr(args, "access_key", None) or os.environ.get("ROCKETMQ_ACCESS_KEY") or ""
+    sk = getattr(args, "secret_key", None) or os.environ.get("ROCKETMQ_SECRET_KEY") or ""
+    if not ak and not sk:
+        return None
+    if not ak or not sk:
+        missing = "--access-key (or $ROCKETMQ_ACCESS_KEY)" if not ak else "--secret-key (or $ROCKETMQ_SECRET_KEY)"
+        raise CliError(f"ACL credentials need both an access key and a secret key: {missing} is missing")
+    return Credentials(ak, sk)
+
+
+def make_client(namesrv: str, args: argparse.Namespace | None = None) -> Any:
+    from ..client.remoting import ClientConfig, RemotingClient
+
+    # A tool should say quickly that an address is wrong: two attempts, a short budget.
+    return RemotingClient(namesrv, ClientConfig(connect_timeout_s=3.0, request_timeout_s=10.0, retries=2,
+                                                retry_budget_s=5.0, credentials=_credentials(args)))
+
+
+# -- output helpers ---------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, indent: str = "") -> str:
+    """Columns padded to fit; numbers right-aligned, text left-aligned."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, v in enumerate(row):
+            widths[i] = max(widths[i], len(v))
+    numeric = [all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows) and bool(rows)
+               for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)]
+        return (indent + "  ".join(parts)).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+def fmt_time(ms: int | None) -> str | None:
+    """Local time like mqadmin prints it: ``2024-05-01 12:00:00.123``."""
+    if ms is None or ms <= 0:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def iso_utc(ms: int | None) -> str | None:
+    if ms is None or ms <= 0:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def is_system_topic(topic: str) -> bool:
+    from ..broker.state import SYSTEM_TOPICS
+
+    return (topic in SYSTEM_TOPICS or topic.startswith(("%RETRY%", "%DLQ%", "RMQ_SYS_", "rmq_sys_"))
+            or topic.endswith("_REPLY_TOPIC"))
+
+
+def require_topic(client: Any, topic: str, namesrv: str) -> None:
+    """Fail with a one-line hint when the name servers do not know ``topic`` (a route lookup
+    would auto-create it on an embedded broker, which a read-only command must not do)."""
+    if topic not in client.topic_list():
+        raise CliError(f"topic {topic!r} does not exist on {namesrv}: create it with "
+                       f"`{PROG} topic create {topic}` (existing topics: `{PROG} topic list`)")
