@@ -19,7 +19,7 @@ from typing import Any
 from ..offsets import Offsets
 from .common import PROG, CliError, Parser, group_arg, make_client, namesrv_arg, positive_int_arg, table, topic_arg
 from .produce import Message, fmt_bytes, send_messages
-from .progress import group_progress, progress_table
+from .progress import progress_rows, progress_table
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -141,7 +141,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             for addr in brokers.values():
                 client.create_topic(topic, 4, broker_addr=addr)
         queues = client.message_queues(topic, refresh=True)
-        start = Offsets({mq_: client.max_offset(mq_) for mq_ in queues})
+        start = Offsets(client.max_offsets(queues))
         expected: dict[str, list[int]] = {}  # customer -> [orders, refunds, net cents]
 
         def orders() -> Iterator[Message]:
@@ -219,7 +219,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             if client.query_consumer_offsets(group, queues) == maxes:
                 break
             time.sleep(0.1)
-        rows = group_progress(client, group, topic, ns)
+        rows = progress_rows(client, group, topic, ns)
         total_lag = sum(r.lag for r in rows)
         _step(5, f"consumer progress of group {group} (committed by RocketMQOffsetCommitter): "
                  f"total lag {total_lag:,}")

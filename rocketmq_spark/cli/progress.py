@@ -4,12 +4,9 @@ and ``reset-offset`` (a group's offsets by time, as mqadmin resetOffsetByTime)."
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import RocketMQSparkError
 from ..model import MessageQueue
 from .common import (
     CliError,
@@ -27,7 +24,9 @@ from .common import (
     topic_arg,
 )
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from ..checkpoints.progress import QueueProgress
+    from ..client import RemotingClient
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser], client: Parser, js: Parser) -> None:
@@ -49,77 +48,50 @@ def add_commands(sub: argparse._SubParsersAction[Parser], client: Parser, js: Pa
     r.set_defaults(func=_cmd_reset_offset)
 
 
-@dataclass(slots=True)
-class QueueProgress:
-    """One queue of a group, as mqadmin consumerProgress shows it."""
+def progress_rows(client: RemotingClient, group: str, topic: str | None, namesrv: str) -> list[QueueProgress]:
+    """The group's progress per queue (:func:`~rocketmq_spark.checkpoints.progress.group_progress`)
+    on ``topic``, or without it on every non-system topic where the group committed an offset.
 
-    queue: MessageQueue
-    broker_offset: int  # max offset
-    consumer_offset: int | None  # None: the group never committed this queue
-    min_offset: int
-    last_timestamp: int | None  # store time of the last consumed message
-
-    @property
-    def lag(self) -> int:
-        start = self.consumer_offset if self.consumer_offset is not None else self.min_offset
-        return max(0, self.broker_offset - start)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.queue.topic, "broker": self.queue.broker, "queueId": self.queue.queue_id,
-                "brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset, "lag": self.lag,
-                "lastTimestamp": self.last_timestamp, "lastTime": iso_utc(self.last_timestamp)}
-
-
-def group_progress(client: Any, group: str, topic: str | None, namesrv: str) -> list[QueueProgress]:
-    """Per queue: broker (max) offset, ``group``'s offset, lag, last consumed store time.
-
-    Without ``topic``, every non-system topic on which the group has committed an offset.
     A group with no offset at all is a :class:`CliError` (most often a misspelled name).
     """
+    from ..checkpoints.progress import group_progress
+
     if topic is not None:
         require_topic(client, topic, namesrv)
         topics = [topic]
     else:
         topics = [t for t in client.topic_list() if not is_system_topic(t)]
-    out: list[QueueProgress] = []
-    for t in topics:
-        queues = client.message_queues(t)
-        offsets = client.query_consumer_offsets(group, queues)
-        if all(v is None for v in offsets.values()):
-            continue
-        ranges = client.offset_ranges(queues)
-        for mq in queues:
-            (lo, hi), off = ranges[mq], offsets[mq]
-            last = client.store_time_at(mq, off - 1) if off is not None and off - 1 >= lo else None
-            out.append(QueueProgress(mq, hi, off, lo, last))
-    if not out:
+    rows = group_progress(client, group, topics)
+    if not rows:
         where = f"topic {topic!r}" if topic else f"any topic on {namesrv}"
         raise CliError(f"consumer group {group!r} has no committed offsets on {where}: check the group name "
                        "(it is case-sensitive) or let a consumer commit first")
-    return out
+    return rows
 
 
-def _online_consumers(client: Any, group: str) -> int:
-    ids: set[str] = set()
-    for addr in client.cluster_brokers().values():
-        try:
-            ids.update(client.consumer_ids(group, addr))
-        except RocketMQSparkError as exc:
-            log.debug("consumer list of %s at %s unavailable: %s", group, addr, exc)
-    return len(ids)
+def _online_consumers(client: RemotingClient, group: str) -> int:
+    from ..checkpoints.progress import online_consumers
+
+    return len(online_consumers(client, group))
+
+
+def _row_json(r: QueueProgress) -> dict[str, Any]:
+    return {"topic": r.queue.topic, "broker": r.queue.broker, "queueId": r.queue.queue_id,
+            "brokerOffset": r.max_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
+            "lastTimestamp": r.last_store_time, "lastTime": iso_utc(r.last_store_time)}
 
 
 def progress_table(rows: Sequence[QueueProgress], *, indent: str = "") -> str:
     return table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST TIME"],
-                  [[r.queue.topic, r.queue.broker, r.queue.queue_id, r.broker_offset, r.consumer_offset, r.lag,
-                    fmt_time(r.last_timestamp)] for r in rows], indent=indent)
+                 [[r.queue.topic, r.queue.broker, r.queue.queue_id, r.max_offset, r.consumer_offset, r.lag,
+                   fmt_time(r.last_store_time)] for r in rows], indent=indent)
 
 
 def _cmd_progress(args: argparse.Namespace) -> int:
     ns = namesrv_of(args)
     client = make_client(ns, args)
     try:
-        rows = group_progress(client, args.group, args.topic, ns)
+        rows = progress_rows(client, args.group, args.topic, ns)
         online = _online_consumers(client, args.group)
     finally:
         client.close()
@@ -127,7 +99,7 @@ def _cmd_progress(args: argparse.Namespace) -> int:
     topics = sorted({r.queue.topic for r in rows})
     if args.json:
         print_json({"group": args.group, "topics": topics, "onlineConsumers": online, "totalLag": total,
-                     "queues": [r.to_json() for r in rows]})
+                     "queues": [_row_json(r) for r in rows]})
         return 0
     print(f"consumer group {args.group}: {len(topics)} topic(s), {len(rows)} queues, total lag {total:,}, "
           f"{online} online consumer(s)")
