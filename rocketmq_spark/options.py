@@ -1,6 +1,8 @@
-"""Parsing helpers shared by the reader's and the writer's options.
+"""Parsing helpers shared by the reader's and the writer's options, the offset committer
+and the command line.
 
-Every error names the option, the value and what is accepted (:class:`OptionError`).
+Every error names the option, the value and what is accepted (:class:`OptionError`); the
+command line words them as flags (it catches the error and keeps its own one-line style).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
 from .remoting.acl import Credentials
 
 __all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name", "namesrv_list",
-           "parse_bool", "positive_int", "topic_name"]
+           "parse_bool", "parse_positive_int", "positive_int", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -67,14 +69,24 @@ def parse_bool(name: str, raw: str) -> bool:
     raise OptionError(name, raw, "accepted: true or false")
 
 
-def positive_int(name: str, raw: str) -> int:
+def parse_positive_int(raw: str) -> int:
+    """``raw`` as an integer >= 1; else :class:`ValueError` saying what is wrong ("is not a whole
+    number" or "must be at least 1"), for the caller to word as its surface does."""
     try:
         n = int(raw)
     except ValueError:
-        raise OptionError(name, raw, "accepted: a positive integer") from None
+        raise ValueError("is not a whole number") from None
     if n <= 0:
-        raise OptionError(name, raw, "accepted: a positive integer")
+        raise ValueError("must be at least 1")
     return n
+
+
+def positive_int(name: str, raw: str) -> int:
+    """Option ``name`` as an integer >= 1 (:func:`parse_positive_int`)."""
+    try:
+        return parse_positive_int(raw)
+    except ValueError:
+        raise OptionError(name, raw, "accepted: a positive integer") from None
 
 
 def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:

@@ -12,9 +12,12 @@ import sys
 import time
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
+from ..errors import OptionError
+
+if TYPE_CHECKING:
+    from ..remoting.acl import Credentials
 
 PROG = "rocketmq-spark"
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -47,27 +50,31 @@ def namesrv_arg(value: str) -> str:
 
 
 def topic_arg(value: str) -> str:
-    problem = topic_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({TOPIC_RULE})")
-    return value
+    from ..options import topic_name
+
+    try:
+        return topic_name("topic", value, value)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(exc.accepted) from None
 
 
 def group_arg(value: str) -> str:
-    problem = group_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{value!r}: {problem} ({GROUP_RULE})")
-    return value
+    from ..options import group_name
+
+    try:
+        return group_name("group", value)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc.accepted}") from None
 
 
 def positive_int_arg(value: str) -> int:
+    from ..options import parse_positive_int
+
     try:
-        n = int(value.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return n
+        # typed by people: digit grouping (10,000 or 10_000) is allowed here
+        return parse_positive_int(value.replace("_", "").replace(",", ""))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} {exc}") from None
 
 
 def parse_timestamp(value: str, *, now_ms: int | None = None) -> int:
@@ -75,6 +82,11 @@ def parse_timestamp(value: str, *, now_ms: int | None = None) -> int:
 
     An ISO-8601 time without a zone is local time. Epoch *seconds* are refused (they would
     silently mean 1970), with the millisecond value to pass instead.
+
+    Deliberately not the reader's ``startingTimestamp`` parser (source/options.py): a time
+    without a zone is local here, as mqadmin resetOffsetByTime reads it, but UTC there, so
+    that a query means the same instant on every machine it runs on; the words and the
+    epoch-seconds guard are for people typing at a terminal.
     """
     text = value.strip()
     low = text.lower()
@@ -126,19 +138,20 @@ def namesrv_of(args: argparse.Namespace) -> str:
             or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV)
 
 
-def _credentials(args: argparse.Namespace | None) -> Any:
+def _credentials(args: argparse.Namespace | None) -> Credentials | None:
     """ACL credentials from --access-key/--secret-key, else $ROCKETMQ_ACCESS_KEY/$ROCKETMQ_SECRET_KEY
-    (each flag falls back to its variable); None when neither key is set."""
-    from ..remoting.acl import Credentials
+    (each flag falls back to its variable); None when neither key is set. The rules are the
+    accessKey/secretKey options' (:func:`rocketmq_spark.options.credentials`), worded as flags."""
+    from ..options import credentials
 
     ak = getattr(args, "access_key", None) or os.environ.get("ROCKETMQ_ACCESS_KEY") or ""
     sk = getattr(args, "secret_key", None) or os.environ.get("ROCKETMQ_SECRET_KEY") or ""
-    if not ak and not sk:
-        return None
-    if not ak or not sk:
-        missing = "--access-key (or $ROCKETMQ_ACCESS_KEY)" if not ak else "--secret-key (or $ROCKETMQ_SECRET_KEY)"
-        raise CliError(f"ACL credentials need both an access key and a secret key: {missing} is missing")
-    return Credentials(ak, sk)
+    try:
+        return credentials({"accessKey": ak, "secretKey": sk})
+    except OptionError as exc:
+        missing = ("--access-key (or $ROCKETMQ_ACCESS_KEY)" if exc.option == "accessKey"
+                   else "--secret-key (or $ROCKETMQ_SECRET_KEY)")
+        raise CliError(f"ACL credentials need both an access key and a secret key: {missing} is missing") from None
 
 
 def make_client(namesrv: str, args: argparse.Namespace | None = None) -> Any:
