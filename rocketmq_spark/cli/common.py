@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OptionError
 
 if TYPE_CHECKING:
+    from ..client.remoting import RemotingClient
     from ..remoting.acl import Credentials
 
 PROG = "rocketmq-spark"
@@ -154,7 +155,7 @@ def _credentials(args: argparse.Namespace | None) -> Credentials | None:
         raise CliError(f"ACL credentials need both an access key and a secret key: {missing} is missing") from None
 
 
-def make_client(namesrv: str, args: argparse.Namespace | None = None) -> Any:
+def make_client(namesrv: str, args: argparse.Namespace | None = None) -> RemotingClient:
     from ..client.remoting import ClientConfig, RemotingClient
 
     # A tool should say quickly that an address is wrong: two attempts, a short budget.
@@ -206,7 +207,7 @@ def is_system_topic(topic: str) -> bool:
             or topic.endswith("_REPLY_TOPIC"))
 
 
-def require_topic(client: Any, topic: str, namesrv: str) -> None:
+def require_topic(client: RemotingClient, topic: str, namesrv: str) -> None:
     """Fail with a one-line hint when the name servers do not know ``topic`` (a route lookup
     would auto-create it on an embedded broker, which a read-only command must not do)."""
     if topic not in client.topic_list():

@@ -10,10 +10,14 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import TopicNotFoundError
 from .common import PROG, CliError, Parser, make_client, namesrv_of, positive_int_arg, topic_arg
+
+if TYPE_CHECKING:
+    from ..client.remoting import RemotingClient
+    from ..codec import BatchEntry
 
 _MAX_BATCH_MESSAGES = 128
 _MAX_BATCH_BYTES = 1 << 20
@@ -111,7 +115,7 @@ class _UniqKeys:
         return f"{self.prefix}{self.seq:010X}"
 
 
-def _entry(msg: Message, uniq: _UniqKeys) -> Any:
+def _entry(msg: Message, uniq: _UniqKeys) -> BatchEntry:
     from ..codec import BatchEntry, encode_properties
 
     props: dict[str, str] = dict(msg.properties or {})
@@ -124,7 +128,7 @@ def _entry(msg: Message, uniq: _UniqKeys) -> Any:
     return BatchEntry(msg.body, encode_properties(props))
 
 
-def send_messages(client: Any, topic: str, messages: Iterable[Message], total: int | None,
+def send_messages(client: RemotingClient, topic: str, messages: Iterable[Message], total: int | None,
                    *, batch_size: int = _MAX_BATCH_MESSAGES) -> tuple[int, int, int, float]:
     """Send message i to writable queue i mod n (round-robin, as producers do), in batches of up
     to ``batch_size`` messages / 1 MiB per queue, drawing a progress bar.

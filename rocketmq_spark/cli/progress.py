@@ -119,8 +119,9 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
         queues = client.message_queues(args.topic, refresh=True)
         current = client.query_consumer_offsets(args.group, queues)
         maxes = client.max_offsets(queues) if ts < 0 else {}
-        plan = [{"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
-                 "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
+        plan: list[dict[str, Any]] = [
+            {"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
+             "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
         if not args.dry_run:
             online = _online_consumers(client, args.group)
             written = client.reset_offset_by_timestamp(args.group, args.topic, ts)

@@ -117,16 +117,16 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         require_topic(client, args.name, ns)
         route = client.route(args.name, refresh=True)
         queues = client.message_queues(args.name)
-        rows = []
+        rows: list[dict[str, Any]] = []  # as --json prints them
         ranges = client.offset_ranges(queues)
         for mq in queues:
             lo, hi = ranges[mq]
             last = client.store_time_at(mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queueId": mq.queue_id, "minOffset": lo, "maxOffset": hi,
                          "messages": hi - lo, "lastStoreTimestamp": last, "lastStoreTime": iso_utc(last)})
-        brokers = [{"broker": q.broker_name, "address": route.broker_addr(q.broker_name),
-                    "readQueues": q.read_queue_nums, "writeQueues": q.write_queue_nums, "perm": q.perm}
-                   for q in route.queue_datas]
+        brokers: list[dict[str, Any]] = [
+            {"broker": q.broker_name, "address": route.broker_addr(q.broker_name), "readQueues": q.read_queue_nums,
+             "writeQueues": q.write_queue_nums, "perm": q.perm} for q in route.queue_datas]
         if args.json:
             print_json({"topic": args.name, "brokers": brokers, "queues": rows})
             return 0
