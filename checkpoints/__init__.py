@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .offset_store import BrokerOffsetStore, OffsetStore
-from .progress import QueueLag, QueueProgress, group_progress, online_consumers, queue_lag, queue_lags
+from .progress import QueueLag, QueueProgress, group_progress, queue_lag, queue_lags
 from .tracker import InFlightTracker
 
 if TYPE_CHECKING:
     from .committer import RocketMQOffsetCommitter
 
 __all__ = ["BrokerOffsetStore", "InFlightTracker", "OffsetStore", "QueueLag", "QueueProgress",
-           "RocketMQOffsetCommitter", "group_progress", "online_consumers", "queue_lag", "queue_lags"]
+           "RocketMQOffsetCommitter", "group_progress", "queue_lag", "queue_lags"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,21 +13,17 @@ The clients' many-queue calls are pipelined: one round of requests per call, not
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import RocketMQSparkError
 from ..model import MessageQueue
 
 if TYPE_CHECKING:
-    from ..client import BrokerClient, RemotingClient
+    from ..client import BrokerClient
 
-log = logging.getLogger(__name__)
-
-__all__ = ["QueueLag", "QueueProgress", "group_progress", "online_consumers", "queue_lag", "queue_lags"]
+__all__ = ["QueueLag", "QueueProgress", "group_progress", "queue_lag", "queue_lags"]
 
 
 def _behind(offset: int | None, min_offset: int, max_offset: int) -> int:
@@ -114,15 +110,3 @@ def group_progress(client: BrokerClient, group: str, topics: Sequence[str]) -> l
         last = client.store_time_at(mq, offset - 1) if offset is not None and offset - 1 >= lo else None
         rows.append(QueueProgress(mq, lo, hi, offset, last))
     return rows
-
-
-def online_consumers(client: RemotingClient, group: str) -> set[str]:
-    """Client ids of ``group``'s consumers connected to any broker of the cluster (a broker
-    that does not answer the question is left out, logged at debug level)."""
-    ids: set[str] = set()
-    for broker, addr in client.cluster_brokers().items():
-        try:
-            ids.update(client.consumer_ids(group, addr))
-        except RocketMQSparkError as exc:
-            log.debug("consumer list of %s at %s (%s) unavailable: %s", group, broker, addr, exc)
-    return ids

@@ -69,10 +69,10 @@ def progress_rows(client: RemotingClient, group: str, topic: str | None, namesrv
     return rows
 
 
-def _online_consumers(client: RemotingClient, group: str) -> int:
-    from ..checkpoints.progress import online_consumers
-
-    return len(online_consumers(client, group))
+def _online_consumers(client: RemotingClient, group: str, topics: Sequence[str]) -> int:
+    """How many consumers of ``group`` are online on the brokers serving ``topics``."""
+    by_broker = client.group_consumers(group, topics) or {}
+    return len({cid for ids in by_broker.values() for cid in ids})
 
 
 def _row_json(r: QueueProgress) -> dict[str, Any]:
@@ -92,11 +92,11 @@ def _cmd_progress(args: argparse.Namespace) -> int:
     client = make_client(ns, args)
     try:
         rows = progress_rows(client, args.group, args.topic, ns)
-        online = _online_consumers(client, args.group)
+        topics = sorted({r.queue.topic for r in rows})
+        online = _online_consumers(client, args.group, topics)
     finally:
         client.close()
     total = sum(r.lag for r in rows)
-    topics = sorted({r.queue.topic for r in rows})
     if args.json:
         print_json({"group": args.group, "topics": topics, "onlineConsumers": online, "totalLag": total,
                      "queues": [_row_json(r) for r in rows]})
@@ -123,7 +123,7 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
             {"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
              "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
         if not args.dry_run:
-            online = _online_consumers(client, args.group)
+            online = _online_consumers(client, args.group, [args.topic])
             written = client.reset_offset_by_timestamp(args.group, args.topic, ts)
             for row in plan:
                 got = written.get(MessageQueue(args.topic, row["broker"], row["queueId"]))

@@ -6,9 +6,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from rocketmq_spark.checkpoints import QueueLag, group_progress, online_consumers, queue_lag, queue_lags
+from rocketmq_spark.checkpoints import QueueLag, group_progress, queue_lag, queue_lags
 from rocketmq_spark.client.many import SequentialManyQueueCalls
-from rocketmq_spark.errors import ConnectionFailedError
 from rocketmq_spark.model import MessageQueue
 
 T0 = 1_700_000_000_000  # the message at offset k was stored at T0 + k seconds
@@ -82,20 +81,6 @@ def test_group_progress_shows_the_topics_the_group_committed_on() -> None:
     assert client.calls == {"query_consumer_offsets": 1, "offset_ranges": 1, "store_time_at": 1}
     assert group_progress(client, "other", ["A", "B"]) == []
     assert group_progress(client, "g", []) == []
-
-
-class _Consumers:
-    def cluster_brokers(self) -> dict[str, str]:
-        return {"broker-a": "a:10911", "broker-b": "b:10911", "broker-c": "c:10911"}
-
-    def consumer_ids(self, group: str, broker_addr: str, broker_name: str = "") -> list[str]:
-        if broker_addr == "c:10911":
-            raise ConnectionFailedError(broker_addr, "consumer list")
-        return {"a:10911": ["c1", "c2"], "b:10911": ["c2", "c3"]}[broker_addr]
-
-
-def test_online_consumers_are_the_union_over_the_brokers_that_answer() -> None:
-    assert online_consumers(_Consumers(), "g") == {"c1", "c2", "c3"}
 
 
 def test_the_progress_command_loads_no_spark() -> None:
