@@ -233,6 +233,8 @@ class Broker:
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.END_TRANSACTION: self.end_transaction,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
@@ -855,6 +857,45 @@ class Broker:
         if not ids:  # as Java brokers answer a group with no online consumer
             return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
         return req.response_to(body=json.dumps({"consumerIdList": ids}).encode())
+
+    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST (mqadmin consumerConnection): the group's online clients
+        and what their heartbeats said (ConsumerConnection, as a Java broker answers it)."""
+        group = req.ext_fields.get("consumerGroup", "")
+        consumers = self.clients.consumers(group)
+        if not consumers:
+            return req.response_to(ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online")
+        first = consumers[0][1].consumer_groups[group]
+        subs: dict[str, Any] = {}
+        conns = []
+        for c, ch in consumers:
+            data = ch.consumer_groups[group]
+            for sub in data.get("subscriptionDataSet") or []:
+                if isinstance(sub, dict) and sub.get("topic"):
+                    subs[str(sub["topic"])] = sub
+            conns.append({"clientId": ch.client_id, "clientAddr": c.peer, "language": ch.language,
+                          "version": ch.version})
+        body = {"connectionSet": conns, "subscriptionTable": subs,
+                "consumeType": first.get("consumeType", "CONSUME_ACTIVELY"),
+                "messageModel": first.get("messageModel", "CLUSTERING"),
+                "consumeFromWhere": first.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")}
+        return req.response_to(body=json.dumps(body).encode())
+
+    async def get_consumer_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus): asked of the client itself over
+        its connection, its answer passed back (as a Java broker's Broker2Client does)."""
+        ext = req.ext_fields
+        group, client_id = ext.get("consumerGroup", ""), ext.get("clientId", "")
+        target = next((c for c, ch in self.clients.consumers(group) if ch.client_id == client_id), None)
+        if target is None:
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark=f"The Consumer <{client_id}> not online")
+        try:
+            answer = await target.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(ext), 5.0)
+        except (TimeoutError, ConnectionError) as exc:
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark=f"the consumer {client_id} did not answer: {exc or 'timeout'}")
+        return req.response_to(answer.code, remark=answer.remark, body=answer.body)
 
     def _notify_consumers_changed(self, group: str) -> None:
         for consumer, _ in self.clients.consumers(group):

@@ -47,6 +47,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._opaque = 0
+        #: requests this side sent the client (see :meth:`call`), by opaque
+        self._calls: dict[int, asyncio.Future[RemotingCommand]] = {}
 
     # -- asyncio.Protocol -----------------------------------------------------------
 
@@ -61,6 +63,10 @@ class Connection(asyncio.Protocol):
         self.closed = True
         for task in list(self._tasks):
             task.cancel()
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"{self.peer} closed the connection"))
+        self._calls.clear()
         self._on_close(self)
 
     def data_received(self, data: bytes) -> None:
@@ -131,7 +137,10 @@ class Connection(asyncio.Protocol):
 
     def _handle(self, cmd: RemotingCommand) -> None:
         if cmd.is_response:
-            # Answers to our own oneway pushes (clients may reply anyway): nothing to do.
+            # an answer to :meth:`call`; those to our oneway pushes (clients may reply anyway) are dropped
+            fut = self._calls.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
             return
         try:
             result = self._dispatch(self, cmd)
@@ -170,6 +179,19 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: RemotingCommand) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(cmd.encode())
+
+    async def call(self, code: int, ext_fields: dict[str, str], timeout_s: float, body: bytes = b"") -> RemotingCommand:
+        """Send a request to the client and wait for its answer (the broker asking a consumer
+        for its running info); TimeoutError past ``timeout_s``, ConnectionError if it closes."""
+        self._opaque += 1
+        opaque = self._opaque
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._calls[opaque] = fut
+        self.send(RemotingCommand(code=code, opaque=opaque, ext_fields=ext_fields, body=body, language="JAVA"))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._calls.pop(opaque, None)
 
     def push(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> None:
         """Send a oneway request to the client (CHECK_TRANSACTION_STATE, NOTIFY_...)."""

@@ -4,7 +4,7 @@ and ``reset-offset`` (a group's offsets by time, as mqadmin resetOffsetByTime)."
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model import MessageQueue
@@ -25,7 +25,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..checkpoints.progress import QueueProgress
+    from ..checkpoints.progress import ConsumerView, QueueProgress
     from ..client import RemotingClient
 
 
@@ -69,21 +69,43 @@ def progress_rows(client: RemotingClient, group: str, topic: str | None, namesrv
     return rows
 
 
+def _views(client: RemotingClient, group: str, topics: Sequence[str]) -> dict[MessageQueue, list[ConsumerView]]:
+    from ..checkpoints.progress import online_views
+
+    return online_views(client, group, topics)
+
+
 def _online_consumers(client: RemotingClient, group: str, topics: Sequence[str]) -> int:
     """How many consumers of ``group`` are online on the brokers serving ``topics``."""
     by_broker = client.group_consumers(group, topics) or {}
     return len({cid for ids in by_broker.values() for cid in ids})
 
 
-def _row_json(r: QueueProgress) -> dict[str, Any]:
+def _row_json(r: QueueProgress, views: Sequence[ConsumerView] = ()) -> dict[str, Any]:
     return {"topic": r.queue.topic, "broker": r.queue.broker, "queueId": r.queue.queue_id,
             "brokerOffset": r.max_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
-            "lastTimestamp": r.last_store_time, "lastTime": iso_utc(r.last_store_time)}
+            "lastTimestamp": r.last_store_time, "lastTime": iso_utc(r.last_store_time),
+            "consumers": [{"clientId": v.client_id, "planned": v.planned, "processed": v.processed} for v in views]}
 
 
-def progress_table(rows: Sequence[QueueProgress], *, indent: str = "") -> str:
-    return table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST TIME"],
+def _seen(views: Sequence[ConsumerView], field: str) -> str:
+    """What the online consumers report of a queue ("-" when none does; "?" when not known yet)."""
+    values = [getattr(v, field) for v in views]
+    return ", ".join("?" if x < 0 else str(x) for x in values) or "-"
+
+
+def progress_table(rows: Sequence[QueueProgress], views: Mapping[MessageQueue, Sequence[ConsumerView]] | None = None,
+                   *, indent: str = "") -> str:
+    """The progress rows; with ``views``, also what the online consumers (a running Spark
+    query) have planned and processed of each queue."""
+    if views is None:
+        return table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST TIME"],
+                     [[r.queue.topic, r.queue.broker, r.queue.queue_id, r.max_offset, r.consumer_offset, r.lag,
+                       fmt_time(r.last_store_time)] for r in rows], indent=indent)
+    return table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "PLANNED", "PROCESSED",
+                  "LAST TIME"],
                  [[r.queue.topic, r.queue.broker, r.queue.queue_id, r.max_offset, r.consumer_offset, r.lag,
+                   _seen(views.get(r.queue, ()), "planned"), _seen(views.get(r.queue, ()), "processed"),
                    fmt_time(r.last_store_time)] for r in rows], indent=indent)
 
 
@@ -94,16 +116,17 @@ def _cmd_progress(args: argparse.Namespace) -> int:
         rows = progress_rows(client, args.group, args.topic, ns)
         topics = sorted({r.queue.topic for r in rows})
         online = _online_consumers(client, args.group, topics)
+        views = _views(client, args.group, topics) if online else {}
     finally:
         client.close()
     total = sum(r.lag for r in rows)
     if args.json:
         print_json({"group": args.group, "topics": topics, "onlineConsumers": online, "totalLag": total,
-                     "queues": [_row_json(r) for r in rows]})
+                     "queues": [_row_json(r, views.get(r.queue, ())) for r in rows]})
         return 0
     print(f"consumer group {args.group}: {len(topics)} topic(s), {len(rows)} queues, total lag {total:,}, "
           f"{online} online consumer(s)")
-    print(progress_table(rows))
+    print(progress_table(rows, views if online else None))
     return 0
 
 
@@ -123,7 +146,9 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
             {"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
              "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
         if not args.dry_run:
-            online = _online_consumers(client, args.group, [args.topic])
+            told = sorted({cid for ids in (client.group_consumers(args.group, [args.topic]) or {}).values()
+                           for cid in ids})
+            online = len(told)
             written = client.reset_offset_by_timestamp(args.group, args.topic, ts)
             for row in plan:
                 got = written.get(MessageQueue(args.topic, row["broker"], row["queueId"]))
@@ -137,6 +162,7 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
         out = {"group": args.group, "topic": args.topic, "timestamp": ts, "dryRun": args.dry_run, "queues": plan}
         if not args.dry_run:
             out["notifiedConsumers"] = online
+            out["onlineConsumers"] = told
         print_json(out)
         return 0
     verb = "would reset" if args.dry_run else "reset"
@@ -148,6 +174,7 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
     else:
         print(f"done: {len(plan)} queues written; {online} online consumer(s) of {args.group} move there (on a 5.x "
               "broker at their next pull of each queue, a 4.x broker tells them at once). A running Spark query "
-              "stops with an error naming the reset; its checkpoint keeps its own offsets: the group's offsets "
-              "apply to a query started on a new checkpoint")
+              "follows the reset with its next batch (onOffsetReset=follow, its default)")
+        for cid in told:
+            print(f"  told: {cid}")
     return 0

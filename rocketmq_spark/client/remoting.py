@@ -936,6 +936,18 @@ class RemotingClient:
 
     # -- admin views (CLI tools) -----------------------------------------------------
 
+    def consumer_running_info(self, group: str, client_id: str, broker_addr: str) -> dict[MessageQueue, dict[str, Any]]:
+        """GET_CONSUMER_RUNNING_INFO through a broker the consumer is connected to (the broker
+        asks the consumer): its queues and what it says of each (ProcessQueueInfo: a Spark
+        query reports the end of its last planned batch as cachedMsgMaxOffset and what it has
+        processed as cachedMsgMinOffset)."""
+        from .membership import parse_running_info
+
+        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}),
+            f"running info of consumer {client_id} of group {group!r}")
+        return parse_running_info(resp.body or b"")
+
     def cluster_brokers(self) -> dict[str, str]:
         """Broker name -> master address of every broker the name servers know."""
         resp = self._retrying(lambda: self._invoke_namesrv(

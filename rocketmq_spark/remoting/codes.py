@@ -70,6 +70,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
+    CONSUMER_NOT_ONLINE = 206
 
 
 class LanguageCode(IntEnum):

@@ -5,6 +5,9 @@ on the embedded broker and on Apache RocketMQ."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -122,11 +125,26 @@ def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, clien
     q = _start(spark, transport, topic, group, str(tmp_path / "ck"))
     try:
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 4, "the messages")
+        qs = client.message_queues(topic)
+        _send(client, topic, "b", 2)  # a second batch: Spark commits the first
+        _wait_for(q, lambda: [client.query_consumer_offset(group, m) for m in qs] == [2, 2], "the first commit")
+        _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 6, "the second batch")
         ids = client.consumer_ids(group, broker.broker_addr, broker.broker_name)
         assert len(ids) == 1 and ids[0].startswith("rocketmq-spark@"), ids
         if broker.is_real:
             out = broker.real.mqadmin("consumerConnection", "-g", group)
             assert ids[0] in out and "CONSUME_ACTIVELY" in out and topic in out, out
+            status = broker.real.mqadmin("consumerStatus", "-g", group, "-i", ids[0])
+            details = [line for line in status.splitlines() if line.startswith(topic) and "ProcessQueueInfo" in line]
+            assert len(details) == 2 and all("cachedMsgMaxOffset=3" in d for d in details), status
+        # our progress shows what the running query planned and processed, per queue
+        got = json.loads(subprocess.run([sys.executable, "-m", "rocketmq_spark", "progress", "-g", group, "-t",
+                                         topic, "--json", "-n", broker.namesrv_addr], capture_output=True,
+                                        text=True, check=True).stdout)
+        assert got["onlineConsumers"] == 1
+        seen = {r["queueId"]: r["consumers"] for r in got["queues"]}
+        assert all(v[0]["clientId"] == ids[0] and v[0]["planned"] == 3 and v[0]["processed"] >= 2
+                   for v in seen.values()) and len(seen) == 2, seen
         # a second query in the same group is refused while this one runs
         q2 = _start(spark, transport, topic, group, str(tmp_path / "ck2"), name="q_member_second")
         assert wait_until(lambda: not q2.isActive, 60, 0.2)
@@ -135,3 +153,56 @@ def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, clien
         q.stop()
     assert wait_until(lambda: client.consumer_ids(group, broker.broker_addr, broker.broker_name) == [], 30), \
         "the stopped query is still listed"
+
+
+def test_a_reset_pushed_by_a_4x_style_broker_is_followed(spark, tmp_path) -> None:
+    # server-side resets off (4.x, or a 5.x broker with useServerSideResetOffset=false): the
+    # broker writes the offsets and pushes RESET_CONSUMER_CLIENT_OFFSET to the online consumers
+    from rocketmq_spark.broker import EmbeddedBroker
+
+    with EmbeddedBroker(server_side_reset=False) as mq:
+        c = RemotingClient(mq.namesrv_addr)
+        try:
+            c.create_topic("RESET_PUSHED", 1)
+            _send(c, "RESET_PUSHED", "a", 3)
+            where = type("T", (), {"options": {"namesrvAddr": mq.namesrv_addr}})()
+            # commitOffsets=false: the group's offsets are not compared, only the push can tell
+            q = _start(spark, where, "RESET_PUSHED", "g_pushed", str(tmp_path / "ck"), commitOffsets="false")
+            try:
+                _wait_for(q, lambda: sum(_bodies(spark, "g_pushed").values()) == 3, "the messages")
+                _send(c, "RESET_PUSHED", "b", 1)
+                _wait_for(q, lambda: sum(_bodies(spark, "g_pushed").values()) == 4, "the next message")
+                written = c.reset_offset_by_timestamp("g_pushed", "RESET_PUSHED", 0)  # to the start
+                assert list(written.values()) == [0]
+                want = Counter({"a0": 2, "a1": 2, "a2": 2, "b0": 2})
+                _wait_for(q, lambda: _bodies(spark, "g_pushed") == want, "everything read once more", 60)
+            finally:
+                q.stop()
+        finally:
+            c.close()
+
+
+@pytest.mark.transports(embedded=("remoting",), real=("remoting",))
+def test_a_reset_made_while_the_query_was_stopped_is_followed_at_restart(spark, broker, client, transport,
+                                                                         tmp_path) -> None:
+    topic, group = broker.create_topic(transport("RESET_STOPPED"), queues=1), transport("g_reset_stopped")
+    _send(client, topic, "a", 4)
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+
+    def run() -> Counter[str]:  # the sink's rows so far (the memory sink cannot restart)
+        q = (spark.readStream.format("rocketmq").options(**transport.options).option("topic", topic)
+             .option("consumerGroup", group).option("startingOffsets", "earliest").load()
+             .selectExpr("CAST(body AS STRING) AS body")
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+        return Counter(r.body for r in spark.read.parquet(out).collect())
+
+    first = Counter({f"a{i}": 1 for i in range(4)})
+    assert run() == first
+    _send(client, topic, "c", 5)
+    client.reset_offset_by_timestamp(group, topic, int(time.time() * 1000) + 1)  # to the end, past the checkpoint
+    assert run() == first, "the restarted query read what the reset skipped"
+    _send(client, topic, "d", 2)
+    assert run() == first + Counter({"d0": 1, "d1": 1})
