@@ -26,6 +26,16 @@ _SHAPE = 'JSON like {"topic":{"broker-a:0":42}}'
 RESET_KEY = "@reset"
 
 
+def _loaded(value: str | Mapping[str, Any]) -> Any:
+    """The decoded object of offsets JSON text (a decoded object as it is)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise OffsetsFormatError(f"not JSON; expected {_SHAPE}") from None
+
+
 class OffsetsFormatError(ValueError):
     """Text or an object that is not in the offsets JSON form; ``queue_key`` names the queue
     entry at fault ("" for a topic's entry, None when the whole value is wrong)."""
@@ -87,12 +97,7 @@ class Offsets(Mapping[MessageQueue, int]):
         """Parse the offsets JSON form (a string or the decoded object). ``special`` accepts the
         options' -2 (earliest) and -1 (latest); otherwise offsets are >= 0. Raises
         :class:`OffsetsFormatError` naming what is wrong."""
-        obj: Any = value
-        if isinstance(value, str):
-            try:
-                obj = json.loads(value)
-            except ValueError:
-                raise OffsetsFormatError(f"not JSON; expected {_SHAPE}") from None
+        obj = _loaded(value)
         if not isinstance(obj, Mapping):
             raise OffsetsFormatError(f"a JSON {type(obj).__name__}, not an object; expected {_SHAPE}")
         lowest = EARLIEST if special else 0
@@ -125,12 +130,7 @@ def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueu
 def split_batch_end(value: str | Mapping[str, Any]) -> tuple[Offsets, Offsets]:
     """(ends, reset starts) of a stream batch's offsets (:func:`batch_end_json`); any offsets
     object without resets reads as its offsets and no resets."""
-    obj: Any = value
-    if isinstance(value, str):
-        try:
-            obj = json.loads(value)
-        except ValueError:
-            raise OffsetsFormatError(f"not JSON; expected {_SHAPE}") from None
+    obj = _loaded(value)
     if isinstance(obj, Mapping) and RESET_KEY in obj:
         rest = {k: v for k, v in obj.items() if k != RESET_KEY}
         return Offsets.from_json(rest), Offsets.from_json(obj[RESET_KEY])

@@ -9,7 +9,7 @@ from bisect import bisect_right
 
 from ..codec import BLANK_MAGIC
 
-__all__ = ["BLANK", "CommitLog", "Segment"]
+__all__ = ["BLANK", "CommitLog", "Segment", "SegmentFiles"]
 
 #: the marker that starts the unused tail of a full segment: int32 size, int32 BLANK_MAGIC
 BLANK = struct.Struct(">ii")
@@ -27,7 +27,22 @@ class Segment:
         self.size = size
 
 
-class CommitLog:
+class SegmentFiles:
+    """What the commit log and a consume queue share: their open segment files, in order."""
+
+    segments: list[Segment]
+
+    def fds(self) -> list[int]:
+        """The descriptors a flush syncs: the last two segments (the rest are full and synced)."""
+        return [s.fd for s in self.segments[-2:]]
+
+    def close(self) -> None:
+        for s in self.segments:
+            os.close(s.fd)
+        self.segments.clear()
+
+
+class CommitLog(SegmentFiles):
     """Append-only segments of records; positions are global byte offsets."""
 
     def __init__(self, directory: str, segment_size: int) -> None:
@@ -128,10 +143,3 @@ class CommitLog:
             deleted += 1
         return deleted
 
-    def fds(self) -> list[int]:
-        return [s.fd for s in self.segments[-2:]]
-
-    def close(self) -> None:
-        for s in self.segments:
-            os.close(s.fd)
-        self.segments.clear()

@@ -10,7 +10,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from .commitlog import Segment
+from .commitlog import Segment, SegmentFiles
 
 __all__ = ["CQ_DTYPE", "CQ_ENTRY", "CQ_SIZE", "ConsumeQueue"]
 
@@ -19,7 +19,7 @@ CQ_SIZE = CQ_ENTRY.size
 CQ_DTYPE = np.dtype([("pos", ">i8"), ("size", ">i4"), ("tag", ">i8"), ("ts", ">i8")])
 
 
-class ConsumeQueue:
+class ConsumeQueue(SegmentFiles):
     """Fixed-size entries of one (topic, queueId); entry n is queue offset n."""
 
     def __init__(self, directory: str, topic: str, queue_id: int, seg_entries: int) -> None:
@@ -161,10 +161,3 @@ class ConsumeQueue:
             os.close(seg.fd)
             os.unlink(seg.path)
 
-    def fds(self) -> list[int]:
-        return [s.fd for s in self.segments[-2:]]
-
-    def close(self) -> None:
-        for s in self.segments:
-            os.close(s.fd)
-        self.segments.clear()
