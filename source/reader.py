@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,19 @@ class Planner:
         """Max offsets of the queues the routes list now, without the brokers that do not
         answer (see :meth:`_ask_brokers`)."""
         return self._ask_brokers(self.queues(), self._highs_of)
+
+    def latest_of(self, queues: Iterable[MessageQueue]) -> QueueOffsets:
+        """Max offsets with every one of ``queues`` in: a broker that does not answer is waited
+        for (polling, up to brokerDownTimeoutMs, then BrokerUnavailableError), as a batch read
+        must not end without its queues."""
+        wanted = list(queues)
+        while True:
+            latest = self.latest()
+            missing = [mq for mq in wanted if mq not in latest]
+            if not missing:
+                return latest
+            self._unavailable(missing)
+            self._sleep(_POLL_S)
 
     def _lows_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """Min offsets of one broker's queues, from one offset-range round (GET_TOPIC_STATS_INFO
@@ -874,13 +887,13 @@ class RocketMQBatchReader(DataSourceReader):
         planner = Planner(self.options)
         try:
             start = planner.check_data_loss(planner.initial())
+            latest = planner.latest_of(start)
             if self.options.ending == "json":
                 given = dict(self.options.ending_json or {})
-                latest = planner.latest()
                 end = {mq: (latest[mq] if given.get(mq, LATEST) == LATEST else given[mq]) for mq in latest}
                 _check_ending(given, start, latest)
             else:
-                end = planner.latest()
+                end = latest
             return planner.partitions(start, end)
         finally:
             planner.client.close()

@@ -13,6 +13,8 @@ from .properties import decode_properties
 __all__ = ["BatchEntry", "EncodedBatch", "batch_entries", "decode_batch", "encode_batch"]
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, bodyCRC, flag, bodyLen
+#: a message's properties (UTF-8) at most: records store their length as an int16
+MAX_PROPERTIES_BYTES = 0x7FFF
 
 
 @dataclass(slots=True)
@@ -53,11 +55,15 @@ def batch_entries(entries: list[BatchEntry] | EncodedBatch) -> list[BatchEntry]:
 def encode_batch(entries: list[BatchEntry]) -> bytes:
     """A batch body: per message int32 total, magic, bodyCRC, flag, bodyLen+body, int16 propLen+props.
 
-    magic and bodyCRC are written as 0. A message's properties must fit 32767 bytes (UTF-8);
-    longer ones raise ``struct.error`` (not checked before)."""
+    magic and bodyCRC are written as 0. A message's properties must fit 32767 bytes (UTF-8):
+    longer ones raise :class:`ProtocolError` naming the message (a record stores their length
+    as an int16, so brokers refuse them too)."""
     out = bytearray()
-    for e in entries:
+    for i, e in enumerate(entries):
         props = e.properties.encode()
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise ProtocolError(f"message {i} of the batch has {len(props)} bytes of properties; at most "
+                                f"{MAX_PROPERTIES_BYTES} are accepted (a record stores their length as an int16)")
         total = _BATCH_HEAD.size + len(e.body) + 2 + len(props)
         out += _BATCH_HEAD.pack(total, 0, 0, e.flag, len(e.body))
         out += e.body

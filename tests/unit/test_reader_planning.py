@@ -308,3 +308,35 @@ def test_a_query_starting_while_a_broker_is_down_waits_for_it_then_fails(monkeyp
     monkeypatch.setattr(p2, "_sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     with pytest.raises(BrokerUnavailableError, match="broker broker-b"):
         p2.initial()
+
+
+def test_a_batch_read_waits_for_a_broker_that_went_down_after_its_start_offsets(monkeypatch) -> None:
+    # initial() found every queue; the broker then stopped answering: its queues must not be
+    # left out of the batch without a word (they were, the end offsets simply lacked them)
+    import rocketmq_spark.source.reader as reader_mod
+    from rocketmq_spark.errors import BrokerUnavailableError
+
+    clock = [1000.0]
+    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    a0, b0 = Q(0), Q(0, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
+    p = _planner(client, brokerDownTimeoutMs="5000")
+    first = p.initial()
+    client.down = True
+    start = p.check_data_loss(first)  # broker-b's start is kept as it is (see next_end)
+    assert start == first
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        clock[0] += s
+        if len(sleeps) == 3:
+            client.down = False
+
+    monkeypatch.setattr(p, "_sleep", sleep)
+    assert p.latest_of(start) == {a0: 10, b0: 10} and len(sleeps) >= 3  # waited, then read it
+    client.down = True
+    p2 = _planner(client, brokerDownTimeoutMs="5000")
+    monkeypatch.setattr(p2, "_sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    with pytest.raises(BrokerUnavailableError, match="broker broker-b"):
+        p2.latest_of(start)
