@@ -51,6 +51,16 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_rows"]
 
+#: properties the writer sets from a column (or itself), never also taken from the properties column
+_COLUMN_KEYS = {"TAGS": "the tag column", "KEYS": "the keys column", "UNIQ_KEY": "the writer (the message id)",
+                "__SHARDINGKEY": "the messageGroup column", "TIMER_DELIVER_MS": "the deliveryTimestamp column"}
+
+
+def row_sets(key: str, tag: object, keys: object, group: object, deliver: object) -> bool:
+    """Whether this row's columns set the property ``key`` (see _COLUMN_KEYS)."""
+    return bool({"TAGS": tag, "KEYS": keys, "__SHARDINGKEY": group, "TIMER_DELIVER_MS": deliver}.get(key))
+
+
 #: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
 TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
@@ -230,6 +240,12 @@ class _Sender:
             if p:
                 for pk, pv in (p.items() if isinstance(p, dict) else p):
                     if pk and pv is not None:
+                        if pk in _COLUMN_KEYS and (pk == "UNIQ_KEY" or row_sets(pk, tg, k, g, d)):
+                            raise OptionError(
+                                "column properties", None,
+                                f"partition {self.partition} row {row_index}: key {pk!r} is set by "
+                                f"{_COLUMN_KEYS[pk]}; a message carries it once (brokers and readers would "
+                                "disagree on which of two counts): leave it out of properties")
                         parts.append(f"{pk}\x01{pv}\x02")
             entry = BatchEntry(b, "".join(parts))
             if self.opts.exactly_once:

@@ -149,3 +149,23 @@ def test_mixed_batches_keep_the_sequence_and_row_count(monkeypatch: pytest.Monke
     assert rows == 160
     uniq = sorted(e.property_map()["UNIQ_KEY"] for _, body, _ in sent for e in decode_batch(body))
     assert uniq == [f"0123456789ABCDEF012345{i:010X}" for i in range(42, 202)]
+
+
+@pytest.mark.parametrize("columns, key, setter", [
+    ({"tag": ["A"]}, "TAGS", "tag column"),
+    ({"keys": [["k1"]]}, "KEYS", "keys column"),
+    ({}, "UNIQ_KEY", "the writer"),
+])
+def test_a_property_a_column_sets_is_refused_in_the_properties_column(columns: dict, key: str, setter: str) -> None:
+    # two TAGS in one message: the broker hashes the first, readers keep the last, so a tag
+    # filter and the rows read disagreed silently
+    from rocketmq_spark.errors import OptionError
+
+    s = _sender(_opts())
+    props = pa.array([[(key, "x"), ("u", "1")]], pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_pydict({"body": [b"b"], **columns, "properties": props})
+    with pytest.raises(OptionError, match=rf"row 0: key '{key}' is set by .*{setter}"):
+        s.add_batch(batch)
+    ok = pa.RecordBatch.from_pydict({"body": [b"b"], "properties": pa.array([[("TAGS", "x")]],
+                                                                           pa.map_(pa.string(), pa.string()))})
+    s.add_batch(ok)  # no tag column value: the property is the message's one tag
