@@ -85,9 +85,22 @@ class WriterOptions:
             max_batch_bytes=positive_int("maxBatchBytes", opts.get("maxBatchBytes", str(1024 * 1024))),
             max_message_size=positive_int("maxMessageSize", opts.get("maxMessageSize", str(4 * 1024 * 1024))),
             compress_threshold=positive_int("compressThreshold", opts.get("compressThreshold", "4096")),
-            checkpoint_location=opts.get("checkpointLocation"),
+            checkpoint_location=_local_checkpoint(opts.get("checkpointLocation"), delivery == "exactly-once"),
             credentials=credentials(opts),
         )
+
+
+def _local_checkpoint(location: str | None, exactly_once: bool) -> str | None:
+    """exactly-once keeps its record of each batch's transactions under checkpointLocation with
+    plain file I/O on the driver: a URI of another file system (hdfs:, s3a:, ...) would become a
+    relative local directory and the record would not follow the query to another driver."""
+    if location and exactly_once:
+        scheme, sep, _ = location.partition("://")
+        if sep and scheme.lower() != "file" and scheme.isalnum():
+            raise OptionError("checkpointLocation", location,
+                              "delivery=exactly-once keeps its transaction record there with local file I/O: "
+                              "accepted: a local or mounted path, or a file: URI")
+    return location
 
 
 _ACCEPTED: dict[str, tuple[tuple[type[DataType], ...], str]] = {

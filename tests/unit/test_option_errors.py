@@ -435,3 +435,20 @@ def test_valid_credentials_parse_and_their_repr_masks_the_secret() -> None:
     for opts in (reader, writer):
         assert opts.credentials is not None and opts.credentials.access_key == AK
         assert SK not in repr(opts) and TOKEN not in repr(opts)
+
+
+@pytest.mark.parametrize("location, ok", [
+    ("/tmp/ck", True), ("file:///tmp/ck", True), ("file:/tmp/ck", True), ("relative/ck", True),
+    ("hdfs://nn:8020/ck", False), ("s3a://bucket/ck", False),
+])
+def test_exactly_once_takes_a_local_checkpoint_location_only(location: str, ok: bool) -> None:
+    # its transaction record is plain files on the driver: an hdfs:// location became a local
+    # directory named "hdfs:", and the record did not follow the query to another driver
+    opts = _with(WRITER_BASE, {"delivery": "exactly-once", "checkpointLocation": location})
+    if ok:
+        assert WriterOptions.parse(opts).checkpoint_location == location
+        return
+    with pytest.raises(OptionError) as info:
+        WriterOptions.parse(opts)
+    _assert_names(info.value, "checkpointLocation", location, "a local or mounted path, or a file: URI")
+    assert WriterOptions.parse(_with(WRITER_BASE, {"checkpointLocation": location})).checkpoint_location == location
