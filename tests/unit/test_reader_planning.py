@@ -340,3 +340,103 @@ def test_a_batch_read_waits_for_a_broker_that_went_down_after_its_start_offsets(
     monkeypatch.setattr(p2, "_sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     with pytest.raises(BrokerUnavailableError, match="broker broker-b"):
         p2.latest_of(start)
+
+
+# -- offset resets while running (issue 20) ------------------------------------------------
+
+
+class ResettableClient(FakeClient):
+    """A broker whose group offsets an operator may move; commits of a queue may fail; a pull
+    is recorded (it releases a 5.x broker's server-side reset)."""
+
+    def __init__(self, queues: dict[MessageQueue, tuple[int, int]]) -> None:
+        super().__init__(queues)
+        self.failing: set[MessageQueue] = set()
+        self.pulled: list[tuple[MessageQueue, int, str]] = []
+
+    def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        if mq in self.failing:
+            from rocketmq_spark.errors import ConnectionFailedError
+
+            raise ConnectionFailedError("127.0.0.1:10911", f"update offset of {mq}", "connection reset")
+        super().update_consumer_offset(group, mq, offset)
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: str) -> object:
+        self.pulled.append((mq, offset, kw.get("group", "")))
+        return None
+
+    def join_group(self, *a: object) -> None:
+        return None
+
+
+def _running(client: ResettableClient, **opts: str) -> tuple[Planner, dict[MessageQueue, int]]:
+    """A planner that started a query (initial offsets) and ran one batch to its end."""
+    p = _planner(client, startingOffsets="earliest", **opts)
+    start = p.initial()
+    end = p.next_end(start, ReadAllAvailable())
+    p.find_resets(start)
+    return p, end
+
+
+def test_own_commits_and_failed_commits_are_not_taken_for_resets() -> None:
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10), a1: (0, 10)})
+    p, end = _running(c)
+    p.commit(end)
+    assert c.committed == {a0: 10, a1: 10}
+    c.ranges.update({a0: (0, 20), a1: (0, 20)})
+    end2 = p.next_end(end, ReadAllAvailable())
+    c.failing = {a1}  # its commit fails and will be retried: the broker keeps 10
+    p.commit(end2)
+    assert c.committed == {a0: 20, a1: 10}
+    p.find_resets(end2)
+    assert p.follow_resets(end2) == {} and c.pulled == []
+    c.failing = set()
+    p.commit(end2)  # the retry goes through
+    assert c.committed == {a0: 20, a1: 20}
+
+
+def test_a_moved_group_offset_is_followed_by_the_next_batch_and_the_old_batch_commit_is_dropped() -> None:
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10), a1: (0, 10)})
+    p, end = _running(c)
+    p.commit(end)
+    c.ranges.update({a0: (0, 15), a1: (0, 15)})
+    end2 = p.next_end(end, ReadAllAvailable())  # a batch [10, 15) in flight
+    c.committed[a0] = 4  # an operator's reset of queue 0 to offset 4
+    p.find_resets(end2)
+    restart = p.follow_resets(end2)
+    assert restart == {a0: 4}
+    assert c.pulled == [(a0, 4, "g")]  # the broker's hold on the reset queue is released
+    begin = {**end2, **restart}
+    end3 = p.next_end(begin, ReadAllAvailable())
+    assert [(r.mq, r.start, r.end) for r in p.partitions(begin, end3)] == [(a0, 4, 15)]
+    p.commit(end2)  # Spark commits the batch planned before the reset: queue 0's end no longer counts
+    assert c.committed == {a0: 4, a1: 15}
+    p.commit(end3)
+    assert c.committed == {a0: 15, a1: 15}
+
+
+def test_on_offset_reset_fail_names_the_group_queue_and_offsets() -> None:
+    from rocketmq_spark.errors import OffsetResetError
+
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c, onOffsetReset="fail")
+    p.commit(end)
+    c.committed[a0] = 2
+    p.find_resets(end)
+    with pytest.raises(OffsetResetError, match=r"consumer group 'g'.*t/broker-a:0: 10 -> 2.*onOffsetReset=fail"):
+        p.follow_resets(end)
+
+
+def test_at_restart_a_group_offset_past_the_checkpoint_is_a_reset_one_before_it_is_not() -> None:
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 30), a1: (0, 30)})
+    c.committed = {a0: 25, a1: 12}  # the checkpoint stands at 20 on both
+    p = _planner(c)  # a restarted query: no initialOffset in this run
+    checkpoint = {a0: 20, a1: 20}
+    p.find_resets(checkpoint)
+    # 25 > 20: never written by the query, a reset while it was stopped; 12 < 20: the commit
+    # Spark did not wait for, or a reset: cannot be told apart, the checkpoint wins
+    assert p.follow_resets(checkpoint) == {a0: 25}
