@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, connect
-from ..client.membership import GroupMember, QueueStatus
+from ..client.membership import GroupPresence, QueueStatus
 from ..codec import subscribed_tags
 from ..codec.arrow import only_subscribed, tag_set
 from ..errors import (
@@ -116,7 +116,7 @@ class Planner:
         #: a streaming query's membership of its group (see join_group), and what it knows of
         #: each queue: the offset the broker holds for the group as this query last wrote or
         #: read it (a different one later is a reset), what it planned and processed
-        self._member: GroupMember | None = None
+        self._member: GroupPresence | None = None
         self._joined = False
         self._status: dict[MessageQueue, QueueStatus] = {}
         #: resets seen and not yet applied: queue -> (new offset, where it came from)

@@ -890,6 +890,9 @@ class Broker:
         if target is None:
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"The Consumer <{client_id}> not online")
+        if not isinstance(target, Connection):  # a gRPC client's session: the 5.x protocol has no such request
+            return req.response_to(ResponseCode.SYSTEM_ERROR,
+                                   remark=f"the consumer {client_id} is a gRPC client: no running info over gRPC")
         try:
             answer = await target.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(ext), 5.0)
         except (TimeoutError, ConnectionError) as exc:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..codec import BatchEntry, EncodedBatch
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue, PullResult, SendResult, Txn
-from .membership import GroupMember, QueueStatus
+from .membership import GroupPresence, QueueStatus
 from .retry import ClientConfig
 
 if TYPE_CHECKING:
@@ -98,13 +98,13 @@ class BrokerClient(Protocol):
         transport cannot list them (gRPC)."""
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupMember | None:
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` (topic -> tag expression subscriptions) on
         the brokers serving the topics, until the returned member is closed: brokers and their
         tools list it, its resets are pushed to it, ``running_info`` answers what it has
-        planned, processed and committed (see :mod:`.membership`). None where the transport
-        has no such membership (gRPC: the 5.x protocol pushes no resets; resets are found by
-        the group's offsets changing)."""
+        planned, processed and committed (see :mod:`.membership`). Over gRPC the member is a
+        simple consumer's session: listed, but no reset is pushed to it and no running info
+        asked of it (resets are found by the group's offsets changing)."""
 
     def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
         """Have the broker of ``mq`` create ``group`` (and its retry topic) as a consumer's

@@ -67,7 +67,7 @@ from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
 from .contract import CheckHandler
 from .many import SequentialManyQueueCalls
-from .membership import GroupMember, QueueStatus
+from .membership import HEARTBEAT_INTERVAL_S, GroupPresence, QueueStatus, ResetNotice
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
 
@@ -402,11 +402,16 @@ class GrpcClient(SequentialManyQueueCalls):
         return None
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupMember | None:
-        """None: over the 5.x protocol a consumer's presence is a simple or push consumer's
-        telemetry session, and no reset is ever pushed to it (brokers reset on the server
-        side); the reader finds resets by the group's offsets changing."""
-        return None
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
+        """What the 5.x protocol allows: a simple consumer's Telemetry session (its settings name
+        the group and subscriptions; brokers list it as an online consumer) and a Heartbeat on
+        the Java client's interval, NotifyClientTermination when closed. The protocol pushes no
+        resets to a consumer (brokers reset on the server side: the reader finds them by the
+        group's offsets changing) and has no running-info request, so ``running_info`` is not
+        asked."""
+        member = _GrpcMember(self, group, subscriptions)
+        member.start()
+        return member
 
     def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
         """One pull at the max offset (an empty answer): the broker creates the group on it."""
@@ -617,15 +622,65 @@ class GrpcClient(SequentialManyQueueCalls):
         self._call(addr, "Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER), "heartbeat")
 
 
+class _GrpcMember:
+    """A running query's presence in its group over gRPC (see :meth:`GrpcClient.join_group`)."""
+
+    def __init__(self, client: GrpcClient, group: str, subscriptions: dict[str, str],
+                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self.client = client
+        self.group = group
+        self.subscriptions = dict(subscriptions)
+        self.interval_s = interval_s
+        self.address = client.endpoints[client._index]
+        self._telemetry = _Telemetry(client, self.address, [], None, consumer=(group, self.subscriptions))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._telemetry.start()
+        self.heartbeat()
+        self._thread = threading.Thread(target=self._run, name=f"rocketmq-grpc-member-{self.group}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.heartbeat()
+
+    def heartbeat(self) -> None:
+        req = pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER)
+        req.group.name = self.group
+        try:
+            self.client._call(self.address, "Heartbeat", req, f"heartbeat of group {self.group!r}")
+        except RocketMQSparkError as exc:
+            log.info("heartbeat of group %s to %s failed: %s", self.group, self.address, exc)
+
+    def take_resets(self) -> list[ResetNotice]:
+        return []  # the 5.x protocol pushes none
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        req = pb.NotifyClientTerminationRequest()
+        req.group.name = self.group
+        try:
+            self.client._call(self.address, "NotifyClientTermination", req, f"leaving group {self.group!r}")
+        except RocketMQSparkError as exc:
+            log.info("termination notice of group %s to %s failed: %s", self.group, self.address, exc)
+        self._telemetry.close()
+
+
 class _Telemetry:
     """A producer's Telemetry stream: settings out, server settings and check-backs in."""
 
     def __init__(self, client: GrpcClient, address: str, topics: list[str],
-                 on_check: CheckHandler | None) -> None:
+                 on_check: CheckHandler | None, *, consumer: tuple[str, dict[str, str]] | None = None) -> None:
         self.client = client
         self.address = address
         self.topics = topics
         self.on_check = on_check
+        #: a consumer's session instead: (group, topic -> tag expression)
+        self.consumer = consumer
         self._out: queue.Queue[pb.TelemetryCommand | None] = queue.Queue()
         self._settled = threading.Event()
         self._call: Any = None
@@ -639,8 +694,18 @@ class _Telemetry:
             yield cmd
 
     def _settings(self) -> pb.TelemetryCommand:
-        settings = pb.Settings(client_type=pb.PRODUCER)
-        settings.publishing.topics.extend(pb.Resource(name=t) for t in self.topics)
+        if self.consumer is not None:
+            group, subscriptions = self.consumer
+            settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER)
+            settings.subscription.group.name = group
+            for topic, expression in sorted(subscriptions.items()):
+                entry = settings.subscription.subscriptions.add()
+                entry.topic.name = topic
+                entry.expression.type = pb.TAG
+                entry.expression.expression = expression or "*"
+        else:
+            settings = pb.Settings(client_type=pb.PRODUCER)
+            settings.publishing.topics.extend(pb.Resource(name=t) for t in self.topics)
         settings.user_agent.language = pb.PYTHON
         settings.user_agent.version = "rocketmq-spark"
         set_millis(settings.request_timeout, int(self.client.config.request_timeout_s * 1000))

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupMember", "QueueStatus", "ResetNotice"]
+__all__ = ["GroupMember", "GroupPresence", "QueueStatus", "ResetNotice"]
 
 #: Java's heartbeatBrokerInterval
 HEARTBEAT_INTERVAL_S = 30.0
@@ -47,6 +47,15 @@ class ResetNotice:
     offsets: dict[MessageQueue, int]
     timestamp_ms: int
     broker_addr: str
+
+
+class GroupPresence(Protocol):
+    """What a reader holds of its membership, whichever transport: the resets pushed to it
+    (oldest first, each once) and leaving the group."""
+
+    def take_resets(self) -> list[ResetNotice]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)

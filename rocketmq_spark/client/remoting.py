@@ -48,7 +48,7 @@ from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection
 from .contract import CheckHandler
-from .membership import GroupMember, QueueStatus
+from .membership import GroupMember, GroupPresence, QueueStatus
 from .retry import ClientConfig, retrying
 
 if TYPE_CHECKING:
@@ -822,7 +822,7 @@ class RemotingClient:
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), f"heartbeat of group {group!r}")
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupMember | None:
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
         member is closed (see :mod:`.membership`)."""
         member = GroupMember(self, group, subscriptions, running_info)

@@ -206,3 +206,19 @@ def test_a_reset_made_while_the_query_was_stopped_is_followed_at_restart(spark, 
     assert run() == first, "the restarted query read what the reset skipped"
     _send(client, topic, "d", 2)
     assert run() == first + Counter({"d0": 1, "d1": 1})
+
+
+@pytest.mark.brokers("embedded")
+@pytest.mark.transports(embedded=("grpc",))
+def test_over_grpc_a_running_query_is_a_simple_consumer_of_its_group(spark, broker, client, transport,
+                                                                    tmp_path) -> None:
+    topic, group = broker.create_topic(transport("RESET_MEMBER"), queues=2), transport("g_member")
+    _send(client, topic, "a", 4)
+    q = _start(spark, transport, topic, group, str(tmp_path / "ck"))
+    try:
+        _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 4, "the messages")
+        assert len(client.consumer_ids(group, broker.broker_addr)) == 1
+    finally:
+        q.stop()
+    assert wait_until(lambda: client.consumer_ids(group, broker.broker_addr) == [], 30), \
+        "the stopped query is still listed"
