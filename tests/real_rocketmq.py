@@ -405,11 +405,12 @@ class RealRocketMQ:
 
     # -- the admin tool ---------------------------------------------------------------------
 
-    def mqadmin(self, *args: str, timeout_s: float = 120) -> str:
-        """Runs ``mqadmin <args>`` against this cluster (``-n`` added) and returns its output.
-        mqadmin exits 0 on most errors: a Java exception in the output is raised here."""
+    def mqadmin(self, *args: str, timeout_s: float = 120, namesrv: str | None = None) -> str:
+        """Runs ``mqadmin <args>`` against this cluster (``-n`` added; ``namesrv`` points it at
+        another one, e.g. an embedded broker's) and returns its output. mqadmin exits 0 on most
+        errors: a Java exception in the output is raised here."""
         argv = self._jvm_argv("tools", "256m", "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
-                              "-n", self.namesrv_addr, flags=("-XX:TieredStopAtLevel=1",))  # a short-lived tool
+                              "-n", namesrv or self.namesrv_addr, flags=("-XX:TieredStopAtLevel=1",))  # short-lived
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=self._env())
         out = run.stdout + run.stderr
         if run.returncode != 0 or "Exception" in out:

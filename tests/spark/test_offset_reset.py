@@ -119,7 +119,8 @@ def test_on_offset_reset_fail_stops_the_query_naming_the_group_and_offsets(spark
 
 
 @pytest.mark.transports(embedded=("remoting",), real=("remoting",))
-def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, client, transport, tmp_path) -> None:
+def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, client, transport, tmp_path,
+                                                            request) -> None:
     topic, group = broker.create_topic(transport("RESET_MEMBER"), queues=2), transport("g_member")
     _send(client, topic, "a", 4)
     q = _start(spark, transport, topic, group, str(tmp_path / "ck"))
@@ -131,10 +132,12 @@ def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, clien
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 6, "the second batch")
         ids = client.consumer_ids(group, broker.broker_addr, broker.broker_name)
         assert len(ids) == 1 and ids[0].startswith("rocketmq-spark@"), ids
-        if broker.is_real:
-            out = broker.real.mqadmin("consumerConnection", "-g", group)
+        # RocketMQ's own tools see it, on either broker (the embedded one answers mqadmin too)
+        real = broker.real if broker.is_real else request.getfixturevalue("real_rocketmq")
+        if real is not None:
+            out = real.mqadmin("consumerConnection", "-g", group, namesrv=broker.namesrv_addr)
             assert ids[0] in out and "CONSUME_ACTIVELY" in out and topic in out, out
-            status = broker.real.mqadmin("consumerStatus", "-g", group, "-i", ids[0])
+            status = real.mqadmin("consumerStatus", "-g", group, "-i", ids[0], namesrv=broker.namesrv_addr)
             details = [line for line in status.splitlines() if line.startswith(topic) and "ProcessQueueInfo" in line]
             assert len(details) == 2 and all("cachedMsgMaxOffset=3" in d for d in details), status
         # our progress shows what the running query planned and processed, per queue
