@@ -375,6 +375,10 @@ def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> boo
         batch_id = int(properties.get(TX_TAG, "").split(":", 1)[0])
     except ValueError:
         return None  # not one of ours
+    if batch_id < 0:
+        # a batch write's (df.write): its driver ends its transactions without a record, so the
+        # stream records that may share the checkpoint location say nothing of it
+        return None
     return txlog.decide(batch_id, msg_id)
 
 

@@ -29,3 +29,15 @@ def test_old_records_and_their_end_marks_are_pruned(tmp_path) -> None:
         log.mark_ended(batch)
     assert log.read(0) is None and not log.ended(0)
     assert log.read(5) == set() and log.ended(5)
+
+
+def test_a_batch_writes_check_back_is_left_to_its_driver(tmp_path) -> None:
+    # df.write tags its half messages batch -1 and its driver ends them without a record: stream
+    # records in the same checkpoint location (latest 3 > -1) used to roll them back
+    from rocketmq_spark.sink.writer import TX_TAG, check_decision
+
+    log = TxLog(str(tmp_path))
+    log.record(3, [])
+    assert check_decision(log, {TX_TAG: "-1:0:0"}, "ID-W") is None
+    assert check_decision(log, {TX_TAG: "2:0:0"}, "ID-S") is False  # an older stream batch: rolled back
+    assert check_decision(log, {"other": "x"}, "ID-X") is None  # not one of ours
