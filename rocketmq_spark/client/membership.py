@@ -72,13 +72,15 @@ class QueueStatus:
 
 class GroupMember:
     """One query's membership of ``group`` on the brokers of ``subscriptions`` (topic -> tag
-    expression), over a :class:`~.remoting.RemotingClient` of its own (its connections are the
-    ones the brokers reach it on). ``running_info()`` returns the queues' :class:`QueueStatus`."""
+    expression), over a :class:`~.remoting.RemotingClient` (its connections are the ones the
+    brokers reach it on; with ``owns_client`` it is closed with the member). ``running_info()``
+    returns the queues' :class:`QueueStatus`; it is called from a connection's reader thread."""
 
     def __init__(self, client: RemotingClient, group: str, subscriptions: dict[str, str],
                  running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
-                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+                 interval_s: float = HEARTBEAT_INTERVAL_S, owns_client: bool = False) -> None:
         self.client = client
+        self.owns_client = owns_client
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.running_info = running_info
@@ -114,6 +116,8 @@ class GroupMember:
                 log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
                          self.group, addr, exc)
         self.client.remove_request_handler(self._on_request)
+        if self.owns_client:
+            self.client.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -825,7 +825,10 @@ class RemotingClient:
                    running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
         member is closed (see :mod:`.membership`)."""
-        member = GroupMember(self, group, subscriptions, running_info)
+        # a client of its own: its heartbeat thread never shares this one's connections or route
+        # cache with the caller's thread, and the brokers push to the connections it heartbeats on
+        own = RemotingClient(self.namesrv_addrs, self.config)
+        member = GroupMember(own, group, subscriptions, running_info, owns_client=True)
         member.start()
         return member
 
