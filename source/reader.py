@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,9 @@ QueueOffsets = dict[MessageQueue, int]
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
 _POLL_S = 1.0
+#: how many of its latest planned and committed offsets per queue the planner remembers (see
+#: Planner.find_resets)
+_OWN_KEPT = 256
 #: A broker known to be down is asked again at most this often (seconds).
 _REPROBE_S = 2.0
 # how often the "broker unavailable" warning repeats while the broker stays down (triggers
@@ -123,6 +127,10 @@ class Planner:
         self._resets: dict[MessageQueue, tuple[int, str]] = {}
         #: True once the broker's offsets were compared with this run's first offsets
         self._synced = False
+        #: the offsets this query planned (batch ends) or committed lately, per queue: the broker
+        #: holding one of them is not a reset (a broker restarted without its latest commits, or
+        #: RocketMQOffsetCommitter committing the batch ends from Spark's progress)
+        self._own: dict[MessageQueue, deque[int]] = {}
         #: queues whose reset the next batch follows: Spark's commit of the batch before it
         #: (it comes after the next batch is planned) no longer counts for them
         self._stale: set[MessageQueue] = set()
@@ -363,6 +371,7 @@ class Planner:
             self.tracker.register(mq, begin[mq], end[mq])
             st = self._status_of(mq)
             st.planned, st.last_planned_ms = end[mq], now
+            self._own.setdefault(mq, deque(maxlen=_OWN_KEPT)).append(end[mq])
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
@@ -487,6 +496,7 @@ class Planner:
             if mq not in failed:
                 st = self._status_of(mq)
                 st.committed, st.last_committed_ms = off, now
+                self._own.setdefault(mq, deque(maxlen=_OWN_KEPT)).append(off)
 
     # -- the group: membership and offset resets ---------------------------------------
 
@@ -533,8 +543,8 @@ class Planner:
                 for mq, off in notice.offsets.items():
                     when = "now" if notice.timestamp_ms < 0 else f"timestamp {notice.timestamp_ms}"
                     self._resets[mq] = (off, f"RESET_CONSUMER_CLIENT_OFFSET from {notice.broker_addr} ({when})")
-        if not self.options.commit_offsets:
-            return  # the group's offsets are not this query's to compare
+        if not self.options.commit_offsets or self.options.allow_shared_group:
+            return  # the group's offsets are not this query's alone to compare
         mqs = sorted(mq for mq in expected if mq not in self._resets)
         if not mqs:
             return
@@ -561,9 +571,20 @@ class Planner:
                              "while the query was stopped; the two cannot be told apart, read on from the "
                              "checkpoint", mq, group, now_held, expected[mq])
                 continue
-            if now_held != st.committed:
-                self._resets[mq] = (now_held, f"the group's offset on the broker changed from {st.committed} to "
-                                              f"{now_held} (a server-side reset or a direct write)")
+            if now_held == st.committed:
+                continue
+            if now_held in self._own.get(mq, ()):
+                # an offset this query planned or committed: the committer listener's commit of a
+                # batch end, or a broker that lost later commits in a restart; the next commit
+                # writes this query's offset again
+                log.info("%s: group %s's offset on the broker is %d, not %d: an offset this query planned or "
+                         "committed (the offset committer's, or a broker restarted without its latest commits), "
+                         "not a reset", mq, group, now_held, st.committed)
+                st.committed = now_held
+                self.store.forget(mq)
+                continue
+            self._resets[mq] = (now_held, f"the group's offset on the broker changed from {st.committed} to "
+                                          f"{now_held} (a server-side reset or a direct write)")
         self._synced = True
 
     def follow_resets(self, start: QueueOffsets) -> QueueOffsets:

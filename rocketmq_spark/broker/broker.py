@@ -881,9 +881,10 @@ class Broker:
                 "consumeFromWhere": first.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")}
         return req.response_to(body=json.dumps(body).encode())
 
-    async def get_consumer_running_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_consumer_running_info(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         """GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus): asked of the client itself over
-        its connection, its answer passed back (as a Java broker's Broker2Client does)."""
+        its connection, its answer passed back (as a Java broker's Broker2Client does); a client
+        that is not online is answered at once."""
         ext = req.ext_fields
         group, client_id = ext.get("consumerGroup", ""), ext.get("clientId", "")
         target = next((c for c, ch in self.clients.consumers(group) if ch.client_id == client_id), None)
@@ -893,11 +894,15 @@ class Broker:
         if not isinstance(target, Connection):  # a gRPC client's session: the 5.x protocol has no such request
             return req.response_to(ResponseCode.SYSTEM_ERROR,
                                    remark=f"the consumer {client_id} is a gRPC client: no running info over gRPC")
+        return self._ask_consumer(target, req)
+
+    @staticmethod
+    async def _ask_consumer(target: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
-            answer = await target.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(ext), 5.0)
+            answer = await target.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(req.ext_fields), 5.0)
         except (TimeoutError, ConnectionError) as exc:
-            return req.response_to(ResponseCode.SYSTEM_ERROR,
-                                   remark=f"the consumer {client_id} did not answer: {exc or 'timeout'}")
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"the consumer "
+                                   f"{req.ext_fields.get('clientId', '')} did not answer: {exc or 'timeout'}")
         return req.response_to(answer.code, remark=answer.remark, body=answer.body)
 
     def _notify_consumers_changed(self, group: str) -> None:
