@@ -89,6 +89,11 @@ def decode_to_batch_reference(
     born_hosts: list[str] = []
     store_hosts: list[str] = []
     head = HEAD.unpack_from
+    # the loop runs per record and per property: constants bound to locals, not looked up
+    head_size, compressed = HEAD.size, SysFlag.COMPRESSED
+    born_v6, store_v6 = SysFlag.BORN_HOST_V6, SysFlag.STORE_HOST_V6
+    tags_key, keys_key, uniq_key = PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY
+    system_keys = SYSTEM_PROPERTY_KEYS
     host_cache: dict[bytes, str] = {}
     for buf in chunks:
         p = 0
@@ -100,10 +105,10 @@ def decode_to_batch_reference(
                 size, magic, _crc, qid, _flag, qoff, phys, sys_flag, bts = head(buf, p)
                 if magic != MAGIC_V1 and magic != MAGIC_V2:
                     raise ValueError(f"bad message magic {magic & 0xFFFFFFFF:#x}")
-                if size < HEAD.size or p + size > n:
+                if size < head_size or p + size > n:
                     raise ValueError(f"its size {size} overruns the body's {n} bytes")
-                q = p + HEAD.size
-                if sys_flag & SysFlag.BORN_HOST_V6:
+                q = p + head_size
+                if sys_flag & born_v6:
                     born, q = _host(buf, q, True)
                 else:
                     key = buf[q : q + 8]
@@ -111,7 +116,7 @@ def decode_to_batch_reference(
                     q += 8
                 (sts,) = _Q.unpack_from(buf, q)
                 q += 8
-                if sys_flag & SysFlag.STORE_HOST_V6:
+                if sys_flag & store_v6:
                     store_raw = buf[q : q + 20]
                     q += 20
                 else:
@@ -119,7 +124,7 @@ def decode_to_batch_reference(
                     q += 8
                 store = host_cache.get(store_raw)
                 if store is None:
-                    v6 = bool(sys_flag & SysFlag.STORE_HOST_V6)
+                    v6 = bool(sys_flag & store_v6)
                     store = host_cache.setdefault(store_raw, _host(store_raw, 0, v6)[0])
                 q += 12  # reconsumeTimes, preparedTransactionOffset
                 (blen,) = _I.unpack_from(buf, q)
@@ -150,7 +155,7 @@ def decode_to_batch_reference(
             if not (-_TS_LIMIT_MS <= bts <= _TS_LIMIT_MS and -_TS_LIMIT_MS <= sts <= _TS_LIMIT_MS):
                 raise ProtocolError(f"pull body: the record at byte {p - size} has timestamps {bts}/{sts} ms, "
                                     f"out of range")
-            if sys_flag & SysFlag.COMPRESSED:
+            if sys_flag & compressed:
                 try:
                     body = zlib.decompress(body)
                 except zlib.error as exc:
@@ -164,13 +169,13 @@ def decode_to_batch_reference(
                 if not item:
                     continue
                 k, _, v = item.partition("\x01")
-                if k == PropertyKey.TAGS:
+                if k == tags_key:
                     tag = v
-                elif k == PropertyKey.KEYS:
+                elif k == keys_key:
                     key_list = [x for x in v.split(" ") if x]
-                elif k == PropertyKey.UNIQ_KEY:
+                elif k == uniq_key:
                     uniq = v
-                elif k not in SYSTEM_PROPERTY_KEYS:
+                elif k not in system_keys:
                     user.append((k, v))
             if uniq is None:
                 uniq = store_raw.hex().upper() + _Q.pack(phys).hex().upper()
