@@ -67,11 +67,13 @@ def _follow_resets(spark, broker, client, transport, tmp_path, how: str) -> None
     q = _start(spark, transport, topic, group, str(tmp_path / "ck"))
     try:
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 20, "the first 20 messages")
-        # the first batch (a*, b*) is committed when Spark plans the next one (c*)
+        # the first batch (a*, b*) is committed when Spark plans the next one (c*), then c*
         qs = client.message_queues(topic)
         _send(client, topic, "c", 2)
-        _wait_for(q, lambda: [client.query_consumer_offset(group, m) for m in qs] == [10, 10],
-                  "the group's commits")
+        def committed_past_b() -> bool:  # 10 after the first batch, 11 once c* is committed too
+            return all((client.query_consumer_offset(group, m) or 0) >= 10 for m in qs)
+
+        _wait_for(q, committed_past_b, "the group's commits")
         _reset(broker, client, group, topic, cut, how)
         want = Counter({f"a{i}": 1 for i in range(10)} | {f"b{i}": 2 for i in range(10)} | {"c0": 2, "c1": 2})
         _wait_for(q, lambda: _bodies(spark, group) == want, "b* and c* read once more after the reset",
@@ -109,7 +111,7 @@ def test_on_offset_reset_fail_stops_the_query_naming_the_group_and_offsets(spark
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 5, "the first messages")
         qs = client.message_queues(topic)
         _send(client, topic, "b", 1)
-        _wait_for(q, lambda: client.query_consumer_offset(group, qs[0]) == 5, "the group's first commit")
+        _wait_for(q, lambda: (client.query_consumer_offset(group, qs[0]) or 0) >= 5, "the group's first commit")
         client.reset_offset_by_timestamp(group, topic, 0)
         assert wait_until(lambda: not q.isActive, 60, 0.2), "the query kept running after the reset"
         err = str(q.exception())
@@ -128,7 +130,8 @@ def test_a_running_query_is_an_online_consumer_of_its_group(spark, broker, clien
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 4, "the messages")
         qs = client.message_queues(topic)
         _send(client, topic, "b", 2)  # a second batch: Spark commits the first
-        _wait_for(q, lambda: [client.query_consumer_offset(group, m) for m in qs] == [2, 2], "the first commit")
+        _wait_for(q, lambda: all((client.query_consumer_offset(group, m) or 0) >= 2 for m in qs),
+                  "the first commit")
         _wait_for(q, lambda: sum(_bodies(spark, group).values()) == 6, "the second batch")
         ids = client.consumer_ids(group, broker.broker_addr, broker.broker_name)
         assert len(ids) == 1 and ids[0].startswith("rocketmq-spark@"), ids
