@@ -49,12 +49,12 @@ def _reset(broker, client: RemotingClient, group: str, topic: str, ts: int, how:
         client.reset_offset_by_timestamp(group, topic, ts)
 
 
-def _wait_for(q, pred, what: str, timeout_s: float = 90) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(q, pred, what, timeout_s: float = 90) -> None:  # type: ignore[no-untyped-def]
     def ok() -> bool:
         assert q.isActive, f"the query stopped: {q.exception()}"
         return bool(pred())
 
-    assert wait_until(ok, timeout_s, 0.2), what
+    assert wait_until(ok, timeout_s, 0.2), what() if callable(what) else what
 
 
 def _follow_resets(spark, broker, client, transport, tmp_path, how: str) -> None:  # type: ignore[no-untyped-def]
@@ -73,7 +73,9 @@ def _follow_resets(spark, broker, client, transport, tmp_path, how: str) -> None
         def committed_past_b() -> bool:  # 10 after the first batch, 11 once c* is committed too
             return all((client.query_consumer_offset(group, m) or 0) >= 10 for m in qs)
 
-        _wait_for(q, committed_past_b, "the group's commits")
+        _wait_for(q, committed_past_b, lambda: f"the group's commits: it holds "
+                  f"{[client.query_consumer_offset(group, m) for m in qs]}; last progress {q.lastProgress}",
+                  timeout_s=150)
         _reset(broker, client, group, topic, cut, how)
         want = Counter({f"a{i}": 1 for i in range(10)} | {f"b{i}": 2 for i in range(10)} | {"c0": 2, "c1": 2})
         _wait_for(q, lambda: _bodies(spark, group) == want, "b* and c* read once more after the reset",

@@ -64,7 +64,8 @@ def _committed_through_listener(spark, where: dict[str, str], topic: str, group:
         rows = _available_now(spark, where, topic, f"q_{group}", ckpt, consumerGroup=group, **opts)
         qs = client.message_queues(topic)
         maxes = [client.max_offset(q) for q in qs]
-        assert wait_until(lambda: [client.query_consumer_offset(group, q) for q in qs] == maxes, 30)
+        assert wait_until(lambda: [client.query_consumer_offset(group, q) for q in qs] == maxes, 60), (
+            f"group {group} holds {[client.query_consumer_offset(group, q) for q in qs]}, the queues end at {maxes}")
         return rows
     finally:
         spark.streams.removeListener(committer)
