@@ -555,9 +555,11 @@ class Planner:
             return
         for mq in mqs:
             now_held = held.get(mq)
-            if now_held is None:
-                continue
             st = self._status_of(mq)
+            if now_held is None:
+                if st.committed >= 0:  # the broker lost an offset it took (see BrokerOffsetStore.commit)
+                    self.store.forget(mq)
+                continue
             if st.committed < 0:  # first look in this run
                 st.committed = now_held
                 if not self._synced and now_held > expected[mq]:
