@@ -183,6 +183,8 @@ class Connection(asyncio.Protocol):
     async def call(self, code: int, ext_fields: dict[str, str], timeout_s: float, body: bytes = b"") -> RemotingCommand:
         """Send a request to the client and wait for its answer (the broker asking a consumer
         for its running info); TimeoutError past ``timeout_s``, ConnectionError if it closes."""
+        if self.closed:  # a request sent now would be dropped and wait out the whole timeout
+            raise ConnectionError(f"{self.peer} closed the connection")
         self._opaque += 1
         opaque = self._opaque
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()

@@ -109,8 +109,10 @@ class _TelemetrySession:
     producer of :func:`grpc_producer_group` of each published topic, or a consumer of its
     group) so the broker's check-backs reach it through :meth:`push`."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, peer: str) -> None:
         self.client_id = client_id
+        #: the client's address, as a remoting connection names its peer (consumer listings show it)
+        self.peer = peer
         self.out: asyncio.Queue[pb.TelemetryCommand | None] = asyncio.Queue()
 
     def push(self, code: int, fields: dict[str, str], body: bytes = b"") -> None:
@@ -237,7 +239,8 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[pb.TelemetryCommand],
                         context: Any) -> AsyncIterator[pb.TelemetryCommand]:
-        session = _TelemetrySession(_metadata(context, "x-mq-client-id") or _peer_address(context))
+        peer = _peer_address(context)
+        session = _TelemetrySession(_metadata(context, "x-mq-client-id") or peer, peer)
         clients = self.broker.clients
 
         async def read() -> None:

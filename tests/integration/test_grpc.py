@@ -303,3 +303,29 @@ def test_a_server_side_reset_reaches_a_grpc_consumer_as_it_does_a_remoting_one(c
     assert (moved.status, moved.next_offset) == ("OFFSET_ILLEGAL", 0)
     gclient.update_consumer_offset(group, gmq, 2)  # from then on its commits count again
     assert client.query_consumer_offset(group, mq) == 2
+
+
+def test_a_grpc_member_of_a_group_is_listed_with_remoting_ones(broker: EmbeddedBroker, gclient: GrpcClient) -> None:
+    # GET_CONSUMER_CONNECTION_LIST read a remoting connection's peer of every consumer, and a gRPC
+    # session had none: the whole listing failed once a gRPC consumer was in the group
+    import json
+
+    from rocketmq_spark.remoting import RemotingCommand, RequestCode
+
+    rc = RemotingClient(broker.namesrv_addr)
+    try:
+        rc.create_topic("T_GRPC_MEMBER", 1)
+        member = gclient.join_group("g_grpc_member", {"T_GRPC_MEMBER": "*"}, dict)
+        remote = rc.join_group("g_grpc_member", {"T_GRPC_MEMBER": "*"}, dict)
+        assert member is not None and remote is not None
+        try:
+            resp = rc.invoke(broker.broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                                                 ext_fields={"consumerGroup": "g_grpc_member"}), "list")
+            conns = json.loads(resp.body)["connectionSet"]
+            assert {c["clientId"] for c in conns} == {gclient.client_id, remote.client_id}  # type: ignore[attr-defined]
+            assert all(c["clientAddr"].startswith("127.0.0.1:") or c["clientAddr"].startswith("ipv4:") for c in conns)
+        finally:
+            remote.close()
+            member.close()
+    finally:
+        rc.close()
