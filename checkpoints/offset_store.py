@@ -50,8 +50,6 @@ class BrokerOffsetStore:
         self.group = group
         self._pending: dict[MessageQueue, int] = {}
         self._written: dict[MessageQueue, int] = {}
-        #: topics with a commit of the group the broker took (see commit)
-        self._topics: set[str] = set()
 
     def read(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq`` on its broker, None when it has none; the
@@ -73,17 +71,18 @@ class BrokerOffsetStore:
             self._pending.pop(mq, None)
         # A 5.x broker makes a group's offset table of a topic on its first commit without a lock:
         # two first commits handled at once keep only one of them (the full suite lost a queue's
-        # offset that way, answered SUCCESS). The first commit of each topic goes alone, then one
-        # pipelined round of requests for the rest, not one round trip per queue.
+        # offset that way, answered SUCCESS). The first commit of each topic on each broker goes
+        # alone, then one pipelined round of requests for the rest, not one round trip per queue.
         failed: dict[MessageQueue, Exception] = {}
-        firsts: dict[str, MessageQueue] = {}
+        known = {(mq.broker, mq.topic) for mq in self._written}  # each broker keeps a table per topic
+        firsts: dict[tuple[str, str], MessageQueue] = {}
         for mq in changed:
-            if mq.topic not in self._topics and mq.topic not in firsts:
-                firsts[mq.topic] = mq
+            if (mq.broker, mq.topic) not in known:
+                firsts.setdefault((mq.broker, mq.topic), mq)
         if firsts:
             failed.update(self.client.update_consumer_offsets(self.group, {mq: changed[mq] for mq in firsts.values()}))
-            self._topics.update(mq.topic for mq in firsts.values() if mq not in failed)
-        rest = {mq: off for mq, off in changed.items() if mq not in firsts.values()}
+        alone = set(firsts.values())
+        rest = {mq: off for mq, off in changed.items() if mq not in alone}
         if rest:
             failed.update(self.client.update_consumer_offsets(self.group, rest))
         for mq, offset in changed.items():

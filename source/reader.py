@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -371,7 +371,7 @@ class Planner:
             self.tracker.register(mq, begin[mq], end[mq])
             st = self._status_of(mq)
             st.planned, st.last_planned_ms = end[mq], now
-            self._own.setdefault(mq, deque(maxlen=_OWN_KEPT)).append(end[mq])
+            self._remember_own(mq, end[mq])
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
@@ -474,8 +474,6 @@ class Planner:
         to the brokers. Broker faults are logged and retried at the next commit, not raised
         (:meth:`BrokerOffsetStore.commit`). A queue whose offset on the broker moved since
         this query wrote it (a reset) is not committed: the next batch applies the reset."""
-        if not self.options.commit_offsets or not self.options.consumer_group:
-            return
         committable: QueueOffsets = {}
         for mq, off in end.items():
             if mq in self._stale:  # the end of a batch planned before the queue's reset
@@ -486,9 +484,12 @@ class Planner:
             c = self.tracker.committable(mq)
             if c is not None:
                 committable[mq] = c
-        # the broker's offsets first: one that moved since this query wrote it is a reset, which
-        # a commit would overwrite (it is applied by the next batch, see follow_resets)
-        self.find_resets(committable)
+        if not self.options.commit_offsets or not self.options.consumer_group:
+            return
+        # resets a commit would overwrite are left to the next batch (see follow_resets): those
+        # pushed since, and, before this run has read the group's offsets once (Spark plans, and
+        # so reads them in latestOffset, before it commits), the broker's moved offsets
+        self.find_resets(committable, read=not self._synced)
         todo = {mq: off for mq, off in committable.items() if mq not in self._resets}
         failed = self.store.commit(todo)
         now = int(time.time() * 1000)
@@ -496,9 +497,18 @@ class Planner:
             if mq not in failed:
                 st = self._status_of(mq)
                 st.committed, st.last_committed_ms = off, now
-                self._own.setdefault(mq, deque(maxlen=_OWN_KEPT)).append(off)
+                self._remember_own(mq, off)
 
     # -- the group: membership and offset resets ---------------------------------------
+
+    def _remember_own(self, mq: MessageQueue, offset: int) -> None:
+        """``offset`` is one this query planned or committed (see find_resets). Idle triggers plan
+        the same end again and again: kept once, they do not push the older ones out."""
+        own = self._own.get(mq)
+        if own is None:
+            own = self._own[mq] = deque(maxlen=_OWN_KEPT)
+        if not own or own[-1] != offset:
+            own.append(offset)
 
     def _status_of(self, mq: MessageQueue) -> QueueStatus:
         st = self._status.get(mq)
@@ -509,8 +519,7 @@ class Planner:
     def running_info(self) -> dict[MessageQueue, QueueStatus]:
         """What the query has planned, processed and committed per queue (for the brokers'
         GET_CONSUMER_RUNNING_INFO: mqadmin consumerStatus, rocketmq-spark progress)."""
-        return {mq: QueueStatus(st.planned, st.processed, st.committed, st.last_planned_ms, st.last_committed_ms)
-                for mq, st in list(self._status.items())}
+        return {mq: replace(st) for mq, st in list(self._status.items())}
 
     def join_group(self) -> None:
         """Once per streaming query with a consumerGroup: become an online consumer of it on
@@ -530,11 +539,11 @@ class Planner:
             self._member.close()
             self._member = None
 
-    def find_resets(self, expected: QueueOffsets) -> None:
+    def find_resets(self, expected: QueueOffsets, *, read: bool = True) -> None:
         """Note the resets of the group's offsets since the last look: those brokers pushed
-        (RESET_CONSUMER_CLIENT_OFFSET), and queues whose offset on the broker is not the one
-        this query last wrote or read there (a 5.x broker's server-side reset, an operator's
-        direct write). ``expected`` are the offsets the query stands at (a batch's end)."""
+        (RESET_CONSUMER_CLIENT_OFFSET), and, with ``read``, queues whose offset on the broker is
+        not the one this query last wrote or read there (a 5.x broker's server-side reset, an
+        operator's direct write). ``expected`` are the offsets the query stands at (a batch's end)."""
         group = self.options.consumer_group
         if not group:
             return
@@ -543,8 +552,8 @@ class Planner:
                 for mq, off in notice.offsets.items():
                     when = "now" if notice.timestamp_ms < 0 else f"timestamp {notice.timestamp_ms}"
                     self._resets[mq] = (off, f"RESET_CONSUMER_CLIENT_OFFSET from {notice.broker_addr} ({when})")
-        if not self.options.commit_offsets or self.options.allow_shared_group:
-            return  # the group's offsets are not this query's alone to compare
+        if not read or not self.options.commit_offsets or self.options.allow_shared_group:
+            return  # not asked, or the group's offsets are not this query's alone to compare
         mqs = sorted(mq for mq in expected if mq not in self._resets)
         if not mqs:
             return
@@ -597,7 +606,11 @@ class Planner:
         so the query's later commits are taken."""
         if not self._resets:
             return {}
-        resets, self._resets = self._resets, {}
+        # a pushed reset names every queue of its topic; those this query does not read are not its
+        resets = {mq: v for mq, v in self._resets.items() if mq in start}
+        self._resets = {}
+        if not resets:
+            return {}
         group = self.options.consumer_group or ""
         how = self.options.on_offset_reset
         if how == "fail":
@@ -609,8 +622,6 @@ class Planner:
                 f"group on a new checkpoint), or set onOffsetReset=follow or ignore")
         followed: QueueOffsets = {}
         for mq, (off, why) in sorted(resets.items()):
-            if mq not in start:
-                continue  # not a queue of this query (another topic of the group)
             self._release(mq, off)
             self.store.forget(mq)
             st = self._status_of(mq)

@@ -468,3 +468,53 @@ def test_with_allow_shared_group_other_consumers_commits_are_not_resets() -> Non
     c.committed[a0] = 3  # another consumer of the group
     p.find_resets(end)
     assert p.follow_resets(end) == {}
+
+
+def test_idle_triggers_do_not_push_the_querys_older_offsets_out() -> None:
+    # every trigger plans the same end when nothing new came: kept once each, an older commit
+    # is still known as the query's own when a restarted broker holds it again
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c)
+    p.commit(end)
+    c.ranges[a0] = (0, 20)
+    end2 = p.next_end(end, ReadAllAvailable())
+    p.commit(end2)
+    for _ in range(400):  # idle triggers
+        p.next_end(end2, ReadAllAvailable())
+    c.committed[a0] = 10
+    p.find_resets(end2)
+    assert p.follow_resets(end2) == {}
+
+
+def test_on_offset_reset_fail_ignores_a_pushed_reset_of_queues_it_does_not_read() -> None:
+    from rocketmq_spark.client.membership import ResetNotice
+
+    a0, other = Q(0), Q(0, topic="other")
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c, onOffsetReset="fail")
+
+    class Pushed:
+        def take_resets(self) -> list[ResetNotice]:
+            return [ResetNotice("other", {other: 0}, -1, "127.0.0.1:10911")]
+
+        def close(self) -> None:
+            pass
+
+    p._member = Pushed()  # type: ignore[assignment]
+    p.find_resets(end)
+    assert p.follow_resets(end) == {}
+
+
+def test_processed_offsets_are_shown_without_commits_and_commit_reads_nothing_once_synced() -> None:
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c, commitOffsets="false")
+    p.commit(end)
+    assert p.running_info()[a0].processed == 10 and c.committed == {}
+    reads: list[int] = []
+    c2 = ResettableClient({a0: (0, 10)})
+    p2, end2 = _running(c2)
+    c2.query_consumer_offsets = lambda g, mqs: reads.append(len(mqs)) or {m: None for m in mqs}  # type: ignore
+    p2.commit(end2)  # the trigger's latestOffset read the group's offsets already
+    assert reads == [] and c2.committed == {a0: 10}

@@ -71,3 +71,25 @@ def test_failed_commit_is_retried_at_the_next_commit() -> None:
     client.fail = False
     assert store.commit({}) == {}
     assert client.stored == {mq: 5} and store.pending == {}
+
+
+def test_a_groups_first_commit_of_a_topic_goes_alone_on_each_broker() -> None:
+    # a 5.x broker builds a group's offset table of a topic on its first commit without a lock:
+    # two first commits handled together keep only one of them (each broker has its own table)
+    rounds: list[list[MessageQueue]] = []
+
+    class Recorder(_Flaky):
+        def update_consumer_offsets(self, group, offsets):  # type: ignore[no-untyped-def]
+            rounds.append(sorted(offsets))
+            return super().update_consumer_offsets(group, offsets)
+
+    client = Recorder()
+    client.fail = False
+    store = BrokerOffsetStore(client, "g")
+    a0, a1, b0, b1 = (MessageQueue("t", b, q) for b in ("a", "b") for q in (0, 1))
+    assert store.commit({a0: 1, a1: 1, b0: 1, b1: 1}) == {}
+    assert rounds == [[a0, b0], [a1, b1]]  # one per broker first, then the rest together
+    rounds.clear()
+    store.commit({a0: 2, a1: 2, b0: 2, b1: 2})
+    assert rounds == [[a0, a1, b0, b1]]
+    assert client.stored == {a0: 2, a1: 2, b0: 2, b1: 2}
