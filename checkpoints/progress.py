@@ -19,15 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import RocketMQSparkError
 from ..model import MessageQueue
 
 if TYPE_CHECKING:
-    from ..client import BrokerClient, RemotingClient
+    from ..client import BrokerClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumerView", "QueueLag", "QueueProgress", "group_progress", "online_views", "queue_lag", "queue_lags"]
+__all__ = ["QueueLag", "QueueProgress", "group_progress", "queue_lag", "queue_lags"]
 
 
 def _behind(offset: int | None, min_offset: int, max_offset: int) -> int:
@@ -114,37 +113,3 @@ def group_progress(client: BrokerClient, group: str, topics: Sequence[str]) -> l
         last = client.store_time_at(mq, offset - 1) if offset is not None and offset - 1 >= lo else None
         rows.append(QueueProgress(mq, lo, hi, offset, last))
     return rows
-
-
-@dataclass(frozen=True)
-class ConsumerView:
-    """What an online consumer of the group says of one queue (GET_CONSUMER_RUNNING_INFO):
-    a Spark query, the end of its last planned batch and what it has processed (next-offsets,
-    -1 when not known yet)."""
-
-    client_id: str
-    planned: int
-    processed: int
-
-
-def online_views(client: RemotingClient, group: str, topics: Sequence[str]) -> dict[MessageQueue, list[ConsumerView]]:
-    """Per queue, what the group's online consumers on the brokers serving ``topics`` report;
-    a consumer that does not answer is logged and left out."""
-    by_broker = client.group_consumers(group, topics) or {}
-    out: dict[MessageQueue, list[ConsumerView]] = {}
-    asked: set[str] = set()
-    for broker, ids in sorted(by_broker.items()):
-        for cid in ids:
-            if cid in asked:
-                continue
-            asked.add(cid)
-            try:
-                queues = client.consumer_running_info(group, cid, client.broker_addr(broker))
-            except RocketMQSparkError as exc:
-                log.warning("running info of consumer %s of group %s: %s", cid, group, exc)
-                continue
-            for mq, info in queues.items():
-                if mq.topic in topics:
-                    out.setdefault(mq, []).append(ConsumerView(cid, int(info.get("cachedMsgMaxOffset", -1)),
-                                                               int(info.get("cachedMsgMinOffset", -1))))
-    return out

@@ -97,6 +97,11 @@ class ReaderOptions:
     #: what a running query does when its group's offsets are reset: follow | fail | ignore
     on_offset_reset: str = "follow"
 
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        """topic -> tag expression, as consumers tell brokers what they read."""
+        return {t: self.sub_expression for t in self.topics}
+
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
         opts = canonical_options(options, _NAMES, hidden=_HIDDEN)

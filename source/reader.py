@@ -413,7 +413,7 @@ class Planner:
         once (:meth:`BrokerClient.make_group_known`: the query does not stay listed as an online
         consumer); where the broker does not create groups that fails at once with
         :class:`GroupNotFoundError` naming the group."""
-        subs = {t: self.options.sub_expression for t in self.options.topics}
+        subs = self.options.subscriptions
         seen: set[str] = set()
         for topic in self.options.topics:
             for mq in self.client.message_queues(topic):
@@ -527,7 +527,7 @@ class Planner:
         if self._joined or not self.options.consumer_group:
             return
         self._joined = True
-        subs = {t: self.options.sub_expression for t in self.options.topics}
+        subs = self.options.subscriptions
         try:
             self._member = self.client.join_group(self.options.consumer_group, subs, self.running_info)
         except RocketMQSparkError as exc:  # presence is for the tools: reading goes on without it

@@ -4,9 +4,12 @@ and ``reset-offset`` (a group's offsets by time, as mqadmin resetOffsetByTime)."
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RocketMQSparkError
 from ..model import MessageQueue
 from .common import (
     CliError,
@@ -25,8 +28,10 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..checkpoints.progress import ConsumerView, QueueProgress
+    from ..checkpoints.progress import QueueProgress
     from ..client import RemotingClient
+
+log = logging.getLogger(__name__)
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser], client: Parser, js: Parser) -> None:
@@ -69,19 +74,43 @@ def progress_rows(client: RemotingClient, group: str, topic: str | None, namesrv
     return rows
 
 
-def _views(client: RemotingClient, group: str, topics: Sequence[str]) -> dict[MessageQueue, list[ConsumerView]]:
-    from ..checkpoints.progress import online_views
+@dataclass(frozen=True)
+class ConsumerView:
+    """What an online consumer of the group says of one queue (GET_CONSUMER_RUNNING_INFO): a
+    Spark query, the end of its last planned batch and what it has processed (next-offsets,
+    -1 when not known yet)."""
 
-    return online_views(client, group, topics)
+    client_id: str
+    planned: int
+    processed: int
 
 
-def _online_consumers(client: RemotingClient, group: str, topics: Sequence[str]) -> int:
-    """How many consumers of ``group`` are online on the brokers serving ``topics``."""
-    by_broker = client.group_consumers(group, topics) or {}
-    return len({cid for ids in by_broker.values() for cid in ids})
+def _online(client: RemotingClient, group: str, topics: Sequence[str]) -> dict[str, str]:
+    """The group's online consumers on the brokers serving ``topics``: client id -> a broker
+    it is connected to."""
+    return {cid: broker for broker, ids in sorted((client.group_consumers(group, topics) or {}).items())
+            for cid in ids}
 
 
-def _row_json(r: QueueProgress, views: Sequence[ConsumerView] = ()) -> dict[str, Any]:
+def _views(client: RemotingClient, group: str, topics: Sequence[str], online: Mapping[str, str]
+           ) -> dict[MessageQueue, list[ConsumerView]]:
+    """Per queue, what the ``online`` consumers report; one that does not answer is logged
+    and left out."""
+    out: dict[MessageQueue, list[ConsumerView]] = {}
+    for cid, broker in sorted(online.items()):
+        try:
+            queues = client.consumer_running_info(group, cid, client.broker_addr(broker))
+        except RocketMQSparkError as exc:
+            log.warning("running info of consumer %s of group %s: %s", cid, group, exc)
+            continue
+        for mq, info in queues.items():
+            if mq.topic in topics:
+                out.setdefault(mq, []).append(ConsumerView(cid, int(info.get("cachedMsgMaxOffset", -1)),
+                                                           int(info.get("cachedMsgMinOffset", -1))))
+    return out
+
+
+def _row_json(r: QueueProgress, views: Sequence[ConsumerView]) -> dict[str, Any]:
     return {"topic": r.queue.topic, "broker": r.queue.broker, "queueId": r.queue.queue_id,
             "brokerOffset": r.max_offset, "consumerOffset": r.consumer_offset, "lag": r.lag,
             "lastTimestamp": r.last_store_time, "lastTime": iso_utc(r.last_store_time),
@@ -115,17 +144,17 @@ def _cmd_progress(args: argparse.Namespace) -> int:
     try:
         rows = progress_rows(client, args.group, args.topic, ns)
         topics = sorted({r.queue.topic for r in rows})
-        online = _online_consumers(client, args.group, topics)
-        views = _views(client, args.group, topics) if online else {}
+        online = _online(client, args.group, topics)
+        views = _views(client, args.group, topics, online)
     finally:
         client.close()
     total = sum(r.lag for r in rows)
     if args.json:
-        print_json({"group": args.group, "topics": topics, "onlineConsumers": online, "totalLag": total,
+        print_json({"group": args.group, "topics": topics, "onlineConsumers": len(online), "totalLag": total,
                      "queues": [_row_json(r, views.get(r.queue, ())) for r in rows]})
         return 0
     print(f"consumer group {args.group}: {len(topics)} topic(s), {len(rows)} queues, total lag {total:,}, "
-          f"{online} online consumer(s)")
+          f"{len(online)} online consumer(s)")
     print(progress_table(rows, views if online else None))
     return 0
 
@@ -141,19 +170,15 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
         require_topic(client, args.topic, ns)
         queues = client.message_queues(args.topic, refresh=True)
         current = client.query_consumer_offsets(args.group, queues)
-        maxes = client.max_offsets(queues) if ts < 0 else {}
-        plan: list[dict[str, Any]] = [
-            {"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
-             "new": maxes[mq] if ts < 0 else client.search_offset(mq, ts)} for mq in queues]
-        if not args.dry_run:
-            told = sorted({cid for ids in (client.group_consumers(args.group, [args.topic]) or {}).values()
-                           for cid in ids})
-            online = len(told)
+        new: dict[MessageQueue, int | None]
+        if args.dry_run:  # what the brokers would set: the same search by time
+            new = dict(client.max_offsets(queues)) if ts < 0 else {mq: client.search_offset(mq, ts) for mq in queues}
+        else:  # what they set, as they answered (a queue they did not name was not written)
+            told = sorted(_online(client, args.group, [args.topic]))
             written = client.reset_offset_by_timestamp(args.group, args.topic, ts)
-            for row in plan:
-                got = written.get(MessageQueue(args.topic, row["broker"], row["queueId"]))
-                if got is not None:
-                    row["new"] = got
+            new = {mq: written.get(mq) for mq in queues}
+        plan: list[dict[str, Any]] = [{"broker": mq.broker, "queueId": mq.queue_id, "current": current[mq],
+                                       "new": new[mq]} for mq in queues]
     finally:
         client.close()
     when = ("the latest offsets" if ts < 0 else "the earliest offsets" if ts == 0
@@ -161,18 +186,20 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
     if args.json:
         out = {"group": args.group, "topic": args.topic, "timestamp": ts, "dryRun": args.dry_run, "queues": plan}
         if not args.dry_run:
-            out["notifiedConsumers"] = online
-            out["onlineConsumers"] = told
+            out["notifiedConsumers"] = len(told)
+            out["consumerIds"] = told
         print_json(out)
         return 0
     verb = "would reset" if args.dry_run else "reset"
     print(f"{verb} group {args.group} on topic {args.topic} to {when}:")
     print(table(["BROKER", "QUEUE", "CURRENT OFFSET", "", "NEW OFFSET"],
-                 [[r["broker"], r["queueId"], r["current"], "->", r["new"]] for r in plan], indent="  "))
+                 [[r["broker"], r["queueId"], r["current"], "->", "-" if r["new"] is None else r["new"]]
+                  for r in plan], indent="  "))
     if args.dry_run:
         print("dry run: nothing was written; run again without --dry-run to apply it")
     else:
-        print(f"done: {len(plan)} queues written; {online} online consumer(s) of {args.group} move there (on a 5.x "
+        print(f"done: {sum(r['new'] is not None for r in plan)} queues written; {len(told)} online consumer(s) of "
+              f"{args.group} move there (on a 5.x "
               "broker at their next pull of each queue, a 4.x broker tells them at once). A running Spark query "
               "follows the reset with its next batch (onOffsetReset=follow, its default)")
         for cid in told:

@@ -21,14 +21,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
 
 if TYPE_CHECKING:
-    from .remoting import RemotingClient
+    from .retry import ClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ class ResetNotice:
     """A broker's RESET_CONSUMER_CLIENT_OFFSET: the group's new offsets of one topic's queues
     (next-offsets) and the time (epoch ms) they were computed for."""
 
-    topic: str
     offsets: dict[MessageQueue, int]
     timestamp_ms: int
     broker_addr: str
@@ -67,25 +66,26 @@ class QueueStatus:
     committed: int = -1  # what the broker holds for the group, as the query last wrote or read it
     last_planned_ms: int = 0
     last_committed_ms: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class GroupMember:
     """One query's membership of ``group`` on the brokers of ``subscriptions`` (topic -> tag
-    expression), over a :class:`~.remoting.RemotingClient` (its connections are the ones the
-    brokers reach it on; with ``owns_client`` it is closed with the member). ``running_info()``
+    expression), over a :class:`~.remoting.RemotingClient` of its own, closed with the member:
+    its heartbeat thread shares no connection or route cache with the query's planning thread,
+    and the brokers send their requests on the connections it heartbeats on. ``running_info()``
     returns the queues' :class:`QueueStatus`; it is called from a connection's reader thread."""
 
-    def __init__(self, client: RemotingClient, group: str, subscriptions: dict[str, str],
+    def __init__(self, namesrv_addrs: Sequence[str], config: ClientConfig, group: str, subscriptions: dict[str, str],
                  running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
-                 interval_s: float = HEARTBEAT_INTERVAL_S, owns_client: bool = False) -> None:
-        self.client = client
-        self.owns_client = owns_client
+                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        from .remoting import RemotingClient
+
+        self.client = RemotingClient(namesrv_addrs, config, on_request=self._on_request)
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.running_info = running_info
         self.interval_s = interval_s
-        self.client_id = f"{client.client_id}@{id(self):x}"
+        self.client_id = f"{self.client.client_id}@{id(self):x}"
         self.started_ms = int(time.time() * 1000)
         self._resets: list[ResetNotice] = []
         self._lock = threading.Lock()
@@ -98,26 +98,29 @@ class GroupMember:
     def start(self) -> None:
         """One heartbeat round now (so the brokers list the query before its first batch),
         then one every ``interval_s`` on a daemon thread."""
-        self.client.add_request_handler(self._on_request)
         self.heartbeat()
         self._thread = threading.Thread(target=self._run, name=f"rocketmq-member-{self.group}", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
         """Stop the heartbeats and unregister from every broker (best effort: a broker that is
-        down drops the client when its connection closes)."""
+        down drops the client when its connection closes). A heartbeat still under way when the
+        wait for the thread ends sees the stop and unregisters where it registered."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
-        for addr in sorted(self._addrs):
-            try:
-                self.client.unregister_consumer(self.group, self.client_id, addr)
-            except RocketMQSparkError as exc:
-                log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
-                         self.group, addr, exc)
-        self.client.remove_request_handler(self._on_request)
-        if self.owns_client:
-            self.client.close()
+        with self._lock:
+            addrs = sorted(self._addrs)
+        for addr in addrs:
+            self._unregister(addr)
+        self.client.close()
+
+    def _unregister(self, addr: str) -> None:
+        try:
+            self.client.unregister_consumer(self.group, self.client_id, addr)
+        except RocketMQSparkError as exc:
+            log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
+                     self.group, addr, exc)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -132,12 +135,18 @@ class GroupMember:
             except RocketMQSparkError as exc:
                 log.info("heartbeat of group %s: no route of topic %s now: %s", self.group, topic, exc)
         for addr in sorted(addrs):
+            if self._stop.is_set():
+                return
             try:
                 self.client.heartbeat_consumer(self.group, self.client_id, addr, self.subscriptions,
                                                consume_type="CONSUME_ACTIVELY")
-                self._addrs.add(addr)
             except RocketMQSparkError as exc:
                 log.info("heartbeat of group %s to %s failed: %s", self.group, addr, exc)
+                continue
+            with self._lock:
+                self._addrs.add(addr)
+            if self._stop.is_set():  # closed meanwhile: do not leave this registration behind
+                self._unregister(addr)
 
     # -- requests from brokers --------------------------------------------------------
 
@@ -147,7 +156,8 @@ class GroupMember:
             out, self._resets = self._resets, []
         return out
 
-    def _on_request(self, conn: Any, cmd: Any) -> bool:
+    def _on_request(self, conn: Any, cmd: Any) -> None:
+        """A broker's request on one of the member's connections (its heartbeats' channels)."""
         from ..remoting.codes import RequestCode
 
         ext = cmd.ext_fields
@@ -163,12 +173,9 @@ class GroupMember:
             log.info("group %s: broker %s reset %d queues of %s (timestamp %d)", self.group, conn.address,
                      len(offsets), topic, ts)
             with self._lock:
-                self._resets.append(ResetNotice(topic, offsets, ts, conn.address))
-            return True
-        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO and ext.get("consumerGroup") == self.group:
+                self._resets.append(ResetNotice(offsets, ts, conn.address))
+        elif cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO and ext.get("consumerGroup") == self.group:
             conn.reply(cmd.response_to(body=self.running_info_body()))
-            return True
-        return False
 
     def running_info_body(self) -> bytes:
         """ConsumerRunningInfo as fastjson writes it (map keys that are MessageQueue objects are
@@ -204,25 +211,3 @@ class GroupMember:
         body = (f'{{"jstack":"","mqTable":{{{",".join(entries)}}},"properties":{json.dumps(props)},'
                 f'"statusTable":{{}},"subscriptionSet":{json.dumps(subs)}}}')
         return body.encode()
-
-
-def parse_running_info(body: bytes) -> dict[MessageQueue, dict[str, Any]]:
-    """The queues of a ConsumerRunningInfo body (as :meth:`GroupMember.running_info_body` or a
-    Java consumer writes it) -> queue -> its ProcessQueueInfo fields."""
-    import re
-
-    out: dict[MessageQueue, dict[str, Any]] = {}
-    text = body.decode(errors="replace")
-    for m in re.finditer(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}", text):
-        try:
-            key = json.loads("{" + m.group(1) + "}")
-            value = json.loads("{" + m.group(2) + "}")
-        except ValueError:
-            continue
-        if isinstance(key, dict) and {"topic", "queueId"} <= key.keys() and isinstance(value, dict):
-            out[MessageQueue(str(key["topic"]), str(key.get("brokerName", "")), int(key["queueId"]))] = value
-    return out
-
-
-def subscriptions_of(topics: Sequence[str], expression: str) -> dict[str, str]:
-    return {t: expression for t in topics}

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -125,7 +125,6 @@ class RemotingClient:
 
     def _init_runtime(self) -> None:
         self._on_check: CheckHandler | None = None
-        self._handlers: list[Callable[[RemotingConnection, RemotingCommand], bool]] = []
         self._producer_group = ""
         self._producer_addrs: set[str] = set()
         self._conns: dict[str, RemotingConnection] = {}
@@ -170,8 +169,6 @@ class RemotingClient:
         ``on_request``."""
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self._on_check is not None:
             self._answer_check(conn, cmd, self._on_check)
-        elif any(handler(conn, cmd) for handler in list(self._handlers)):
-            pass
         elif self.on_request is not None:
             self.on_request(conn, cmd)
 
@@ -825,21 +822,9 @@ class RemotingClient:
                    running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
         member is closed (see :mod:`.membership`)."""
-        # a client of its own: its heartbeat thread never shares this one's connections or route
-        # cache with the caller's thread, and the brokers push to the connections it heartbeats on
-        own = RemotingClient(self.namesrv_addrs, self.config)
-        member = GroupMember(own, group, subscriptions, running_info, owns_client=True)
+        member = GroupMember(self.namesrv_addrs, self.config, group, subscriptions, running_info)
         member.start()
         return member
-
-    def add_request_handler(self, handler: Callable[[RemotingConnection, RemotingCommand], bool]) -> None:
-        """``handler`` sees the requests brokers send on this client's connections first; it
-        returns True for one it answered."""
-        self._handlers.append(handler)
-
-    def remove_request_handler(self, handler: Callable[[RemotingConnection, RemotingCommand], bool]) -> None:
-        if handler in self._handlers:
-            self._handlers.remove(handler)
 
     def unregister_consumer(self, group: str, client_id: str, broker_addr: str) -> None:
         """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker."""
@@ -944,12 +929,10 @@ class RemotingClient:
         asks the consumer): its queues and what it says of each (ProcessQueueInfo: a Spark
         query reports the end of its last planned batch as cachedMsgMaxOffset and what it has
         processed as cachedMsgMinOffset)."""
-        from .membership import parse_running_info
-
         resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={
             "consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}),
             f"running info of consumer {client_id} of group {group!r}")
-        return parse_running_info(resp.body or b"")
+        return parse_running_info(resp.body)
 
     def cluster_brokers(self) -> dict[str, str]:
         """Broker name -> master address of every broker the name servers know."""
@@ -1033,19 +1016,37 @@ def _object_body(body: bytes | None, what: str) -> dict[str, Any]:
     return obj
 
 
-def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
-    """A TopicStatsTable as fastjson writes it,
-    ``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:{"maxOffset":..,"minOffset":..,..},..}}``
-    -> (min, max) offsets per queue; entries that do not parse are left out."""
-    out: dict[MessageQueue, tuple[int, int]] = {}
+def _queue_maps(body: bytes | None, default_broker: str = "") -> Iterator[tuple[MessageQueue, dict[str, Any]]]:
+    """The entries of a fastjson ``Map<MessageQueue, Object>`` (object keys, not standard JSON:
+    ``{{"brokerName":..,"queueId":..,"topic":..}:{..},..}``) -> (queue, value); entries that do
+    not parse are left out."""
     if not body:
-        return out
+        return
     for m in _STATS_ENTRY.finditer(body.decode(errors="replace")):
         try:
             key = json.loads("{" + m.group(1) + "}")
             val = json.loads("{" + m.group(2) + "}")
             mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
+        except (ValueError, KeyError, TypeError, OverflowError):
+            continue
+        if isinstance(val, dict):
+            yield mq, val
+
+
+def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
+    """A TopicStatsTable (``{"offsetTable":{<queue>:{"maxOffset":..,"minOffset":..,..},..}}``)
+    -> (min, max) offsets per queue; entries that do not parse are left out."""
+    out: dict[MessageQueue, tuple[int, int]] = {}
+    for mq, val in _queue_maps(body, default_broker):
+        try:
             out[mq] = (int(val["minOffset"]), int(val["maxOffset"]))
         except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return out
+
+
+def parse_running_info(body: bytes | None) -> dict[MessageQueue, dict[str, Any]]:
+    """The queues of a ConsumerRunningInfo body (``mqTable``, as
+    :meth:`~.membership.GroupMember.running_info_body` or a Java consumer writes it) -> queue ->
+    its ProcessQueueInfo fields."""
+    return dict(_queue_maps(body))

@@ -21,7 +21,10 @@ PACKAGES = {"rocketmq_spark": "rocketmq_spark", "source": "rocketmq_spark.source
 SPARK_SIDE = ("rocketmq_spark.source", "rocketmq_spark.sink", "rocketmq_spark.checkpoints")
 #: protocol-level modules the Spark side must reach only through the client contract
 WIRE = ("rocketmq_spark.remoting", "rocketmq_spark.proto", "rocketmq_spark.client.connection",
-        "rocketmq_spark.client.remoting", "rocketmq_spark.client.grpc_client", "grpc", "google.protobuf")
+        "rocketmq_spark.client.remoting", "rocketmq_spark.client.grpc_client", "grpc", "google.protobuf",
+        # the same transports as the client package re-exports them
+        "rocketmq_spark.client.RemotingClient", "rocketmq_spark.client.GrpcClient",
+        "rocketmq_spark.client.RemotingConnection")
 PROTOCOL = ("rocketmq_spark.codec", "rocketmq_spark.client", "rocketmq_spark.remoting", "rocketmq_spark.proto")
 #: the only modules that may use the generated protobuf code (beyond rocketmq_spark.proto itself)
 GENERATED_USERS = ("rocketmq_spark.client.grpc_client", "rocketmq_spark.broker.grpc_service")

@@ -496,7 +496,7 @@ def test_on_offset_reset_fail_ignores_a_pushed_reset_of_queues_it_does_not_read(
 
     class Pushed:
         def take_resets(self) -> list[ResetNotice]:
-            return [ResetNotice("other", {other: 0}, -1, "127.0.0.1:10911")]
+            return [ResetNotice({other: 0}, -1, "127.0.0.1:10911")]
 
         def close(self) -> None:
             pass
