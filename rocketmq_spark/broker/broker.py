@@ -31,7 +31,8 @@ from ..codec import (
     join_properties,
     split_host,
 )
-from ..codec.batch_kernels import offset_msg_ids, parse_batch, special_free
+from ..codec.batch_kernels import offset_msg_ids, parse_batch
+from ..codec.properties import BROKER_PROPERTY_KEYS, needs_parsing
 from ..errors import ProtocolError
 from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
 from ..remoting.acl import verify_request
@@ -184,10 +185,9 @@ class Broker:
         self._msg_id_prefix = self._store_host.hex().upper()
         self._uniq_ids = UniqIds(ipaddress.ip_address(host).packed)
         #: what a Java broker sets on every message it stores (overwriting a producer's values)
-        self._broker_props = {"MSG_REGION": REGION, "CLUSTER": config.cluster, "TRACE_ON": "true"}
+        self._broker_props = dict(zip(BROKER_PROPERTY_KEYS, (REGION, config.cluster, "true"), strict=True))
         self._broker_suffix = encode_properties(self._broker_props)
         self._broker_suffix_bytes = self._broker_suffix.encode()
-        self._broker_markers = tuple(f"{k}\x01" for k in self._broker_props)
         self._peer_cache: dict[str, bytes] = {}
         root = config.data_dir
         self.store = MessageStore(os.path.join(root, "store"), self._store_host, config.store_config())
@@ -414,8 +414,7 @@ class Broker:
         # the batch's own properties (a message group's key) go after each message's, as Java
         # brokers append them; ones that need parsing per message take the per-message path
         extra = ext.get("properties", "")
-        if extra and (not extra.isascii() or "TAGS\x01" in extra or any(m in extra for m in self._broker_markers)
-                      or not special_free(extra.encode())):
+        if extra and (not extra.isascii() or needs_parsing(extra)):
             return None
         topic = ext.get("topic", "")
         cfg = self.topics.get(topic)
@@ -470,8 +469,7 @@ class Broker:
             if len(body) > max_size:
                 raise SendRejected(ResponseCode.MESSAGE_ILLEGAL,
                                    f"message body of {len(body)} bytes exceeds the maximum of {max_size} bytes")
-            if (tx_type != TransactionType.PREPARED and "DELAY\x01" not in props_s and "TIMER_" not in props_s
-                    and not any(m in props_s for m in self._broker_markers)):
+            if tx_type != TransactionType.PREPARED and not needs_parsing(props_s):
                 # The common case: the broker's properties are appended, no need to parse them all.
                 props_s = join_properties(props_s, self._broker_suffix)
                 _check_props_size(props_s)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .properties import PER_MESSAGE_MARKERS, tag_hash
 from .record import MAGIC_V1, MAGIC_V2
 
 __all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
@@ -38,7 +39,7 @@ _ENTRY_HEAD = 16  # total, magic, bodyCRC, flag
 _MIN_ENTRY = _ENTRY_HEAD + 4 + 2  # ... bodyLen, propsLen
 _I32 = struct.Struct(">i")
 #: properties that send a batch down the per-message path (they need parsing per message)
-_SPECIAL = (b"DELAY\x01", b"TIMER_", b"CLUSTER\x01", b"MSG_REGION\x01", b"TRACE_ON\x01")
+_SPECIAL = tuple(m.encode() for m in PER_MESSAGE_MARKERS)
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)[np.arange(256).reshape(256, 1) >> np.array([4, 0]) & 15]
 
 # Module state: the caches below hold values that depend only on their arguments and never
@@ -161,8 +162,9 @@ def _binary(pa: Any, offsets: np.ndarray, data: Any, n: int) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-#: the first TAGS item: at the start of the properties or right after a separator
-_TAGS_RE = "(?:^|\x02)TAGS\x01(?P<tag>[^\x02]*)"
+#: the last TAGS item (the one a property map keeps): at the start of the properties or right
+#: after a separator, with as much as possible before it
+_TAGS_RE = "(?s)^(?:.*\x02)?TAGS\x01(?P<tag>[^\x02]*)"
 #: 31**d mod 2**32 for d < len(_pow31): grown (at least doubling) to the longest tag hashed so
 #: far and kept, 8 bytes per character. Never written once built; a call uses the table it read
 #: or built, so threads racing a growth only build it twice.
@@ -182,7 +184,7 @@ def _powers_of_31(n: int) -> np.ndarray:
 
 def tag_hashes(props: Any) -> np.ndarray:
     """The consume queue's tag hash per message: Java's ``String.hashCode`` of the value of
-    its first TAGS item (0 without one or when it is empty), as
+    its TAGS item, the last when repeated (0 without one or when it is empty), as
     :func:`.properties.tag_hash` computes it. ``props``: an Arrow array of
     ASCII properties, so a byte is a UTF-16 code unit. No per-message Python."""
     pa, pc = _arrow()[0], _arrow()[3]
@@ -301,7 +303,10 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     _, roff_buf, rdata_buf = records.buffers()
     roff = np.frombuffer(roff_buf, np.int32, k + 1, records.offset * 4)
     data = rdata_buf[int(roff[0]) : int(roff[-1])]
-    tags = tag_hashes(props) if b"TAGS\x01" in text else np.zeros(k, np.int64)
+    if b"TAGS\x01" in suffix:  # the last TAGS counts: the suffix's, after every message's own
+        tags = np.full(k, tag_hash(suffix.decode()), np.int64)
+    else:
+        tags = tag_hashes(props) if b"TAGS\x01" in text else np.zeros(k, np.int64)
     return data, sizes, pos, tags
 
 

@@ -8,7 +8,7 @@ import functools
 from collections.abc import Mapping
 
 __all__ = ["SYSTEM_PROPERTY_KEYS", "PropertyKey", "decode_properties", "encode_properties", "java_string_hash",
-           "join_properties", "subscribed_tags", "tag_hash", "tag_of"]
+           "join_properties", "needs_parsing", "subscribed_tags", "tag_hash", "tag_of"]
 
 NAME_SEP = "\x01"
 PROP_SEP = "\x02"
@@ -116,11 +116,12 @@ def join_properties(props: str, more: str) -> str:
 
 
 def tag_of(props: str) -> str | None:
-    """The value of the first TAGS item of a properties text, without building the whole
-    map (None when absent). :func:`decode_properties` keeps the last of repeated keys."""
-    i = props.find("TAGS\x01")
+    """The value of the TAGS item of a properties text (the last one when repeated, as
+    :func:`decode_properties` and Java's property map keep it), without building the whole map;
+    None when absent."""
+    i = props.rfind("TAGS\x01")
     while i > 0 and props[i - 1] != "\x02":
-        i = props.find("TAGS\x01", i + 1)
+        i = props.rfind("TAGS\x01", 0, i)
     if i < 0:
         return None
     start = i + 5
@@ -129,6 +130,19 @@ def tag_of(props: str) -> str | None:
 
 
 def tag_hash(props: str) -> int:
-    """The consume queue's tag code of a properties text: Java's hash of its TAGS, 0 without."""
+    """The consume queue's tag code of a properties text: Java's hash of its TAGS (:func:`tag_of`),
+    0 without."""
     tag = tag_of(props)
     return java_string_hash(tag) if tag else 0
+
+
+#: the broker's own properties, which it sets on every message it stores
+BROKER_PROPERTY_KEYS = ("MSG_REGION", "CLUSTER", "TRACE_ON")
+#: properties a broker must parse per message: delays and timers it acts on, its own it replaces
+PER_MESSAGE_MARKERS = ("DELAY\x01", "TIMER_", *(f"{k}\x01" for k in BROKER_PROPERTY_KEYS))
+
+
+def needs_parsing(props: str) -> bool:
+    """Whether a broker must parse these properties per message (see PER_MESSAGE_MARKERS)
+    rather than append its own to them as they are."""
+    return any(m in props for m in PER_MESSAGE_MARKERS)
