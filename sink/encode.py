@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..codec import EncodedBatch
+from ..codec import MAX_PROPERTIES_BYTES, EncodedBatch
 
 __all__ = ["encode_plain_rows"]
 
@@ -98,7 +98,7 @@ def encode_plain_rows(batch: pa.RecordBatch, *, uniq_prefix: str, first_seq: int
     parts = [p for p in (_property("TAGS", tag), _property("KEYS", keys)) if p is not None]
     props = _join.call([*parts, _uniq_keys(uniq_prefix, first_seq, n), _EMPTY])
     props_len = _lengths(props)
-    if props_len.max() > 0x7FFF:
+    if props_len.max() > MAX_PROPERTIES_BYTES:
         return None
     head = np.zeros(n, _ENTRY_HEAD)
     head["total"] = 20 + body_len + 2 + props_len

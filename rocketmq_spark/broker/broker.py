@@ -12,7 +12,6 @@ fsync.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codec import (
+    MAX_PROPERTIES_BYTES,
     PropertyKey,
     SysFlag,
     TransactionType,
@@ -29,7 +29,7 @@ from ..codec import (
     decode_properties,
     encode_properties,
     join_properties,
-    split_host,
+    pack_host,
 )
 from ..codec.batch_kernels import offset_msg_ids, parse_batch
 from ..codec.properties import BROKER_PROPERTY_KEYS, needs_parsing
@@ -45,6 +45,8 @@ from .delayed import SCHEDULE_QUEUE, SCHEDULE_TOPIC, TIMER_OUT_MS, Delayed, Dela
 from .errors import SendRejected
 from .flusher import Flusher
 from .state import (
+    HALF_TOPIC,
+    OP_TOPIC,
     SYSTEM_TOPICS,
     ClientRegistry,
     ConsumerOffsets,
@@ -53,11 +55,11 @@ from .state import (
     TopicConfigs,
 )
 from .store import GetResult, MessageStore, NewMessage, Stored, tag_filter
-from .transactions import HALF_TOPIC, OP_TOPIC, Transactions
+from .transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accepted", "Broker", "BrokerConfig", "SendRejected"]
+__all__ = ["Accepted", "Broker"]
 
 #: the region a broker names in MSG_REGION (Java's default regionId)
 REGION = "DefaultRegion"
@@ -76,17 +78,16 @@ def _truthy(value: str | None) -> bool:
 
 
 #: A record stores its properties' length as an int16: longer properties are refused.
-_MAX_PROPS_BYTES = 0x7FFF
-_MAX_PROPS_CHARS = _MAX_PROPS_BYTES // 3  # fewer characters cannot exceed it in UTF-8
+_MAX_PROPS_CHARS = MAX_PROPERTIES_BYTES // 3  # fewer characters cannot exceed it in UTF-8
 
 
 def _check_props_size(props: str) -> None:
     if len(props) <= _MAX_PROPS_CHARS:  # short enough in any encoding: skip the encode
         return
     size = len(props.encode())
-    if size > _MAX_PROPS_BYTES:
+    if size > MAX_PROPERTIES_BYTES:
         raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message properties of {size} bytes exceed the "
-                                                         f"maximum of {_MAX_PROPS_BYTES} bytes")
+                                                         f"maximum of {MAX_PROPERTIES_BYTES} bytes")
 
 
 def _write_queue(queue_id: int, cfg: TopicConfig) -> int:
@@ -180,10 +181,9 @@ class Broker:
     def __init__(self, config: BrokerConfig, advertised_addr: str) -> None:
         self.config = config
         self.addr = advertised_addr
-        host, port = split_host(advertised_addr)
-        self._store_host = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+        self._store_host = pack_host(advertised_addr)[0]
         self._msg_id_prefix = self._store_host.hex().upper()
-        self._uniq_ids = UniqIds(ipaddress.ip_address(host).packed)
+        self._uniq_ids = UniqIds(self._store_host[:-4])
         #: what a Java broker sets on every message it stores (overwriting a producer's values)
         self._broker_props = dict(zip(BROKER_PROPERTY_KEYS, (REGION, config.cluster, "true"), strict=True))
         self._broker_suffix = encode_properties(self._broker_props)
@@ -550,8 +550,7 @@ class Broker:
         packed = self._peer_cache.get(peer)
         if packed is None:
             try:
-                host, port = split_host(peer)
-                packed = ipaddress.ip_address(host).packed + port.to_bytes(4, "big", signed=True)
+                packed = pack_host(peer)[0]
             except ValueError:
                 packed = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
             if len(self._peer_cache) > 4096:

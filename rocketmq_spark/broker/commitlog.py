@@ -31,6 +31,18 @@ class SegmentFiles:
     """What the commit log and a consume queue share: their open segment files, in order."""
 
     segments: list[Segment]
+    _starts: list[int]  # the segments' starts, for bisect
+
+    def _index_of(self, key: int) -> int:
+        """Index of the segment holding ``key`` (a position or offset), -1 before the first."""
+        return bisect_right(self._starts, key) - 1
+
+    def _drop(self, index: int) -> None:
+        """Close and delete the segment at ``index`` (the first: retention; the last: truncation)."""
+        seg = self.segments.pop(index)
+        self._starts.pop(index)
+        os.close(seg.fd)
+        os.unlink(seg.path)
 
     def fds(self) -> list[int]:
         """The descriptors a flush syncs: the last two segments (the rest are full and synced)."""
@@ -100,16 +112,10 @@ class CommitLog(SegmentFiles):
         seg.size = max(seg.size, off + len(data))
         self.write_pos = pos + len(data)
 
-    def _segment_for(self, pos: int) -> Segment | None:
-        i = bisect_right(self._starts, pos) - 1
-        if i < 0:
-            return None
-        return self.segments[i]
-
     def read(self, pos: int, size: int) -> bytes:
         """``size`` bytes from ``pos``, across segments if they run on (a store written before
         segments kept room for their blank marker can hold records contiguous across two)."""
-        i = bisect_right(self._starts, pos) - 1
+        i = self._index_of(pos)
         if i < 0:
             return b""
         seg = self.segments[i]
@@ -122,10 +128,7 @@ class CommitLog(SegmentFiles):
     def truncate(self, pos: int) -> None:
         """Drop everything at and after ``pos`` (recovery)."""
         while len(self.segments) > 1 and self.segments[-1].start > pos:
-            seg = self.segments.pop()
-            self._starts.pop()
-            os.close(seg.fd)
-            os.unlink(seg.path)
+            self._drop(-1)
         seg = self.segments[-1]
         keep = max(0, pos - seg.start)
         os.ftruncate(seg.fd, keep)
@@ -136,10 +139,7 @@ class CommitLog(SegmentFiles):
         """Delete whole segments that end at or before ``pos``; keeps the active one."""
         deleted = 0
         while len(self.segments) > 1 and self.segments[1].start <= pos:
-            seg = self.segments.pop(0)
-            self._starts.pop(0)
-            os.close(seg.fd)
-            os.unlink(seg.path)
+            self._drop(0)
             deleted += 1
         return deleted
 

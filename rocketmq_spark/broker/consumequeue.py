@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-from bisect import bisect_right
 
 import numpy as np
 
@@ -49,10 +48,8 @@ class ConsumeQueue(SegmentFiles):
         self.dirty = False
 
     def _segment_for(self, offset: int) -> Segment | None:
-        i = bisect_right(self._starts, offset) - 1
-        if i < 0:
-            return None
-        return self.segments[i]
+        i = self._index_of(offset)
+        return self.segments[i] if i >= 0 else None
 
     def append(self, offset: int, pos: int, size: int, taghash: int, store_ts: int) -> None:
         self.append_many([(offset, pos, size, taghash)], store_ts)
@@ -134,10 +131,7 @@ class ConsumeQueue(SegmentFiles):
         """Drop entries at and after ``offset``."""
         offset = max(offset, self.min_offset)
         while self.segments and self.segments[-1].start >= offset and len(self.segments) > 1:
-            seg = self.segments.pop()
-            self._starts.pop()
-            os.close(seg.fd)
-            os.unlink(seg.path)
+            self._drop(-1)
         if self.segments:
             seg = self.segments[-1]
             keep = max(0, (offset - seg.start) * CQ_SIZE)
@@ -156,8 +150,5 @@ class ConsumeQueue(SegmentFiles):
             return
         self.min_offset = offset
         while len(self.segments) > 1 and self.segments[1].start <= offset:
-            seg = self.segments.pop(0)
-            self._starts.pop(0)
-            os.close(seg.fd)
-            os.unlink(seg.path)
+            self._drop(0)
 

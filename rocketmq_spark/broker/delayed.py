@@ -11,18 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..codec import PropertyKey, decode_record, encode_properties
-from .state import ConsumerOffsets
+from .state import SCHEDULE_TOPIC, ConsumerOffsets
 from .store import MessageStore, NewMessage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DELAY_LEVELS_MS", "SCHEDULE_QUEUE", "SCHEDULE_TOPIC", "TIMER_OUT_MS", "Delayed", "DelayedDelivery",
-           "delivery_due_ms"]
+__all__ = ["SCHEDULE_QUEUE", "SCHEDULE_TOPIC", "TIMER_OUT_MS", "Delayed", "DelayedDelivery", "delivery_due_ms"]
 
 # Queue 0 of the schedule topic holds
 # the waiting messages; queue 1 holds one "done" marker per delivered entry (body = the
 # entry's offset in queue 0). Both live in the commit log, so restarts recover them.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_QUEUE = 0
 SCHEDULE_DONE_QUEUE = 1
 SCHEDULE_GROUP = "CID_RMQ_SYS_SCHEDULE"

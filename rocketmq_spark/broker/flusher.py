@@ -30,7 +30,6 @@ class Flusher:
         self.sync = sync
         self.interval_s = interval_s
         self.flushed_pos = store.commitlog.write_pos
-        self._offsets_round = 0
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

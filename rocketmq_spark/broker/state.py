@@ -27,15 +27,22 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ClientChannel",
     "ClientRegistry",
+    "HALF_TOPIC",
+    "OP_TOPIC",
+    "SCHEDULE_TOPIC",
+    "SYSTEM_TOPICS",
     "ConsumerOffsets",
     "SubscriptionGroups",
     "TopicConfig",
     "TopicConfigs",
 ]
 
+#: the internal topics of transactions (half messages, their end markers) and delayed delivery
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: Topics the broker itself uses; never auto-created from a client's send.
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                           "SCHEDULE_TOPIC_XXXX"})
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, HALF_TOPIC, OP_TOPIC, SCHEDULE_TOPIC})
 
 
 @dataclass(slots=True)

@@ -47,7 +47,6 @@ from ..codec import (
     SysFlag,
     body_crc,
     body_span,
-    decode_properties,
     decode_record,
     iter_records,
     java_string_hash,
@@ -360,9 +359,9 @@ class MessageStore:
             if not chunks:
                 chunk_start = cl.reserve(size)
             pos = chunk_start + chunk_len
-            _, parts = record_parts(topic_b, m.queue_id, m.flag, qoff, pos, self._host_flags(m.sys_flag, m.born_host),
-                                    m.born_timestamp, m.born_host, now_store, m.reconsume_times,
-                                    m.prepared_transaction_offset, body, props_b, body_crc(body))
+            parts = record_parts(size, topic_b, m.queue_id, m.flag, qoff, pos,
+                                 self._host_flags(m.sys_flag, m.born_host), m.born_timestamp, m.born_host, now_store,
+                                 m.reconsume_times, m.prepared_transaction_offset, body, props_b, body_crc(body))
             chunks += parts
             chunk_len += size
             pending.setdefault(cq, []).append((qoff, pos, size, tag_hash(m.properties)))
@@ -636,7 +635,3 @@ def tag_matches(record: bytes, tags: frozenset[str]) -> bool:
         return False
     tag = tag_of(rec_props)
     return tag is not None and tag in tags
-
-
-def record_properties(record: bytes) -> dict[str, str]:
-    return decode_properties(properties_text(record))

@@ -24,15 +24,13 @@ from ..codec import (
 from ..remoting.codes import RequestCode, ResponseCode
 from .config import BrokerConfig
 from .errors import SendRejected
-from .state import ClientRegistry, ConsumerOffsets
+from .state import HALF_TOPIC, OP_TOPIC, ClientRegistry, ConsumerOffsets
 from .store import MessageStore, NewMessage, Stored
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HALF_TOPIC", "OP_TOPIC", "TX_GROUP", "Pending", "Transactions"]
+__all__ = ["Transactions"]
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TX_GROUP = "CID_RMQ_SYS_TRANS"
 
 

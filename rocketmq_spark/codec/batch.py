@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .properties import decode_properties
+from .record import MAX_PROPERTIES_BYTES
 
 __all__ = ["BatchEntry", "EncodedBatch", "batch_entries", "decode_batch", "encode_batch"]
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, bodyCRC, flag, bodyLen
-#: a message's properties (UTF-8) at most: records store their length as an int16
-MAX_PROPERTIES_BYTES = 0x7FFF
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .properties import PER_MESSAGE_MARKERS, tag_hash
-from .record import MAGIC_V1, MAGIC_V2
+from .record import MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_BYTES
 
 __all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
 
@@ -254,7 +254,7 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     last = pdata[np.maximum(poff[1:] - poff[0] - 1, 0)] if len(pdata) else np.zeros(k, np.uint8)
     sep = nonempty & (last != 2)
     new_props_len = props_len + sep + len(suffix)
-    if new_props_len.max() > 0x7FFF:
+    if new_props_len.max() > MAX_PROPERTIES_BYTES:
         return None
 
     tdtype, topic_bytes, magic = _topic_part(topic)

@@ -31,6 +31,7 @@ __all__ = [
     "HEAD",
     "MAGIC_V1",
     "MAGIC_V2",
+    "MAX_PROPERTIES_BYTES",
     "MessageRecord",
     "SysFlag",
     "TransactionType",
@@ -58,6 +59,8 @@ HEAD = struct.Struct(">iiiiiqqiq")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
+#: the longest topic or properties (UTF-8 bytes) a record holds: it stores their length as an int16
+MAX_PROPERTIES_BYTES = 0x7FFF
 _TAIL_LEN = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
 
 
@@ -233,11 +236,12 @@ def encode_record(
         sys_flag |= SysFlag.BORN_HOST_V6
     if store_v6:
         sys_flag |= SysFlag.STORE_HOST_V6
-    if len(topic_b) > 32767 or len(props_b) > 32767:
-        raise ProtocolError("topic or properties longer than 32767 bytes")
-    _, parts = record_parts(topic_b, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
-                            born_b, _I64.pack(store_timestamp) + store_b, reconsume_times,
-                            prepared_transaction_offset, body, props_b, body_crc(body) if crc is None else crc)
+    if len(topic_b) > MAX_PROPERTIES_BYTES or len(props_b) > MAX_PROPERTIES_BYTES:
+        raise ProtocolError(f"topic or properties longer than {MAX_PROPERTIES_BYTES} bytes")
+    size = record_size(len(topic_b), len(born_b), len(body), len(props_b), len(store_b))
+    parts = record_parts(size, topic_b, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp,
+                         born_b, _I64.pack(store_timestamp) + store_b, reconsume_times,
+                         prepared_transaction_offset, body, props_b, body_crc(body) if crc is None else crc)
     return b"".join(parts)
 
 
@@ -248,17 +252,16 @@ def record_size(topic_len: int, born_host_len: int, body_len: int, properties_le
             + (2 if topic_len > 127 else 1) + topic_len + 2 + properties_len)
 
 
-def record_parts(topic: bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
-                 born_timestamp: int, born_host: bytes, store_time_host: bytes, reconsume_times: int,
-                 prepared_transaction_offset: int, body: bytes, properties: bytes, crc: int
-                 ) -> tuple[int, tuple[bytes, ...]]:
-    """The record's size and its bytes in pieces (to join, or to write with others), from
-    already packed parts: hosts as :func:`pack_host` gives them (``sys_flag`` must carry
-    their IPv6 bits), ``store_time_host`` the int64 store time followed by the store host.
-    The topic takes the V2 magic (2-byte length) when longer than 127 bytes."""
+def record_parts(size: int, topic: bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
+                 sys_flag: int, born_timestamp: int, born_host: bytes, store_time_host: bytes, reconsume_times: int,
+                 prepared_transaction_offset: int, body: bytes, properties: bytes, crc: int) -> tuple[bytes, ...]:
+    """The record's bytes in pieces (to join, or to write with others), from already packed
+    parts: hosts as :func:`pack_host` gives them (``sys_flag`` must carry their IPv6 bits),
+    ``store_time_host`` the int64 store time followed by the store host; ``size`` as
+    :func:`record_size` gives it (the caller needs it first, to place the record). The topic
+    takes the V2 magic (2-byte length) when longer than 127 bytes."""
     v2 = len(topic) > 127
-    size = record_size(len(topic), len(born_host), len(body), len(properties), len(store_time_host) - 8)
-    return size, (
+    return (
         HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, queue_offset, physical_offset,
                   sys_flag, born_timestamp),
         born_host,
