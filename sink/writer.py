@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -37,7 +37,6 @@ from ..codec import (
     EncodedBatch,
     SysFlag,
     TransactionType,
-    batch_entries,
     java_string_hash,
 )
 from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
@@ -51,14 +50,22 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_rows"]
 
-#: properties the writer sets from a column (or itself), never also taken from the properties column
+#: properties the writer sets from a column (or itself), never also taken from the properties column:
+#: who sets each, for the error
 _COLUMN_KEYS = {"TAGS": "the tag column", "KEYS": "the keys column", "UNIQ_KEY": "the writer (the message id)",
                 "__SHARDINGKEY": "the messageGroup column", "TIMER_DELIVER_MS": "the deliveryTimestamp column"}
 
 
-def row_sets(key: str, tag: object, keys: object, group: object, deliver: object) -> bool:
-    """Whether this row's columns set the property ``key`` (see _COLUMN_KEYS)."""
-    return bool({"TAGS": tag, "KEYS": keys, "__SHARDINGKEY": group, "TIMER_DELIVER_MS": deliver}.get(key))
+class _Send(NamedTuple):
+    """A send in flight: what a retry or a half message's transaction needs of it."""
+
+    answer: Future[Any]
+    queue: MessageQueue
+    entries: list[BatchEntry] | EncodedBatch
+    sys_flag: int
+    batch_properties: str
+    ordered: bool  # a message group's: retried on its queue, never moved
+    uniq: str  # a half message's UNIQ_KEY ("" otherwise)
 
 
 #: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
@@ -119,7 +126,7 @@ class _Sender:
         self.rows = 0
         self.txns: list[Txn] = []
         #: sends in flight: (answer, queue, messages, sysFlag, the batch's own properties)
-        self._inflight: deque[tuple[Future[Any], MessageQueue, list[BatchEntry] | EncodedBatch, int, str]] = deque()
+        self._inflight: deque[_Send] = deque()
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
@@ -211,14 +218,19 @@ class _Sender:
                 topic_name("column topic", t, t)
                 self._checked_topics.add(t)
             parts = []
+            # the properties this row's columns (and the writer) set; a message group is named by the
+            # messageGroup column only (the writer routes and retries by it)
+            own = {"UNIQ_KEY", "__SHARDINGKEY"}
             tg = tag[i]
             if tg:
                 parts.append(f"TAGS\x01{tg}\x02")
+                own.add("TAGS")
             k = keys[i]
             if k:
                 ks = " ".join(x for x in k if x) if isinstance(k, list) else k
                 if ks:
                     parts.append(f"KEYS\x01{ks}\x02")
+                    own.add("KEYS")
             self._seq += 1
             uniq = f"{self._uniq_prefix}{self._seq:010X}"
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
@@ -231,16 +243,17 @@ class _Sender:
             # rows that go into a batch send: their group is named once, in the batch's own
             # properties (see _flush_buffer); a row sent alone carries it
             alone = self.opts.exactly_once or bool(sys_flag) or d is not None
-            if g and alone:
+            if g and alone:  # else in its batch's own properties
                 parts.append(f"__SHARDINGKEY\x01{g}\x02")
             if d is not None:
                 ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
                 parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
+                own.add("TIMER_DELIVER_MS")
             p = props[i]
             if p:
                 for pk, pv in (p.items() if isinstance(p, dict) else p):
                     if pk and pv is not None:
-                        if pk in _COLUMN_KEYS and (pk == "UNIQ_KEY" or row_sets(pk, tg, k, g, d)):
+                        if pk in own:
                             raise OptionError(
                                 "column properties", None,
                                 f"partition {self.partition} row {row_index}: key {pk!r} is set by "
@@ -278,7 +291,9 @@ class _Sender:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
     def _submit(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int, *, ordered: bool,
-                batch_properties: str = "") -> None:
+                batch_properties: str = "", uniq: str = "") -> None:
+        """Send ``entries`` to ``mq`` (``ordered``: a message group's, which waits for the sends
+        before it to land; ``uniq``: a half message's UNIQ_KEY, which names its transaction)."""
         if ordered:
             # FIFO: the previous sends must have landed before this one goes out.
             self._drain(0)
@@ -290,45 +305,42 @@ class _Sender:
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
             fut = Future()
             fut.set_exception(exc)
-        self._inflight.append((fut, mq, entries, sys_flag, batch_properties))
+        self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
     def _drain(self, keep: int) -> None:
         while len(self._inflight) > keep:
-            fut, mq, entries, sys_flag, batch_properties = self._inflight.popleft()
-            prepared = bool(sys_flag & TransactionType.PREPARED)
+            send = self._inflight.popleft()
+            prepared = bool(send.sys_flag & TransactionType.PREPARED)
             try:
-                resp = fut.result(self.client.config.request_timeout_s)
+                resp = send.answer.result(self.client.config.request_timeout_s)
                 if prepared:
-                    results = self.client.send_results(mq, len(entries), resp)
+                    results = self.client.send_results(send.queue, len(send.entries), resp)
                 else:  # at-least-once needs only the outcome, not a result per message
-                    self.client.check_sent(mq, len(entries), resp)
+                    self.client.check_sent(send.queue, len(send.entries), resp)
             except Exception as exc:  # retried below with bounds, then reported
-                log.info("send of %d messages to %s failed (%s); retrying", len(entries), mq, exc)
-                results = self._retry(mq, entries, sys_flag, exc, batch_properties)
-            if prepared:
-                for r, e in zip(results, batch_entries(entries)):
-                    self.txns.append(self.client.transaction(r, e.property_map().get("UNIQ_KEY", "")))
+                log.info("send of %d messages to %s failed (%s); retrying", len(send.entries), send.queue, exc)
+                results = self._retry(send, exc)
+            if prepared:  # a half message is sent alone
+                self.txns.append(self.client.transaction(results[0], send.uniq))
 
-    def _retry(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int,
-               first: BaseException, batch_properties: str = "") -> list[Any]:
+    def _retry(self, send: _Send, first: BaseException) -> list[Any]:
         """Send again (bounded, with backoff). An unordered batch whose broker cannot be
         reached moves to another broker at once; a message group's stays on its queue."""
         last: BaseException = first
-        ordered = "__SHARDINGKEY\x01" in batch_properties or (not isinstance(entries, EncodedBatch) and any(
-            "__SHARDINGKEY\x01" in e.properties for e in entries))
+        mq, entries = send.queue, send.entries
         target = mq
-        move_now = self._pause(mq.broker, first) and not ordered
+        move_now = self._pause(mq.broker, first) and not send.ordered
         for attempt in range(3):
             if attempt or not move_now:
                 time.sleep(min(2.0, 0.1 * (2 ** attempt)))
             try:
-                if not ordered and (attempt or move_now):
+                if not send.ordered and (attempt or move_now):
                     self._queues.pop(mq.topic, None)
                     self.client.message_queues(mq.topic, refresh=True, writable=True)
                     target = self._next_queue(mq.topic, avoid=target.broker)
                 return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
-                                              sys_flag=sys_flag, batch_properties=batch_properties)
+                                              sys_flag=send.sys_flag, batch_properties=send.batch_properties)
             except RocketMQSparkError as exc:
                 last = exc
                 self._pause(target.broker, exc)
@@ -340,7 +352,7 @@ class _Sender:
         entry.properties += (f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02"
                              f"{TX_TAG}\x01{tag}\x02")
         q = self._group_queue(topic, group) if group else self._next_queue(topic)
-        self._submit(q, [entry], sys_flag | TransactionType.PREPARED, ordered=bool(group))
+        self._submit(q, [entry], sys_flag | TransactionType.PREPARED, ordered=bool(group), uniq=uniq)
 
     def finish(self) -> TaskReport:
         for key, (entries, _) in list(self._buffers.items()):

@@ -118,8 +118,9 @@ class Accepted:
     stored: list[Stored]
     prepared: bool
 
-    def uniq_keys(self) -> list[str]:
-        return [decode_properties(m.properties).get(PropertyKey.UNIQ_KEY, "") for m in self.messages]
+    def first_uniq_key(self) -> str:
+        """The first message's client id (UNIQ_KEY), "" without one: a single send's answer."""
+        return decode_properties(self.messages[0].properties).get(PropertyKey.UNIQ_KEY, "")
 
 
 #: the values of a topic's ``message.type`` attribute (Java's TopicMessageType; NORMAL when unset)
@@ -388,7 +389,7 @@ class Broker:
         prefix = self._msg_id_prefix
         # 5.x brokers answer a single send's UNIQ_KEY as its transactionId
         return self._sent(req, ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored), acc.queue_id,
-                          acc.stored[0].queue_offset, acc.uniq_keys()[0] if acc.prepared or not batch else None)
+                          acc.stored[0].queue_offset, acc.first_uniq_key() if acc.prepared or not batch else None)
 
     def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
               transaction_id: str | None = None) -> HandlerResult:
@@ -465,6 +466,7 @@ class Broker:
         now_ms = int(time.time() * 1000)
         messages: list[NewMessage] = []
         dues: list[int | None] = []
+        groups: list[str] = []  # the producer group of each half message (a prepared send)
         for body, props_s, msg_flag in raw:
             if len(body) > max_size:
                 raise SendRejected(ResponseCode.MESSAGE_ILLEGAL,
@@ -503,7 +505,7 @@ class Broker:
             if tx_type == TransactionType.PREPARED:
                 props[PropertyKey.REAL_TOPIC] = topic
                 props[PropertyKey.REAL_QID] = str(queue_id)
-                props.setdefault(PropertyKey.PGROUP, producer_group)
+                groups.append(props.setdefault(PropertyKey.PGROUP, producer_group))
                 if PropertyKey.UNIQ_KEY in props:  # Java brokers store the transaction id with the half
                     props.setdefault(PropertyKey.TRANSACTION_ID, props[PropertyKey.UNIQ_KEY])
                 m_topic, m_queue = HALF_TOPIC, 0
@@ -520,7 +522,7 @@ class Broker:
                 self.delayed.add(Delayed(s.queue_offset, due, s.physical_offset, s.size))
         prepared = tx_type == TransactionType.PREPARED
         if prepared:
-            self.transactions.opened(messages, stored)
+            self.transactions.opened(stored, groups)
         return Accepted(queue_id, messages, stored, prepared)
 
     async def durable(self) -> None:

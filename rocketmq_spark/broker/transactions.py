@@ -15,7 +15,6 @@ from ..codec import (
     PropertyKey,
     SysFlag,
     TransactionType,
-    decode_properties,
     decode_record,
     encode_properties,
     encode_record,
@@ -61,12 +60,11 @@ class Transactions:
         self.pack_peer = pack_peer
         self.pending: dict[int, Pending] = {}
 
-    def opened(self, messages: list[NewMessage], stored: list[Stored]) -> None:
-        """Half messages just stored: open until ended."""
-        for m, s in zip(messages, stored):
-            self.pending[s.queue_offset] = Pending(
-                s.queue_offset, s.physical_offset, s.size,
-                decode_properties(m.properties).get(PropertyKey.PGROUP, ""), s.store_timestamp)
+    def opened(self, stored: list[Stored], producer_groups: list[str]) -> None:
+        """Half messages just stored (with their PGROUP): open until ended."""
+        for s, group in zip(stored, producer_groups, strict=True):
+            self.pending[s.queue_offset] = Pending(s.queue_offset, s.physical_offset, s.size, group,
+                                                   s.store_timestamp)
 
     def load(self) -> None:
         """Rebuild open transactions: half messages since the saved progress minus ended ones."""

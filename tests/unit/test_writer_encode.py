@@ -169,3 +169,17 @@ def test_a_property_a_column_sets_is_refused_in_the_properties_column(columns: d
     ok = pa.RecordBatch.from_pydict({"body": [b"b"], "properties": pa.array([[("TAGS", "x")]],
                                                                            pa.map_(pa.string(), pa.string()))})
     s.add_batch(ok)  # no tag column value: the property is the message's one tag
+
+
+def test_a_message_group_is_named_by_its_column_only() -> None:
+    # the writer routes a group to one queue and never moves it on a retry; a __SHARDINGKEY in
+    # properties would make a group it does not know of
+    from rocketmq_spark.errors import OptionError
+
+    s = _sender(_opts())
+    props = pa.array([[("__SHARDINGKEY", "g1")]], pa.map_(pa.string(), pa.string()))
+    with pytest.raises(OptionError, match=r"'__SHARDINGKEY' is set by the messageGroup column"):
+        s.add_batch(pa.RecordBatch.from_pydict({"body": [b"b"], "properties": props}))
+    keys_blank = pa.RecordBatch.from_pydict({"body": [b"b"], "keys": [[""]], "properties": pa.array(
+        [[("KEYS", "k")]], pa.map_(pa.string(), pa.string()))})
+    s.add_batch(keys_blank)  # a blank keys value sets no KEYS: the property is the message's
