@@ -476,12 +476,12 @@ def client_send(c: RemotingClient, topic: str, n: int, body_size: int) -> Row:
 
 
 def client_transactions(c: RemotingClient, topic: str, n: int, body_size: int, window: int = 64,
-                        end_window: int = 256) -> Row:
+                        burst: int = 32, end_window: int = 256) -> Row:
     """The exactly-once writer's pattern without Spark, its two phases timed apart: one half
-    message per send (``window`` in flight, as a writer task keeps), then END_TRANSACTION for
-    each, ``end_window`` in flight (as the driver's commit does since addd779)."""
-    from rocketmq_spark.codec import TransactionType, parse_offset_msg_id
-    from rocketmq_spark.remoting import RemotingCommand, RequestCode
+    message per request, written ``burst`` at a time with ``window`` in flight (as a writer
+    task does), then END_TRANSACTION for each through the client's end_transactions (as the
+    driver's commit does)."""
+    from rocketmq_spark.codec import TransactionType
 
     c.create_topic(topic, QUEUES)
     qs = c.message_queues(topic, refresh=True)
@@ -489,36 +489,31 @@ def client_transactions(c: RemotingClient, topic: str, n: int, body_size: int, w
     group = "bench-tx"
     prefix = uuid.uuid4().hex[:22].upper()
     inflight: deque[tuple[MessageQueue, str, Any]] = deque()
-    done: list[tuple[Any, str]] = []
+    queued: list[tuple[MessageQueue, str, Any]] = []
+    txns: list[Any] = []
     with Meter() as m:
         t0 = time.perf_counter()
         for j in range(n):
             uniq = f"{prefix}{j:010X}"
             mq = qs[j % len(qs)]
             props = f"UNIQ_KEY\x01{uniq}\x02TRAN_MSG\x01true\x02PGROUP\x01{group}\x02"
-            req = c.send_request(mq, [BatchEntry(body, props)], producer_group=group,
-                                 sys_flag=TransactionType.PREPARED)
-            inflight.append((mq, uniq, c.send_async(mq, req)))
+            queued.append((mq, uniq, c.send_request(mq, [BatchEntry(body, props)], producer_group=group,
+                                                    sys_flag=TransactionType.PREPARED)))
+            if len(queued) >= burst or j == n - 1:
+                futs = c.send_async_many([(q, req) for q, _, req in queued])
+                inflight.extend((q, u, f) for (q, u, _), f in zip(queued, futs))
+                queued = []
             while len(inflight) > window or (j == n - 1 and inflight):
                 q, u, fut = inflight.popleft()
-                done.append((c.send_results(q, 1, fut.result(60))[0], u))
+                txns.append(c.transaction(c.send_results(q, 1, fut.result(60))[0], u))
         t_half = time.perf_counter() - t0
-        ends: deque[Any] = deque()
-        for r, u in done:
-            _, pos = parse_offset_msg_id(r.msg_id)
-            req = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields={
-                "producerGroup": group, "tranStateTableOffset": str(r.queue_offset), "commitLogOffset": str(pos),
-                "commitOrRollback": "8", "fromTransactionCheck": "0", "msgId": u, "transactionId": u})
-            ends.append(c.connection(c.broker_addr(r.queue.broker, topic)).send(req))
-            while len(ends) > end_window:
-                _check(ends.popleft().result(60).code == 0, "END_TRANSACTION succeeded")
-        while ends:
-            _check(ends.popleft().result(60).code == 0, "END_TRANSACTION succeeded")
+        c.end_transactions(txns, commit=True, producer_group=group, window=end_window)
         t_end = time.perf_counter() - t0 - t_half
     _check(topic_count(c, topic) == n, f"{topic} holds {n} committed messages")
     return _measured("client half sends + END_TRANSACTION (no Spark)", "sink", n, body_size, m, params={
         "half_send_s": round(t_half, 3), "half_msgs_per_s": round(n / t_half, 1), "end_transaction_s": round(t_end, 3),
-        "end_transactions_per_s": round(n / t_end, 1), "in_flight": window, "end_in_flight": end_window})
+        "end_transactions_per_s": round(n / t_end, 1), "in_flight": window, "burst": burst,
+        "end_in_flight": end_window})
 
 
 # -- Spark ---------------------------------------------------------------------------------------

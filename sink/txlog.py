@@ -5,11 +5,13 @@ Under ``<checkpointLocation>/rocketmq-sink/commits/<batchId>.json`` the driver's
 BEFORE ending any of them. From then on the record is the truth:
 
 - a replayed ``batchId`` (Spark re-runs a batch whose sink commit it did not see
-  finish) rolls back the replay's new transactions and commits the recorded ones
-  only if the first commit did not finish sending them (``<batchId>.ended`` marks
-  that it did): a Java broker commits a half message again on every END_TRANSACTION
-  commit it gets (it does not remember that the half was ended), so a second commit
-  would be a duplicate;
+  finish) rolls back the replay's new transactions and commits those recorded ones the
+  first commit may not have ended: none once ``<batchId>.ended`` marks that it finished,
+  else those past ``<batchId>.progress`` (how many of the record's transactions, in its
+  order, had their ENDs answered). A Java broker commits a half message again on every
+  END_TRANSACTION commit it gets (it does not remember that the half was ended), so a
+  second commit is a duplicate: only the ENDs in flight when the first commit stopped
+  (at most the writer's END window) can be sent twice;
 - a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
   it is in its batch's record, rollback if the batch is recorded without it (or a
   later batch is recorded), and not at all while the batch is still undecided or
@@ -71,6 +73,20 @@ class TxLog:
         atomic_write(self._path(batch_id), body)
         self._prune(batch_id)
 
+    def mark_progress(self, batch_id: int, ended: int) -> None:
+        """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) had
+        their ENDs answered. Not fsynced: a mark lost in a crash only makes a replay send
+        more ENDs again, never fewer."""
+        atomic_write(os.path.join(self.dir, f"{batch_id}.progress"), str(ended).encode(), fsync=False)
+
+    def progress(self, batch_id: int) -> int:
+        """What :meth:`mark_progress` last wrote for the batch, 0 when nothing."""
+        try:
+            with open(os.path.join(self.dir, f"{batch_id}.progress"), "rb") as fh:
+                return int(fh.read() or b"0")
+        except (FileNotFoundError, ValueError):
+            return 0
+
     def mark_ended(self, batch_id: int) -> None:
         """Every transaction of the recorded batch has been ended (the brokers answered)."""
         atomic_write(os.path.join(self.dir, f"{batch_id}.ended"), b"")
@@ -115,7 +131,7 @@ class TxLog:
             return
         for name in os.listdir(self.dir):
             stem, _, ext = name.partition(".")
-            if ext in ("json", "ended") and stem.isdigit() and int(stem) < cutoff:
+            if ext in ("json", "ended", "progress") and stem.isdigit() and int(stem) < cutoff:
                 try:
                     os.unlink(os.path.join(self.dir, name))
                 except FileNotFoundError:

@@ -72,6 +72,7 @@ class _Send(NamedTuple):
 TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
 _TX_WINDOW = 64  # half messages in flight per task
+_TX_BURST = 32  # half messages written together (a request each, one write for all)
 #: A broker whose send failed for want of a connection is skipped this long (seconds).
 _BROKER_PAUSE_S = 5.0
 
@@ -127,6 +128,8 @@ class _Sender:
         self.txns: list[Txn] = []
         #: sends in flight: (answer, queue, messages, sysFlag, the batch's own properties)
         self._inflight: deque[_Send] = deque()
+        #: half messages waiting to go out with their burst: (queue, request, entry, sysFlag, UNIQ_KEY)
+        self._queued: list[tuple[MessageQueue, Any, list[BatchEntry], int, str]] = []
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
@@ -300,6 +303,11 @@ class _Sender:
         # each client's request is its own (a remoting frame, gRPC calls): opaque here
         req: Any = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag,
                                             batch_properties=batch_properties)
+        if uniq and not ordered:  # a half message: written with the rest of its burst
+            self._queued.append((mq, req, entries, sys_flag, uniq))  # type: ignore[arg-type]
+            if len(self._queued) >= _TX_BURST:
+                self._drain(_TX_WINDOW)
+            return
         try:
             fut = self.client.send_async(mq, req)
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
@@ -308,7 +316,23 @@ class _Sender:
         self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
+    def _send_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        try:
+            futs = self.client.send_async_many([(mq, req) for mq, req, *_ in queued])
+        except RocketMQSparkError as exc:  # e.g. no route: each retried by _drain
+            futs = []
+            for _ in queued:
+                fut: Future[Any] = Future()
+                fut.set_exception(exc)
+                futs.append(fut)
+        for (mq, _, entries, sys_flag, uniq), fut in zip(queued, futs, strict=True):
+            self._inflight.append(_Send(fut, mq, entries, sys_flag, "", False, uniq))
+
     def _drain(self, keep: int) -> None:
+        """Send the queued half messages, then wait for answers until ``keep`` are in flight."""
+        if self._queued:
+            self._send_queued()
         while len(self._inflight) > keep:
             send = self._inflight.popleft()
             prepared = bool(send.sys_flag & TransactionType.PREPARED)
@@ -462,13 +486,15 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     """Record the batch (once), then end its transactions.
 
-    First time: ``txns`` are recorded under the checkpoint (:class:`TxLog`), committed, and
-    the batch marked ended. A replay of a recorded batch rolls back the ``txns`` not in the
-    record and commits the recorded ones again only if the batch was not marked ended (its
-    first commit did not finish: a transaction that commit had already ended is then
-    committed a second time, which brokers store twice). Raises OptionError without a
-    checkpointLocation, OSError when the record cannot be written, the client's errors when
-    an END_TRANSACTION fails after retries (the batch is then not marked ended)."""
+    First time: ``txns`` are recorded under the checkpoint (:class:`TxLog`), committed in the
+    record's order with the progress marked as their ENDs are answered, and the batch marked
+    ended. A replay of a recorded batch rolls back the ``txns`` not in the record and commits
+    again the recorded ones past the marked progress, none once the batch was marked ended.
+    If the first commit stopped part-way (its driver died), the ENDs it had in flight then are
+    sent again: a broker that had applied one stores its message twice (at most the END
+    window, 256). Raises OptionError without a checkpointLocation, OSError when the record
+    cannot be written, the client's errors when an END_TRANSACTION fails after retries (the
+    batch is then not marked ended)."""
     if not opts.checkpoint_location:
         raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
     txlog = TxLog(opts.checkpoint_location)
@@ -477,16 +503,21 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
         recorded = txlog.read(batch_id)
         if recorded is None:
             txlog.record(batch_id, txns)
-            to_commit, to_rollback = txns, []
+            to_commit, to_rollback, done = sorted(txns), [], 0
         else:
             to_rollback = [t for t in txns if t.msg_id not in recorded]
             # a broker commits a half again on every commit it is sent: once ended, never again
-            to_commit = [] if txlog.ended(batch_id) else txlog.txns(batch_id)
+            done = txlog.progress(batch_id)
+            to_commit = [] if txlog.ended(batch_id) else txlog.txns(batch_id)[done:]
             log.info("batch %d was already recorded: committing %d of its transactions again (%s), rolling back "
                      "%d from the replay", batch_id, len(to_commit),
-                     "its first commit had finished" if not to_commit else "its first commit did not finish",
-                     len(to_rollback))
-        client.end_transactions(to_commit, commit=True, producer_group=opts.producer_group)
+                     "its first commit had finished" if not to_commit else
+                     f"its first commit had ended {done} when it stopped", len(to_rollback))
+
+        def progress(n: int) -> None:
+            txlog.mark_progress(batch_id, done + n)
+
+        client.end_transactions(to_commit, commit=True, producer_group=opts.producer_group, on_progress=progress)
         client.end_transactions(to_rollback, commit=False, producer_group=opts.producer_group)
         txlog.mark_ended(batch_id)
     finally:

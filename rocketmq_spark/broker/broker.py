@@ -30,6 +30,7 @@ from ..codec import (
     encode_properties,
     join_properties,
     pack_host,
+    property_of,
 )
 from ..codec.batch_kernels import offset_msg_ids, parse_batch
 from ..codec.properties import BROKER_PROPERTY_KEYS, needs_parsing
@@ -37,7 +38,7 @@ from ..errors import ProtocolError
 from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.frame import RemotingCommand
+from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, success_frame
 from ..remoting.route import loads_lenient
 from .config import BrokerConfig
 from .connection import Connection, HandlerResult
@@ -120,7 +121,38 @@ class Accepted:
 
     def first_uniq_key(self) -> str:
         """The first message's client id (UNIQ_KEY), "" without one: a single send's answer."""
-        return decode_properties(self.messages[0].properties).get(PropertyKey.UNIQ_KEY, "")
+        return property_of(self.messages[0].properties, PropertyKey.UNIQ_KEY) or ""
+
+
+#: the properties a half message gets from the broker (a send carrying one is merged as a map)
+_HALF_KEYS = (f"{PropertyKey.REAL_TOPIC}\x01", f"{PropertyKey.REAL_QID}\x01", f"{PropertyKey.TRANSACTION_ID}\x01")
+
+
+def _run_kind(req: RemotingCommand) -> str | None:
+    """What :meth:`Broker.dispatch_many` stores together: "end" (END_TRANSACTION), "prepared"
+    (a single prepared send), None (anything else)."""
+    code = req.code
+    if code == RequestCode.END_TRANSACTION:
+        return "end"
+    if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_MESSAGE:
+        ext = req.ext_fields
+        v2 = code == RequestCode.SEND_MESSAGE_V2
+        flag = ext.get("f" if v2 else "sysFlag", "")
+        if flag.isdigit() and int(flag) & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED and \
+                not _truthy(ext.get("m" if v2 else "batch")):
+            return "prepared"
+    return None
+
+
+@dataclass(slots=True)
+class _Put:
+    """A send checked and its records built, not stored yet (see :meth:`Broker._store_puts`)."""
+
+    queue_id: int
+    messages: list[NewMessage]
+    dues: list[int | None]  # each message's delivery time when delayed
+    groups: list[str]  # a prepared send's producer group per message
+    prepared: bool
 
 
 #: the values of a topic's ``message.type`` attribute (Java's TopicMessageType; NORMAL when unset)
@@ -280,13 +312,66 @@ class Broker:
         for group in changed:
             self._notify_consumers_changed(group)
 
-    def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+    def dispatch_many(self, conn: Connection, reqs: list[RemotingCommand]) -> list[HandlerResult]:
+        """Requests that arrived together, one result each: runs of END_TRANSACTIONs and of
+        single prepared sends (what the exactly-once writer pipelines) are stored in one
+        write per run; the rest go through :meth:`dispatch` one by one."""
+        out: list[HandlerResult] = []
+        i, n = 0, len(reqs)
+        while i < n:
+            kind = _run_kind(reqs[i])
+            j = i + 1
+            while kind is not None and j < n and _run_kind(reqs[j]) == kind:
+                j += 1
+            if j - i == 1:
+                out.append(self._dispatch_one(conn, reqs[i]))
+            else:
+                out.extend(self._run(conn, kind, reqs[i:j]))
+            i = j
+        return out
+
+    def _run(self, conn: Connection, kind: str | None, reqs: list[RemotingCommand]) -> list[HandlerResult]:
+        out: list[HandlerResult] = [None] * len(reqs)
+        admitted: list[int] = []
+        for k, req in enumerate(reqs):
+            refused = self._refused(conn, req)
+            if refused is not None:
+                out[k] = refused
+            else:
+                admitted.append(k)
+        try:
+            batch = [reqs[k] for k in admitted]
+            results = (self._end_transactions(conn, batch, encoded=True) if kind == "end"
+                       else self._prepared_sends(conn, batch))
+        except Exception as exc:  # a handler bug must not take the connection down
+            log.exception("%s: %d requests (code %d) failed", conn.peer, len(admitted), reqs[0].code)
+            results = [reqs[k].response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+                       for k in admitted]
+        for k, result in zip(admitted, results, strict=True):
+            out[k] = result
+        return out
+
+    def _dispatch_one(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        try:
+            return self.dispatch(conn, req)
+        except Exception as exc:  # a handler bug must not take the connection down
+            log.exception("%s: request code %d failed", conn.peer, req.code)
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+
+    def _refused(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        """The NO_PERMISSION answer when ACL is on and ``req`` is not signed as it requires."""
         if self.config.acl:
             refused = verify_request(req, self.config.acl)
             if refused is not None:
                 # The connection stays open: a bad request is answered, not punished.
                 log.warning("refused request code %d from %s: %s", req.code, conn.peer, refused)
                 return req.response_to(ResponseCode.NO_PERMISSION, remark=refused)
+        return None
+
+    def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        refused = self._refused(conn, req)
+        if refused is not None:
+            return refused
         handler = self.handlers.get(req.code)
         if handler is None:
             return req.response_to(
@@ -365,12 +450,23 @@ class Broker:
             fast = self._send_batch_fast(conn, req, ext)
             if fast is not None:
                 return fast
+        try:
+            put = self._send_put(conn, req, ext, batch)
+            acc = self._store_puts([put])[0]
+        except SendRejected as exc:
+            return req.response_to(exc.code, remark=exc.remark)
+        return self._send_answer(req, acc, batch)
+
+    def _send_put(self, conn: Connection, req: RemotingCommand, ext: dict[str, str], batch: bool) -> _Put:
+        """A send request (``ext``: its fields by their long names) checked and its records
+        built; SendRejected when refused."""
+        if batch:
             try:
                 entries = decode_batch(req.body)
             except Exception as exc:
-                return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {exc}")
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {exc}") from None
             if not entries:
-                return req.response_to(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
             # Java brokers append the batch's own properties to each of its messages
             extra = ext.get("properties", "")
             raw = [(e.body, join_properties(e.properties, extra), e.flag) for e in entries]
@@ -379,21 +475,40 @@ class Broker:
             if "UNIQ_KEY\x01" not in props_s:  # as a 5.x broker does for a single send
                 props_s = join_properties(props_s, f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02")
             raw = [(req.body, props_s, _int(ext, "flag", 0))]
-        try:
-            acc = self.put_messages(
-                ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
-                born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),
-                reconsume=_int(ext, "reconsumeTimes", 0), producer_group=ext.get("producerGroup", ""))
-        except SendRejected as exc:
-            return req.response_to(exc.code, remark=exc.remark)
+        return self._prepare_put(
+            ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
+            born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),
+            reconsume=_int(ext, "reconsumeTimes", 0), producer_group=ext.get("producerGroup", ""))
+
+    def _send_answer(self, req: RemotingCommand, acc: Accepted, batch: bool, *, encoded: bool = False
+                     ) -> HandlerResult:
         prefix = self._msg_id_prefix
         # 5.x brokers answer a single send's UNIQ_KEY as its transactionId
         return self._sent(req, ",".join(f"{prefix}{s.physical_offset:016X}" for s in acc.stored), acc.queue_id,
-                          acc.stored[0].queue_offset, acc.first_uniq_key() if acc.prepared or not batch else None)
+                          acc.stored[0].queue_offset, acc.first_uniq_key() if acc.prepared or not batch else None,
+                          encoded=encoded)
+
+    def _prepared_sends(self, conn: Connection, reqs: list[RemotingCommand]) -> list[HandlerResult]:
+        """Single prepared sends that arrived together (a writer's pipelined half messages):
+        each checked as :meth:`send_message` does, all stored in one write."""
+        out: list[HandlerResult] = [None] * len(reqs)
+        puts: list[tuple[int, _Put]] = []
+        for k, req in enumerate(reqs):
+            ext = {_V2_KEYS.get(key, key): v for key, v in req.ext_fields.items()}
+            try:
+                puts.append((k, self._send_put(conn, req, ext, False)))
+            except SendRejected as exc:
+                out[k] = req.response_to(exc.code, remark=exc.remark)
+            except ValueError as exc:  # malformed header fields, as dispatch answers them
+                out[k] = req.response_to(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        for (k, _), acc in zip(puts, self._store_puts([p for _, p in puts])):
+            out[k] = self._send_answer(reqs[k], acc, False, encoded=True)
+        return out
 
     def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
-              transaction_id: str | None = None) -> HandlerResult:
-        """The SUCCESS answer to a send (after the flush when flushing is synchronous)."""
+              transaction_id: str | None = None, *, encoded: bool = False) -> HandlerResult:
+        """The SUCCESS answer to a send (after the flush when flushing is synchronous);
+        ``encoded``: as the frame when it can be written directly (see :meth:`_success`)."""
         resp_ext = {
             "msgId": msg_ids,
             "queueId": str(queue_id),
@@ -403,8 +518,17 @@ class Broker:
         }
         if transaction_id is not None:
             resp_ext["transactionId"] = transaction_id
-        resp = req.response_to(ResponseCode.SUCCESS, ext_fields=resp_ext)
-        return self._when_durable(resp)
+        return self._success(req, resp_ext, encoded)
+
+    def _success(self, req: RemotingCommand, ext_fields: dict[str, str] | None, encoded: bool) -> HandlerResult:
+        """The SUCCESS answer to ``req``: with ``encoded``, a JSON request and asynchronous
+        flushing, the frame itself (thousands of answers a second, no command built);
+        otherwise the command, after the flush when flushing is synchronous."""
+        if encoded and req.serialize_type == SERIALIZE_JSON and self.config.flush != "sync":
+            frame = success_frame(req.opaque, ext_fields)
+            if frame is not None:
+                return frame
+        return self._when_durable(req.response_to(ResponseCode.SUCCESS, ext_fields=ext_fields))
 
     def _send_batch_fast(self, conn: Connection, req: RemotingCommand, ext: dict[str, str]) -> HandlerResult | None:
         """A batch of plain messages (no delay, timer or transaction) stored in one vectorised
@@ -448,6 +572,13 @@ class Broker:
         is the one delivered later. A prepared (transactional) message goes to the half
         topic and is tracked until END_TRANSACTION.
         """
+        return self._store_puts([self._prepare_put(topic, queue_id, raw, sys_flag=sys_flag, born_ts=born_ts,
+                                                   born_host=born_host, reconsume=reconsume,
+                                                   producer_group=producer_group)])[0]
+
+    def _prepare_put(self, topic: str, queue_id: int, raw: list[tuple[bytes, str, int]], *, sys_flag: int,
+                     born_ts: int, born_host: bytes, reconsume: int, producer_group: str) -> _Put:
+        """:meth:`put_messages` up to the store: checked, and the records to write built."""
         problem = topic_problem(topic)
         if problem:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"topic {topic!r}: {problem}")
@@ -480,6 +611,27 @@ class Broker:
                     sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,
                 ))
                 dues.append(None)
+                continue
+            if tx_type == TransactionType.PREPARED and not needs_parsing(props_s) and \
+                    not any(k in props_s for k in _HALF_KEYS):
+                # A half message without properties of its own to merge: the broker's and the
+                # half's are appended (what the map below ends with, no map built)
+                group = property_of(props_s, PropertyKey.PGROUP)
+                extra = f"{PropertyKey.REAL_TOPIC}\x01{topic}\x02{PropertyKey.REAL_QID}\x01{queue_id}\x02"
+                if group is None:
+                    group = producer_group
+                    extra += f"{PropertyKey.PGROUP}\x01{group}\x02"
+                uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
+                if uniq is not None:  # Java brokers store the transaction id with the half
+                    extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
+                props_s = join_properties(join_properties(props_s, self._broker_suffix), extra)
+                _check_props_size(props_s)
+                messages.append(NewMessage(
+                    topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag, sys_flag=sys_flag,
+                    born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,
+                ))
+                dues.append(None)
+                groups.append(group)
                 continue
             props = decode_properties(props_s)
             props.update(self._broker_props)
@@ -516,14 +668,24 @@ class Broker:
                 flag=msg_flag, sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
                 reconsume_times=reconsume,
             ))
-        stored = self.store.put(messages)
-        for due, s in zip(dues, stored):
-            if due is not None:
-                self.delayed.add(Delayed(s.queue_offset, due, s.physical_offset, s.size))
-        prepared = tx_type == TransactionType.PREPARED
-        if prepared:
-            self.transactions.opened(stored, groups)
-        return Accepted(queue_id, messages, stored, prepared)
+        return _Put(queue_id, messages, dues, groups, tx_type == TransactionType.PREPARED)
+
+    def _store_puts(self, puts: list[_Put]) -> list[Accepted]:
+        """Write the records of ``puts`` (one store write for all), then schedule the delayed
+        ones and open the transactions of the prepared ones."""
+        stored = self.store.put([m for p in puts for m in p.messages])
+        out: list[Accepted] = []
+        at = 0
+        for p in puts:
+            mine = stored[at:at + len(p.messages)]
+            at += len(p.messages)
+            for due, st in zip(p.dues, mine):
+                if due is not None:
+                    self.delayed.add(Delayed(st.queue_offset, due, st.physical_offset, st.size))
+            if p.prepared:
+                self.transactions.opened(mine, p.groups)
+            out.append(Accepted(p.queue_id, p.messages, mine, p.prepared))
+        return out
 
     async def durable(self) -> None:
         """With ``flush=sync``: return once everything stored so far is fsynced (raises
@@ -923,20 +1085,34 @@ class Broker:
     # -- transactions ---------------------------------------------------------------
 
     def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
-        ext = req.ext_fields
-        kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
-        if kind == TransactionType.NOT_TYPE:
-            return None  # the producer does not know yet (no answer, as Java's broker); the check-back asks again
-        if kind not in (TransactionType.COMMIT, TransactionType.ROLLBACK):
-            return req.response_to(ResponseCode.SYSTEM_ERROR,
-                                   remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")
-        try:
-            self.transactions.finish(_int(ext, "commitLogOffset"), _int(ext, "tranStateTableOffset", -1),
-                                    commit=kind == TransactionType.COMMIT)
-        except SendRejected as exc:
-            return req.response_to(exc.code, remark=exc.remark)
-        resp = req.response_to()
-        return self._when_durable(resp)
+        return self._end_transactions(conn, [req])[0]
+
+    def _end_transactions(self, conn: Connection, reqs: list[RemotingCommand], *, encoded: bool = False
+                          ) -> list[HandlerResult]:
+        """END_TRANSACTION requests, in order; those that arrived together (a driver's
+        pipelined commits) are stored in one write (:meth:`Transactions.finish_many`);
+        ``encoded``: see :meth:`_success`."""
+        out: list[HandlerResult] = [None] * len(reqs)
+        ends: list[tuple[int, int, int, bool]] = []  # (request index, commitLogOffset, half offset, commit)
+        for k, req in enumerate(reqs):
+            ext = req.ext_fields
+            try:
+                kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
+                if kind == TransactionType.NOT_TYPE:
+                    continue  # the producer does not know yet (no answer, as Java's broker); the check-back asks again
+                if kind not in (TransactionType.COMMIT, TransactionType.ROLLBACK):
+                    out[k] = req.response_to(ResponseCode.SYSTEM_ERROR,
+                                             remark=f"commitOrRollback={kind}: 0, 8 or 12 are accepted")
+                    continue
+                ends.append((k, _int(ext, "commitLogOffset"), _int(ext, "tranStateTableOffset", -1),
+                             kind == TransactionType.COMMIT))
+            except ValueError as exc:  # malformed header fields, as dispatch answers them
+                out[k] = req.response_to(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        refusals = self.transactions.finish_many([(pos, half, commit) for _, pos, half, commit in ends])
+        for (k, _, _, _), refused in zip(ends, refusals):
+            out[k] = (reqs[k].response_to(refused.code, remark=refused.remark) if refused is not None
+                      else self._success(reqs[k], None, encoded))
+        return out
 
     # -- admin helpers (tests, CLI) -------------------------------------------------
 

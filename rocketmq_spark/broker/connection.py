@@ -14,10 +14,13 @@ from ..remoting.frame import DEFAULT_MAX_FRAME, FLAG_ONEWAY, RemotingCommand
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Connection", "Handler", "HandlerResult"]
+__all__ = ["Connection", "Handler", "HandlerResult", "ManyHandler"]
 
-HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+#: an answer, an encoded answer (a frame a handler wrote itself), none, or one to come
+HandlerResult = RemotingCommand | bytes | None | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
+#: handles the requests that arrived together, one result each, in order (see Connection)
+ManyHandler = Callable[["Connection", list[RemotingCommand]], list[HandlerResult]]
 _U32 = struct.Struct(">I")
 
 
@@ -27,6 +30,10 @@ class Connection(asyncio.Protocol):
     A frame over ``max_frame`` is refused from its length prefix alone, before any
     buffer for it is grown; a malformed header gets an error answer when its opaque
     can be read. Either way only this connection is closed.
+
+    The requests that arrive in one read go to ``dispatch_many`` together when it is given
+    (a client pipelining hundreds of sends or END_TRANSACTIONs gets them stored in one
+    write), else to ``dispatch`` one by one; the answers ready at once leave in one write.
     """
 
     def __init__(
@@ -36,8 +43,12 @@ class Connection(asyncio.Protocol):
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "remoting",
+        dispatch_many: ManyHandler | None = None,
     ) -> None:
         self._dispatch = dispatch
+        self._dispatch_many = dispatch_many
+        #: frames to write once the requests of one read are handled (None: write at once)
+        self._out: list[bytes] | None = None
         self._on_close = on_close
         self._max_frame = max_frame
         self._name = name
@@ -74,27 +85,35 @@ class Connection(asyncio.Protocol):
         buf += data
         pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            (length,) = _U32.unpack_from(buf, pos)
-            if length > self._max_frame or length < 4:
-                self._reject(buf, pos, length)
-                return
-            if n - pos - 4 < length:
-                break
-            frame = memoryview(buf)[pos + 4 : pos + 4 + length]
-            try:
-                cmd = RemotingCommand.decode(frame)
-            except ProtocolError as exc:
+        cmds: list[RemotingCommand] = []
+        self._out = []
+        try:
+            while n - pos >= 4:
+                (length,) = _U32.unpack_from(buf, pos)
+                if length > self._max_frame or length < 4:
+                    self._handle_all(cmds)
+                    self._reject(buf, pos, length)
+                    return
+                if n - pos - 4 < length:
+                    break
+                frame = memoryview(buf)[pos + 4 : pos + 4 + length]
+                try:
+                    cmd = RemotingCommand.decode(frame)
+                except ProtocolError as exc:
+                    frame.release()
+                    self._handle_all(cmds)
+                    self._reject_malformed(str(exc))
+                    return
                 frame.release()
-                self._reject_malformed(str(exc))
-                return
-            frame.release()
-            pos += 4 + length
-            self._handle(cmd)
-            if self.closed:
-                return
-        if pos:
-            del buf[:pos]
+                pos += 4 + length
+                cmds.append(cmd)
+            if pos:
+                del buf[:pos]
+            self._handle_all(cmds)
+        finally:
+            out, self._out = self._out, None
+            if out and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(b"".join(out))
 
     # -- internals ------------------------------------------------------------------
 
@@ -132,21 +151,50 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         self._buf.clear()
         self.closed = True
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._out))  # the answers so far, the error last
+            self._out.clear()
         if self.transport is not None:
             self.transport.close()
 
-    def _handle(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
-            # an answer to :meth:`call`; those to our oneway pushes (clients may reply anyway) are dropped
-            fut = self._calls.pop(cmd.opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_result(cmd)
+    def _handle_all(self, cmds: list[RemotingCommand]) -> None:
+        """Answers to our calls resolve them; requests go to ``dispatch_many`` together (when
+        several arrived and it is given) or to ``dispatch`` one by one, until the connection closes."""
+        requests = []
+        for cmd in cmds:
+            if cmd.is_response:
+                # an answer to :meth:`call`; those to our oneway pushes (clients may reply anyway) are dropped
+                fut = self._calls.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            else:
+                requests.append(cmd)
+        if len(requests) > 1 and self._dispatch_many is not None:
+            try:
+                results = self._dispatch_many(self, requests)
+            except Exception as exc:  # a handler bug must not take the connection down
+                log.exception("%s %s: %d requests failed", self._name, self.peer, len(requests))
+                for cmd in requests:
+                    self.send(cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"))
+                return
+            for cmd, result in zip(requests, results, strict=True):
+                self._deliver(cmd, result)
             return
-        try:
-            result = self._dispatch(self, cmd)
-        except Exception as exc:  # a handler bug must not take the connection down
-            log.exception("%s %s: request code %d failed", self._name, self.peer, cmd.code)
-            self.send(cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"))
+        for cmd in requests:
+            if self.closed:
+                return
+            try:
+                result = self._dispatch(self, cmd)
+            except Exception as exc:  # a handler bug must not take the connection down
+                log.exception("%s %s: request code %d failed", self._name, self.peer, cmd.code)
+                self.send(cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"))
+                continue
+            self._deliver(cmd, result)
+
+    def _deliver(self, cmd: RemotingCommand, result: HandlerResult) -> None:
+        if isinstance(result, bytes):
+            if not cmd.flag & FLAG_ONEWAY:
+                self._write(result)
             return
         if result is None:
             return
@@ -177,8 +225,13 @@ class Connection(asyncio.Protocol):
     # -- public ---------------------------------------------------------------------
 
     def send(self, cmd: RemotingCommand) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(cmd.encode())
+        self._write(cmd.encode())
+
+    def _write(self, frame: bytes) -> None:
+        if self._out is not None:  # handling one read's requests: written together at its end
+            self._out.append(frame)
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
 
     async def call(self, code: int, ext_fields: dict[str, str], timeout_s: float, body: bytes = b"") -> RemotingCommand:
         """Send a request to the client and wait for its answer (the broker asking a consumer

@@ -26,7 +26,7 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
-from .connection import Connection
+from .connection import Connection, ManyHandler
 from .namesrv import BrokerRegistration, NameServer
 from .outbound import request
 
@@ -48,14 +48,15 @@ class _Listeners:
         self._conns: set[Connection] = set()
 
     async def _listen(self, host: str, port: int, name: str, dispatch: Callable[[Connection, Any], Any],
-                      on_close: Callable[[Connection], None] | None = None) -> int:
+                      on_close: Callable[[Connection], None] | None = None,
+                      dispatch_many: ManyHandler | None = None) -> int:
         def make() -> Connection:
             def closed(conn: Connection) -> None:
                 self._conns.discard(conn)
                 if on_close is not None:
                     on_close(conn)
 
-            conn = Connection(dispatch, closed, max_frame=self.max_frame, name=name)
+            conn = Connection(dispatch, closed, max_frame=self.max_frame, name=name, dispatch_many=dispatch_many)
             self._conns.add(conn)
             return conn
 
@@ -153,7 +154,8 @@ class BrokerServer(_Listeners):
 
     async def start(self) -> None:
         # Bind the broker first: its address goes into every stored record.
-        self.broker_port = await self._listen(self.host, self.broker_port, "broker", self._dispatch, self._closed)
+        self.broker_port = await self._listen(self.host, self.broker_port, "broker", self._dispatch, self._closed,
+                                              self._dispatch_many)
         self.broker = Broker(self.config, self.broker_addr)
         if self.own_namesrv is not None:
             await self.own_namesrv.start()
@@ -172,6 +174,10 @@ class BrokerServer(_Listeners):
     def _dispatch(self, conn: Connection, req: Any) -> Any:
         assert self.broker is not None
         return self.broker.dispatch(conn, req)
+
+    def _dispatch_many(self, conn: Connection, reqs: list[Any]) -> list[Any]:
+        assert self.broker is not None
+        return self.broker.dispatch_many(conn, reqs)
 
     def _closed(self, conn: Connection) -> None:
         if self.broker is not None:

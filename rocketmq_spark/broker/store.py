@@ -414,9 +414,14 @@ class MessageStore:
     def read_record(self, pos: int, size: int) -> bytes:
         return self.commitlog.read(pos, size)
 
-    def record_at(self, pos: int) -> bytes | None:
+    def record_at(self, pos: int, size: int | None = None) -> bytes | None:
         """The whole record at commit-log position ``pos``, None when there is none there (a
-        size that does not fit a record of at most the maximum message size is not one)."""
+        size that does not fit a record of at most the maximum message size is not one).
+        ``size``: what the caller knows the record's size to be (one read; None when the
+        record there has another)."""
+        if size is not None:
+            data = self.read_record(pos, size)
+            return data if len(data) == size and int.from_bytes(data[:4], "big", signed=True) == size else None
         head = self.read_record(pos, 4)
         if len(head) < 4:
             return None

@@ -11,15 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..codec import (
-    MessageRecord,
     PropertyKey,
+    RecordParts,
     SysFlag,
     TransactionType,
     decode_record,
-    encode_properties,
     encode_record,
+    join_properties,
     offset_msg_id,
+    property_of,
+    split_record,
 )
+from ..errors import ProtocolError
 from ..remoting.codes import RequestCode, ResponseCode
 from .config import BrokerConfig
 from .errors import SendRejected
@@ -91,39 +94,58 @@ class Transactions:
         As on Java brokers (EndTransactionProcessor), an END for a half message that was already
         ended is applied again as long as the half is still in the commit log: a second commit
         stores a second copy. Raises :class:`SendRejected` when there is no half message there."""
-        pos = commit_log_offset
-        pending = self.pending.get(half_offset)
-        if pending is None or pending.commit_log_offset != pos:
-            pending = next((p for p in self.pending.values() if p.commit_log_offset == pos), None)
-        raw = self.store.record_at(pos)
-        rec = decode_record(raw) if raw is not None else None
-        if rec is None or rec.topic != HALF_TOPIC or (pending is None and 0 <= half_offset != rec.queue_offset):
-            raise SendRejected(ResponseCode.SYSTEM_ERROR,
-                               f"Find prepared transaction message failed: no half message at commitLogOffset {pos}")
-        if pending is None:
-            log.info("END_TRANSACTION (%s) for the already ended half message at %d: applied again",
-                     "commit" if commit else "rollback", pos)
-        messages: list[NewMessage] = []
-        if commit:
-            messages.append(self.committed_copy(rec, pending.checks if pending else 0))
-        messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
-                                   born_timestamp=int(time.time() * 1000), born_host=self.store.store_host))
-        self.store.put(messages)
-        if pending is not None:
-            del self.pending[pending.half_offset]  # progress is saved by housekeeping
+        (refused,) = self.finish_many([(commit_log_offset, half_offset, commit)])
+        if refused is not None:
+            raise refused
 
-    def committed_copy(self, rec: MessageRecord, checks: int = 0) -> NewMessage:
+    def finish_many(self, ends: list[tuple[int, int, bool]]) -> list[SendRejected | None]:
+        """:meth:`finish` for each ``(commitLogOffset, half offset, commit)`` in order, every
+        copy and op marker stored in one write; per end None, or the refusal (no half message
+        at that position)."""
+        out: list[SendRejected | None] = []
+        messages: list[NewMessage] = []
+        ended: list[int] = []
+        now_ms = int(time.time() * 1000)
+        for pos, half_offset, commit in ends:
+            pending = self.pending.get(half_offset)
+            if pending is None or pending.commit_log_offset != pos:
+                pending = next((p for p in self.pending.values() if p.commit_log_offset == pos), None)
+            raw = self.store.record_at(pos, pending.size if pending is not None else None)
+            try:
+                rec = split_record(raw) if raw is not None else None
+            except ProtocolError:
+                rec = None
+            if rec is None or rec.topic != HALF_TOPIC or (pending is None and 0 <= half_offset != rec.queue_offset):
+                out.append(SendRejected(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: "
+                                                                   f"no half message at commitLogOffset {pos}"))
+                continue
+            if pending is None:
+                log.info("END_TRANSACTION (%s) for the already ended half message at %d: applied again",
+                         "commit" if commit else "rollback", pos)
+            else:
+                ended.append(pending.half_offset)
+            if commit:
+                messages.append(self.committed_copy(rec, pending.checks if pending else 0))
+            messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
+                                       born_timestamp=now_ms, born_host=self.store.store_host))
+            out.append(None)
+        if messages:
+            self.store.put(messages)
+        for half in ended:  # once stored (progress is saved by housekeeping)
+            self.pending.pop(half, None)
+        return out
+
+    def committed_copy(self, rec: RecordParts, checks: int = 0) -> NewMessage:
         """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,
         TRAN_MSG, PGROUP and __transactionId__, and TRANSACTION_CHECK_TIMES once checked back."""
-        props = dict(rec.properties)
-        topic = props.get(PropertyKey.REAL_TOPIC, rec.topic)
-        queue_id = int(props.get(PropertyKey.REAL_QID, "0"))
+        props = rec.properties
         if checks:
-            props[PropertyKey.CHECK_TIMES] = str(checks)
+            props = join_properties(props, f"{PropertyKey.CHECK_TIMES}\x01{checks}\x02")  # the last one counts
+        topic = property_of(props, PropertyKey.REAL_TOPIC) or rec.topic
+        queue_id = int(property_of(props, PropertyKey.REAL_QID) or "0")
         sys_flag = (rec.sys_flag & ~SysFlag.TRANSACTION_MASK) | TransactionType.COMMIT
-        return NewMessage(topic, queue_id, rec.body, encode_properties(props), rec.flag, sys_flag,
-                          rec.born_timestamp, self.pack_peer(rec.born_host), rec.reconsume_times,
-                          rec.physical_offset)
+        return NewMessage(topic, queue_id, rec.body, props, rec.flag, sys_flag, rec.born_timestamp, rec.born_host,
+                          rec.reconsume_times, rec.physical_offset)
 
     def check(self) -> None:
         """Ask the producers of transactions open longer than the timeout (CHECK_TRANSACTION_STATE,
@@ -152,10 +174,10 @@ class Transactions:
             if raw is None:
                 continue
             rec = decode_record(raw)
-            copy = self.committed_copy(rec)
             # The check carries the message as the producer sent it (real topic and queue).
             body = encode_record(
-                topic=copy.topic, queue_id=copy.queue_id, queue_offset=p.half_offset, body=rec.body,
+                topic=rec.properties.get(PropertyKey.REAL_TOPIC, rec.topic),
+                queue_id=int(rec.properties.get(PropertyKey.REAL_QID, "0")), queue_offset=p.half_offset, body=rec.body,
                 properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
                 physical_offset=rec.physical_offset, born_timestamp=rec.born_timestamp,
                 born_host=rec.born_host, store_timestamp=rec.store_timestamp, store_host=rec.store_host,

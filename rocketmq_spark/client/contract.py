@@ -142,6 +142,10 @@ class BrokerClient(Protocol):
     def send_async(self, mq: MessageQueue, request: Any) -> Future[Any]:
         """Send without waiting; the future's answer goes to :meth:`send_results`."""
 
+    def send_async_many(self, sends: Sequence[tuple[MessageQueue, Any]]) -> list[Future[Any]]:
+        """:meth:`send_async` for several requests at once, one future each, in order (a
+        transport may write those for one broker together)."""
+
     def send_results(self, mq: MessageQueue, count: int, answer: Any) -> list[SendResult]:
         """One result per message of an answer; a refusal raises the broker's error."""
 
@@ -165,7 +169,9 @@ class BrokerClient(Protocol):
         named as this transport ends it."""
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
-                         window: int = 256) -> None:
+                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
         """Commit or roll back every half message, up to ``window`` requests in flight; one
-        the broker no longer holds (ended before) is fine; a failed one is retried alone."""
+        the broker no longer holds (ended before) is fine; a failed one is retried alone.
+        ``on_progress(n)``: the first ``n`` of ``txns`` had their ENDs answered (called as
+        that grows, at most once per ``window // 2``)."""
 

@@ -450,6 +450,11 @@ class GrpcClient(SequentialManyQueueCalls):
             out.append(pb.SendMessageRequest(messages=[msg]))
         return out
 
+    def send_async_many(self, sends: Sequence[tuple[MessageQueue, list[pb.SendMessageRequest]]]
+                        ) -> list[Future[Any]]:
+        """:meth:`send_async` of each (gRPC calls are separate requests on one channel)."""
+        return [self.send_async(mq, req) for mq, req in sends]
+
     def send_async(self, mq: MessageQueue, request: list[pb.SendMessageRequest]) -> Future[Any]:
         """Send without waiting, every request in flight at once, except a message group's: those
         one after the other (the proxy keeps their order only if each has landed before the next
@@ -577,7 +582,7 @@ class GrpcClient(SequentialManyQueueCalls):
         return True
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "",
-                         window: int = 256) -> None:
+                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
         """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
         are fine; a failed one is retried alone (with the client's bounded retries). The
         producer group is the client's (its settings name it), so ``producer_group`` is not sent."""
@@ -593,15 +598,21 @@ class GrpcClient(SequentialManyQueueCalls):
             self.end_transaction(t.broker, topic=t.topic, msg_id=t.msg_id, transaction_id=t.transaction_id,
                                  commit=commit)
 
-        for t in txns:
+        step = max(1, window // 2)
+        for i, t in enumerate(txns):
             stub = self.stub(self.broker_addr(t.broker, t.topic))
             req = self._end_request(t.topic, t.msg_id, t.transaction_id, commit, False)
             pending.append((t, stub.EndTransaction.future(req, timeout=self.config.request_timeout_s,
                                                           metadata=self.metadata())))
             if len(pending) > window:
                 settle(*pending.popleft())
+                answered = i + 1 - len(pending)
+                if on_progress is not None and answered % step == 0:
+                    on_progress(answered)
         for t, fut in pending:
             settle(t, fut)
+        if on_progress is not None and txns:
+            on_progress(len(txns))
 
     def transaction(self, result: SendResult, msg_id: str) -> Txn:
         """A half message is named by the transaction id the proxy gave (commit-log position 0)."""

@@ -27,7 +27,7 @@ from ..codec import (
     encode_batch,
     java_string_hash,
     join_properties,
-    parse_offset_msg_id,
+    offset_of_msg_id,
     subscribed_tags,
 )
 from ..errors import (
@@ -704,6 +704,26 @@ class RemotingClient:
         return self._conn(addr, f"send to {mq}").send(RemotingCommand(request.code, ext_fields=request.ext_fields,
                                                                        body=request.body))
 
+    def send_async_many(self, sends: Sequence[tuple[MessageQueue, RemotingCommand]]
+                        ) -> list[Future[RemotingCommand]]:
+        """:meth:`send_async` of several requests, those for one broker written together (one
+        ``sendall``: a syscall per message cost more than encoding it); futures in order."""
+        by_addr: dict[str, list[int]] = {}
+        for i, (mq, _) in enumerate(sends):
+            by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(i)
+        out: list[Future[RemotingCommand]] = [Future()] * len(sends)
+        for addr, idx in by_addr.items():
+            reqs = [RemotingCommand(r.code, ext_fields=r.ext_fields, body=r.body) for r in (sends[i][1] for i in idx)]
+            try:
+                futs = self._conn(addr, f"send to {sends[idx[0]][0]}").send_many(reqs)
+            except RocketMQSparkError as exc:
+                futs = [Future() for _ in idx]
+                for f in futs:
+                    f.set_exception(exc)
+            for i, f in zip(idx, futs):
+                out[i] = f
+        return out
+
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
         self.check_sent(mq, count, resp)
         ids = resp.ext_fields.get("msgId", "").split(",")
@@ -746,10 +766,12 @@ class RemotingClient:
         return True
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
-                         window: int = 256) -> None:
-        """END_TRANSACTION for every ``txns``, up to ``window`` in flight; already-ended ones
-        are fine; a failed one is retried alone (with the client's bounded retries)."""
-        pending: deque[tuple[Txn, Future[RemotingCommand]]] = deque()
+                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
+        """END_TRANSACTION for every ``txns``, written a chunk (``window // 2``) per broker at a
+        time, up to ``window`` in flight; already-ended ones are fine; a failed one is retried
+        alone. ``on_progress``: see the client contract."""
+        pending: deque[tuple[int, Txn, Future[RemotingCommand]]] = deque()
+        what = f"{'commit' if commit else 'rollback'} of transactions"
 
         def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
             try:
@@ -761,20 +783,44 @@ class RemotingClient:
             self.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
                                  queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
 
-        for t in txns:
-            req = self.end_transaction_request(t.broker, producer_group=producer_group,
-                                               commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
-                                               msg_id=t.msg_id, commit=commit)
-            try:
-                fut = self.connection(self.broker_addr(t.broker, t.topic)).send(req)
-            except RocketMQSparkError as exc:
-                fut = Future()
-                fut.set_exception(exc)
-            pending.append((t, fut))
-            while len(pending) > window:
-                settle(*pending.popleft())
-        while pending:
-            settle(*pending.popleft())
+        def settle_to(keep: int) -> None:
+            # answers are settled in the order of txns: the prefix answered grows with each
+            done = -1
+            while len(pending) > keep:
+                i, t, fut = pending.popleft()
+                settle(t, fut)
+                done = i
+            if on_progress is not None and done >= 0:
+                on_progress(done + 1)
+
+        chunk = max(1, window // 2)
+        for start in range(0, len(txns), chunk):
+            by_addr: dict[str, list[tuple[int, Txn]]] = {}
+            sent: list[tuple[int, Txn, Future[RemotingCommand]]] = []
+            for i in range(start, min(start + chunk, len(txns))):
+                t = txns[i]
+                try:
+                    by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append((i, t))
+                except RocketMQSparkError as exc:  # no route now: retried alone by settle
+                    failed: Future[RemotingCommand] = Future()
+                    failed.set_exception(exc)
+                    sent.append((i, t, failed))
+            for addr, its in by_addr.items():
+                reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
+                                                     commit_log_offset=t.commit_log_offset,
+                                                     queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit)
+                        for _, t in its]
+                try:
+                    futs = self._conn(addr, what).send_many(reqs)
+                except RocketMQSparkError as exc:
+                    futs = [Future() for _ in its]
+                    for f in futs:
+                        f.set_exception(exc)
+                sent.extend((i, t, f) for (i, t), f in zip(its, futs))
+            pending.extend(sorted(sent, key=lambda x: x[0]))
+            if len(pending) > window:
+                settle_to(window - chunk)
+        settle_to(0)
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
@@ -919,8 +965,8 @@ class RemotingClient:
 
     def transaction(self, result: SendResult, msg_id: str) -> Txn:
         """A half message is named by its positions: its offset message id holds the commit-log one."""
-        _, pos = parse_offset_msg_id(result.msg_id)
-        return Txn(result.queue.broker, result.queue.topic, result.queue_offset, pos, msg_id)
+        return Txn(result.queue.broker, result.queue.topic, result.queue_offset, offset_of_msg_id(result.msg_id),
+                   msg_id)
 
     # -- admin views (CLI tools) -----------------------------------------------------
 

@@ -115,18 +115,24 @@ def join_properties(props: str, more: str) -> str:
 
 
 
-def tag_of(props: str) -> str | None:
-    """The value of the TAGS item of a properties text (the last one when repeated, as
+def property_of(props: str, key: str) -> str | None:
+    """The value of ``key`` in a properties text (the last one when repeated, as
     :func:`decode_properties` and Java's property map keep it), without building the whole map;
     None when absent."""
-    i = props.rfind("TAGS\x01")
-    while i > 0 and props[i - 1] != "\x02":
-        i = props.rfind("TAGS\x01", 0, i)
+    needle = key + NAME_SEP
+    i = props.rfind(needle)
+    while i > 0 and props[i - 1] != PROP_SEP:
+        i = props.rfind(needle, 0, i)
     if i < 0:
         return None
-    start = i + 5
-    end = props.find("\x02", start)
+    start = i + len(needle)
+    end = props.find(PROP_SEP, start)
     return props[start:] if end < 0 else props[start:end]
+
+
+def tag_of(props: str) -> str | None:
+    """The value of the TAGS item of a properties text (:func:`property_of`); None when absent."""
+    return property_of(props, "TAGS")
 
 
 def tag_hash(props: str) -> int:

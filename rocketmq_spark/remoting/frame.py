@@ -31,6 +31,7 @@ __all__ = [
     "RemotingCommand",
     "decode_frame",
     "read_frame_length",
+    "success_frame",
 ]
 
 SERIALIZE_JSON = 0
@@ -53,9 +54,36 @@ def _plain(s: object) -> bool:
     return type(s) is str and s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
 
 
+def _escape_separators(s: str) -> str:
+    """The property separators (\\x01 between key and value, \\x02 after each pair) as JSON
+    writes them."""
+    return s if s.isprintable() else s.replace("\x01", "\\u0001").replace("\x02", "\\u0002")
+
+
+def success_frame(opaque: int, ext_fields: dict[str, str] | None = None) -> bytes | None:
+    """The encoded SUCCESS response (JSON header, language JAVA, no remark, no body) to the
+    request ``opaque``, byte for byte what ``req.response_to(0, ext_fields).encode()`` gives a
+    JSON request, without building the command (a broker answers thousands a second); None
+    when a field needs escaping (build the command then)."""
+    ext = ""
+    if ext_fields:
+        try:
+            joined = "".join(ext_fields) + "".join(ext_fields.values())
+        except TypeError:
+            return None
+        if not _plain(joined):
+            return None
+        ext = ',"extFields":{' + ",".join(f'"{k}":"{v}"' for k, v in ext_fields.items()) + "}"
+    header = (f'{{"code":0,"language":"JAVA","version":{PROTOCOL_VERSION},"opaque":{opaque},"flag":{FLAG_RESPONSE}'
+              f'{ext},"serializeTypeCurrentRPC":"JSON"}}').encode()
+    return _U32.pack(4 + len(header)) + _U32.pack(len(header)) + header
+
+
 def _header_int(obj: dict[str, Any], key: str, default: int | None) -> int:
     """A header number as Java reads it into an int: integral and within 32 bits."""
     raw = obj.get(key)
+    if type(raw) is int and -(1 << 31) <= raw < (1 << 31):  # the usual case, checked first
+        return raw
     if raw is None and default is not None:
         raw = default
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
@@ -145,23 +173,38 @@ class RemotingCommand:
         return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
 
     def _encode_plain_json_header(self) -> bytes | None:
-        """The JSON header written directly when no string in it needs escaping (a batch
-        response's msgId list runs to ~17 KB, which json.dumps would scan char by char);
-        byte for byte what :meth:`_dump_json_header` writes. None: take that path."""
+        """The JSON header written directly when no string in it needs escaping but for the
+        property separators (a batch response's msgId list runs to ~17 KB, which json.dumps
+        would scan char by char; a send's properties come once per message); byte for byte
+        what :meth:`_dump_json_header` writes. None: take that path."""
         nums = (self.code, self.version, self.opaque, self.flag)
-        if any(type(n) is not int for n in nums) or not _plain(self.language) or (
+        if any(not isinstance(n, int) or type(n) is bool for n in nums) or not _plain(self.language) or (
                 self.remark is not None and not _plain(self.remark)):
             return None
+        code, version, opaque, flag = (int(n) for n in nums)  # request codes are IntEnums
         fields = self.ext_fields
-        if fields and not all(_plain(k) and _plain(v) for k, v in fields.items()):
-            return None
-        parts = [f'{{"code":{self.code},"language":"{self.language}","version":{self.version},'
-                 f'"opaque":{self.opaque},"flag":{self.flag}']
+        if fields:
+            # one check of every key and value at once (a check per string cost more than the rest)
+            try:
+                joined = "".join(fields) + "".join(fields.values())
+            except TypeError:  # a value that is not a string: json.dumps writes it
+                return None
+            if not joined.isascii() or '"' in joined or "\\" in joined:
+                return None
+            if not joined.isprintable():
+                if not joined.replace("\x01", "").replace("\x02", "").isprintable() or \
+                        not "".join(fields).isprintable():
+                    return None
+                body = ",".join(f'"{k}":"{_escape_separators(v)}"' for k, v in fields.items())
+            else:
+                body = ",".join(f'"{k}":"{v}"' for k, v in fields.items())
+        parts = [f'{{"code":{code},"language":"{self.language}","version":{version},'
+                 f'"opaque":{opaque},"flag":{flag}']
         if self.remark is not None:
             parts.append(f',"remark":"{self.remark}"')
         if fields:
             parts.append(',"extFields":{')
-            parts.append(",".join(f'"{k}":"{v}"' for k, v in fields.items()))
+            parts.append(body)
             parts.append("}")
         parts.append(',"serializeTypeCurrentRPC":"JSON"}')
         return "".join(parts).encode()
@@ -231,13 +274,15 @@ class RemotingCommand:
         ext = obj.get("extFields") or {}
         if not isinstance(ext, dict):
             raise ProtocolError("extFields is not an object")
+        if not all(type(v) is str for v in ext.values()):  # JSON keys are always strings
+            ext = {k: _ext_str(v) for k, v in ext.items()}
         remark = obj.get("remark")
         language = obj.get("language", "JAVA")
         return cls(
             code=code,
             opaque=opaque,
             flag=flag,
-            ext_fields={str(k): _ext_str(v) for k, v in ext.items()},
+            ext_fields=ext,
             remark=None if remark is None else str(remark),
             language=str(language),
             version=version,

@@ -1,9 +1,11 @@
 """A Spark driver for the exactly-once kill tests (run as a subprocess by test_writer_kill.py).
 
 usage: eos_driver.py NAMESRV SRC DST CHECKPOINT MODE
-MODE: normal | kill-before-commit | kill-after-record
+MODE: normal | kill-before-commit | kill-after-record | kill-mid-commit
 In the kill modes the sink's commit() SIGKILLs this driver process (after recording the
-batch, for kill-after-record), which is what a crashed driver looks like to the broker.
+batch, for kill-after-record; once the first END_TRANSACTIONs were answered and their
+progress marked, with more in flight, for kill-mid-commit), which is what a crashed driver
+looks like to the broker.
 """
 
 from __future__ import annotations
@@ -27,6 +29,17 @@ DRIVER_PID = os.getpid()
 
 class KillingWriter(RocketMQStreamWriter):
     def commit(self, messages, batchId):  # type: ignore[no-untyped-def]
+        if mode == "kill-mid-commit":
+            marked = TxLog.mark_progress
+
+            def mark_then_die(self, batch_id, ended):  # type: ignore[no-untyped-def]
+                marked(self, batch_id, ended)
+                os.kill(DRIVER_PID, signal.SIGKILL)
+                time.sleep(60)
+
+            TxLog.mark_progress = mark_then_die  # type: ignore[method-assign]
+            super().commit(messages, batchId)
+            raise SystemExit("the commit finished without marking progress")
         if mode == "kill-after-record":
             TxLog(self.opts.checkpoint_location or "").record(batchId, _txns(messages))
         os.kill(DRIVER_PID, signal.SIGKILL)

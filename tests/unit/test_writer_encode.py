@@ -57,7 +57,7 @@ def _sender(opts: WriterOptions) -> Any:
     s.opts, s.batch_id, s.partition, s.attempt, s.txlog = opts, None, 0, 0, None
     s.client = _FakeClient()
     s._queues, s._rr, s._uniq_prefix, s._seq, s.rows = {}, 0, "0123456789ABCDEF012345", 41, 0
-    s.txns, s._inflight, s._buffers, s._paused = [], collections.deque(), {}, {}
+    s.txns, s._inflight, s._queued, s._buffers, s._paused = [], collections.deque(), [], {}, {}
     s._checked_topics = set()
     return s
 
