@@ -235,6 +235,30 @@ def test_transaction_half_messages_are_invisible_until_committed(client: Remotin
             "commitLogOffset": str(recs[0].physical_offset), "commitOrRollback": "8"}), "end transaction")
 
 
+def test_pipelined_half_messages_and_ends_over_one_connection(client: RemotingClient, topic: str) -> None:
+    # what the exactly-once writer and its driver send: half messages 32 per write, then the
+    # ENDs a chunk per write, the progress reported in order up to every one of them
+    qs = client.message_queues(topic)
+    reqs = [(qs[i % len(qs)], client.send_request(
+        qs[i % len(qs)], [BatchEntry(b"p-%d" % i, _props(TRAN_MSG="true", PGROUP="PG_P", UNIQ_KEY=f"P{i:04d}"))],
+        producer_group="PG_P", sys_flag=TransactionType.PREPARED)) for i in range(700)]
+    txns = []
+    for start in range(0, len(reqs), 32):
+        part = reqs[start:start + 32]
+        futs = client.send_async_many(part)
+        for (mq, _), fut, i in zip(part, futs, range(start, start + 32)):
+            txns.append(client.transaction(client.send_results(mq, 1, fut.result(10))[0], f"P{i:04d}"))
+    assert sum(client.max_offset(q) for q in qs) == 0  # all still invisible
+    marks: list[int] = []
+    rollback = set(txns[::10])
+    client.end_transactions([t for t in txns if t not in rollback], commit=True, producer_group="PG_P",
+                            on_progress=marks.append)
+    client.end_transactions(sorted(rollback), commit=False, producer_group="PG_P")
+    assert marks == sorted(marks) and marks[-1] == len(txns) - len(rollback) and len(marks) >= 3, marks
+    got = sorted(r.payload() for q in qs for r in decode_records(client.pull(q, 0, 1000).body))
+    assert got == sorted(b"p-%d" % i for i in range(700) if i % 10), len(got)
+
+
 def test_open_transaction_is_checked_back_and_survives_restart(tmp_path) -> None:
     with EmbeddedBroker(str(tmp_path), transaction_timeout_ms=0, transaction_check_interval_ms=200) as mq:
         checks: list[RemotingCommand] = []

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from brokers import wait_until
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import decode_records
@@ -207,7 +208,11 @@ def test_produce_draws_a_progress_bar_when_stderr_is_a_terminal(ns: str, client:
     assert "\r[" in bar and "2000/2000" in bar and "msg/s" in bar
     assert "[" + "#" * 30 + "] 2000/2000" in bar
     assert "produced 2,000 messages" in out
-    assert sum(client.max_offset(q) for q in client.message_queues("CLI_TTY")) == 2000
+
+    def held() -> int:  # a real broker registers the queues of a topic it auto-created a moment later
+        return sum(client.max_offset(q) for q in client.message_queues("CLI_TTY", refresh=True))
+
+    assert wait_until(lambda: held() == 2000, 30), held()
 
 
 # -- progress -----------------------------------------------------------------------
