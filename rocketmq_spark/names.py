@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["AUTO_CREATE_TOPIC", "GROUP_MAX_LENGTH", "GROUP_RULE", "NAME_CHARS", "TOPIC_MAX_LENGTH", "TOPIC_RULE",
-           "group_problem", "topic_problem"]
+__all__ = ["AUTO_CREATE_TOPIC", "DLQ_PREFIX", "GROUP_MAX_LENGTH", "GROUP_RULE", "NAME_CHARS", "RETRY_PREFIX",
+           "TOPIC_MAX_LENGTH", "TOPIC_RULE", "dead_letter_topic", "group_problem", "retry_topic", "topic_problem"]
 
 #: the characters a topic or group name may use
 NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -20,6 +20,18 @@ TOPIC_RULE = f"RocketMQ's rule: {NAME_CHARS.pattern}, at most {TOPIC_MAX_LENGTH}
 GROUP_RULE = f"RocketMQ's rule: {NAME_CHARS.pattern}, at most {GROUP_MAX_LENGTH} characters"
 #: the topic whose route a broker with autoCreateTopicEnable offers for topics not created yet
 AUTO_CREATE_TOPIC = "TBW102"
+#: a consumer group's retry topic is this prefix + the group (messages given back, redelivered later)
+RETRY_PREFIX = "%RETRY%"
+#: a consumer group's dead-letter topic is this prefix + the group (given back too often)
+DLQ_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dead_letter_topic(group: str) -> str:
+    return DLQ_PREFIX + group
 
 
 def _problem(kind: str, name: str, max_length: int) -> str | None:

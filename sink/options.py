@@ -9,6 +9,8 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DataType,
+    IntegerType,
+    LongType,
     MapType,
     StringType,
     StructType,
@@ -32,7 +34,9 @@ from ..options import (
 __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
-          "maxMessageSize", "compressThreshold", *CREDENTIAL_OPTIONS)
+          "maxMessageSize", "compressThreshold", "consumerGroup", "maxReconsumeTimes", "errorColumn",
+          *CREDENTIAL_OPTIONS)
+_DELIVERIES = ("at-least-once", "exactly-once", "send-back")
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
 _HIDDEN = ("checkpointLocation", "path")
 
@@ -51,6 +55,12 @@ class WriterOptions:
     checkpoint_location: str | None
     #: ACL access key / secret key (options accessKey, secretKey, securityToken); the repr masks the secret.
     credentials: Credentials | None = None
+    #: delivery=send-back: rows as read are given back to this consumer group (its retry topic)
+    send_back_group: str | None = None
+    #: send-back: reconsume times after which a message goes to the group's dead-letter topic
+    max_reconsume_times: int = 16
+    #: send-back: a STRING column whose value (why the row failed) the message carries as a property
+    error_column: str = "error"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -65,8 +75,24 @@ class WriterOptions:
                               "endpoints (gRPC host:port) is given")
         namesrv = namesrv_list(ns) if ns else ()
         delivery = opts.get("delivery", "at-least-once").strip().lower()
-        if delivery not in ("at-least-once", "exactly-once"):
-            raise OptionError("delivery", opts["delivery"], "accepted: at-least-once or exactly-once")
+        if delivery not in _DELIVERIES:
+            raise OptionError("delivery", opts["delivery"], f"accepted: {', '.join(_DELIVERIES)}")
+        group = (opts.get("consumerGroup") or "").strip() or None
+        if delivery == "send-back":
+            if group is None:
+                raise OptionError("consumerGroup", None, "delivery=send-back gives rows back to a consumer group: "
+                                  "required (the group that read them)")
+            group_name("consumerGroup", group)
+            if endpoints:
+                raise OptionError("endpoints", endpoints, "delivery=send-back gives messages back with "
+                                  "CONSUMER_SEND_MSG_BACK, which only the remoting protocol has: use namesrvAddr")
+        elif group is not None or "maxReconsumeTimes" in opts:
+            key = "consumerGroup" if group is not None else "maxReconsumeTimes"
+            raise OptionError(key, opts[key], "only delivery=send-back takes it")
+        most = opts.get("maxReconsumeTimes", "16").strip()
+        if not most.isdigit() or int(most) > 10_000:
+            raise OptionError("maxReconsumeTimes", opts["maxReconsumeTimes"],
+                              "accepted: a whole number 0..10000 (default 16, as RocketMQ's consumers)")
         producer_group = opts.get("producerGroup", "rocketmq-spark-producer")
         if not producer_group.strip():
             raise OptionError("producerGroup", producer_group, "accepted: a non-empty producer group name "
@@ -87,7 +113,14 @@ class WriterOptions:
             compress_threshold=positive_int("compressThreshold", opts.get("compressThreshold", "4096")),
             checkpoint_location=_local_checkpoint(opts.get("checkpointLocation"), delivery == "exactly-once"),
             credentials=credentials(opts),
+            send_back_group=group if delivery == "send-back" else None,
+            max_reconsume_times=int(most),
+            error_column=(opts.get("errorColumn") or "error").strip() or "error",
         )
+
+    @property
+    def send_back(self) -> bool:
+        return self.send_back_group is not None
 
 
 def _local_checkpoint(location: str | None, exactly_once: bool) -> str | None:
@@ -114,9 +147,29 @@ _ACCEPTED: dict[str, tuple[tuple[type[DataType], ...], str]] = {
 }
 
 
+#: what delivery=send-back needs of each row: where the reader found it
+_SEND_BACK_COLUMNS: dict[str, tuple[tuple[type[DataType], ...], str]] = {
+    "topic": ((StringType,), "STRING"),
+    "broker": ((StringType,), "STRING"),
+    "queueId": ((IntegerType, LongType), "INT"),
+    "queueOffset": ((LongType, IntegerType), "BIGINT"),
+}
+
+
 def check_columns(schema: StructType, options: WriterOptions) -> list[str]:
     """The message columns present; raises naming the column and the accepted types."""
     fields = {f.name: f.dataType for f in schema.fields}
+    if options.send_back:
+        for name, (types, text) in _SEND_BACK_COLUMNS.items():
+            if name not in fields:
+                raise OptionError(f"column {name}", None, "delivery=send-back gives rows back as the reader read "
+                                  f"them: required, {text} (columns topic, broker, queueId, queueOffset)")
+            if not isinstance(fields[name], types):
+                raise OptionError(f"column {name}", fields[name].simpleString(), f"accepted type: {text}")
+        err = fields.get(options.error_column)
+        if err is not None and not isinstance(err, StringType):
+            raise OptionError(f"column {options.error_column}", err.simpleString(), "accepted type: STRING")
+        return list(_SEND_BACK_COLUMNS) + ([options.error_column] if err is not None else [])
     if "body" not in fields:
         raise OptionError("column body", None, "required: a BINARY or STRING column named body")
     used = []

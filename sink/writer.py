@@ -35,12 +35,18 @@ from ..client import BrokerClient, connect
 from ..codec import (
     BatchEntry,
     EncodedBatch,
+    MessageRecord,
+    PropertyKey,
     SysFlag,
     TransactionType,
+    decode_records,
+    encode_properties,
     java_string_hash,
+    offset_msg_id,
 )
-from ..errors import BrokerError, ConnectionFailedError, OptionError, RocketMQSparkError
+from ..errors import BrokerError, ConnectionFailedError, DataLossError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
+from ..names import retry_topic
 from ..options import topic_name
 from .encode import encode_plain_rows
 from .options import WriterOptions
@@ -418,6 +424,72 @@ def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> boo
     return txlog.decide(batch_id, msg_id)
 
 
+def _stored(client: BrokerClient, mq: MessageQueue, offset: int) -> MessageRecord:
+    """The message a row names, as its broker stores it (its commit-log position, reconsume
+    times and properties are what a send-back needs); RocketMQSparkError when it is gone."""
+    res = client.pull(mq, offset, 1)
+    for rec in (decode_records(res.body) if res.status == "FOUND" else ()):
+        if rec.queue_offset == offset:
+            return rec
+    raise DataLossError(f"{mq}: the message at offset {offset} is not on the broker ({res.status}; deleted by "
+                        "retention?): it cannot be given back")
+
+
+def send_back_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch]) -> TaskReport:
+    """delivery=send-back (executor side): give every row's message back to the consumer group,
+    as the Java consumer does with one it could not process: CONSUMER_SEND_MSG_BACK (the
+    broker redelivers it through the group's retry topic after a delay, or puts it in the
+    dead-letter topic past maxReconsumeTimes); when that fails, or the row has an error value
+    to carry (a property named after errorColumn), a send to the group's retry topic with
+    RETRY_TOPIC, ORIGIN_MESSAGE_ID and the reconsume times, delayed by level 3 + those times."""
+    group = opts.send_back_group or ""
+    partition, _ = _task_identity()
+    client = connect(opts.namesrv_addr, None, credentials=opts.credentials)
+    rows = 0
+    try:
+        for batch in batches:
+            topic, broker = _Column(batch, "topic"), _Column(batch, "broker")
+            qid, off = _Column(batch, "queueId"), _Column(batch, "queueOffset")
+            error = _Column(batch, opts.error_column)
+            for i in range(batch.num_rows):
+                where = (topic[i], broker[i], qid[i], off[i])
+                if any(v is None for v in where):
+                    raise OptionError("columns topic, broker, queueId, queueOffset", None,
+                                      f"partition {partition} row {rows}: null in {where}; delivery=send-back needs "
+                                      "where the reader read the row")
+                mq = MessageQueue(str(topic[i]), str(broker[i]), int(qid[i]))
+                rec = _stored(client, mq, int(off[i]))
+                origin = (rec.properties.get(PropertyKey.ORIGIN_MESSAGE_ID) or "").strip() or \
+                    offset_msg_id(rec.store_host, rec.physical_offset)
+                why = error[i]
+                if why is None:
+                    try:
+                        client.send_back(mq, rec.physical_offset, group, origin_msg_id=origin,
+                                         max_reconsume_times=opts.max_reconsume_times)
+                        rows += 1
+                        continue
+                    except BrokerError as exc:  # as the Java consumer: send it to the retry topic instead
+                        log.warning("%s offset %d: send-back to group %s refused (%s); sending it to %s", mq,
+                                    rec.queue_offset, group, exc, retry_topic(group))
+                elif "\x01" in why or "\x02" in why:
+                    raise OptionError(f"column {opts.error_column}", None, f"partition {partition} row {rows}: holds "
+                                      "\\x01 or \\x02, which a message property cannot carry")
+                props = {k: v for k, v in rec.properties.items() if k != PropertyKey.TRAN_MSG}
+                props.setdefault(PropertyKey.RETRY_TOPIC, rec.topic)
+                props[PropertyKey.ORIGIN_MESSAGE_ID] = origin
+                props[PropertyKey.DELAY] = str(3 + rec.reconsume_times)
+                if why is not None:
+                    props[opts.error_column] = why
+                client.send_to_retry(mq, group, BatchEntry(rec.body, encode_properties(props), rec.flag),
+                                     sys_flag=rec.sys_flag & SysFlag.COMPRESSED,
+                                     reconsume_times=rec.reconsume_times + 1,
+                                     max_reconsume_times=opts.max_reconsume_times, producer_group=opts.producer_group)
+                rows += 1
+    finally:
+        client.close()
+    return TaskReport(partition, rows)
+
+
 def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TaskReport:
     """One task's work (executor side): send every row of ``batches`` and return once every
     send is acknowledged; in exactly-once mode every row is a half message tagged with
@@ -427,7 +499,10 @@ def write_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch], batch_id:
     missing or invalid topic; the client's errors (RocketMQSparkError) when a topic has no
     writable queue or a send still fails after its retries. On any error the task's half
     messages sent so far are rolled back (exactly-once) before it propagates. at-least-once:
-    a send retried after a lost answer may store its messages twice."""
+    a send retried after a lost answer may store its messages twice. delivery=send-back:
+    :func:`send_back_rows`."""
+    if opts.send_back:
+        return send_back_rows(opts, batches)
     sender = _Sender(opts, batch_id)
     try:
         for batch in batches:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,15 +28,17 @@ from ..codec import (
     TransactionType,
     decode_batch,
     decode_properties,
+    decode_record,
     encode_properties,
     join_properties,
+    offset_msg_id,
     pack_host,
     property_of,
 )
 from ..codec.batch_kernels import offset_msg_ids, parse_batch
 from ..codec.properties import BROKER_PROPERTY_KEYS, needs_parsing
 from ..errors import ProtocolError
-from ..names import AUTO_CREATE_TOPIC, group_problem, topic_problem
+from ..names import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, group_problem, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, success_frame
@@ -265,6 +268,7 @@ class Broker:
             RequestCode.HEART_BEAT: self.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list_by_group,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
@@ -459,7 +463,19 @@ class Broker:
 
     def _send_put(self, conn: Connection, req: RemotingCommand, ext: dict[str, str], batch: bool) -> _Put:
         """A send request (``ext``: its fields by their long names) checked and its records
-        built; SendRejected when refused."""
+        built; SendRejected when refused. A send to a group's retry topic past the
+        reconsume times it allows goes to the group's dead-letter topic (as Java brokers do)."""
+        topic, queue_id = ext.get("topic", ""), _int(ext, "queueId", -1)
+        dead = False
+        if topic.startswith(RETRY_PREFIX):
+            if batch:
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
+            group = topic[len(RETRY_PREFIX):]
+            if not self.knows_group(group):
+                raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            most = _int(ext, "maxReconsumeTimes", int(self.groups.table[group].get("retryMaxTimes", 16)))
+            if _int(ext, "reconsumeTimes", 0) > most:
+                topic, queue_id, dead = self._dead_letter_topic(group), 0, True
         if batch:
             try:
                 entries = decode_batch(req.body)
@@ -474,9 +490,11 @@ class Broker:
             props_s = ext.get("properties", "")
             if "UNIQ_KEY\x01" not in props_s:  # as a 5.x broker does for a single send
                 props_s = join_properties(props_s, f"UNIQ_KEY\x01{self._uniq_ids.next()}\x02")
+            if dead:  # delivered at once (the last DELAY counts)
+                props_s = join_properties(props_s, f"{PropertyKey.DELAY}\x010\x02")
             raw = [(req.body, props_s, _int(ext, "flag", 0))]
         return self._prepare_put(
-            ext.get("topic", ""), _int(ext, "queueId", -1), raw, sys_flag=_int(ext, "sysFlag", 0),
+            topic, queue_id, raw, sys_flag=_int(ext, "sysFlag", 0),
             born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),
             reconsume=_int(ext, "reconsumeTimes", 0), producer_group=ext.get("producerGroup", ""))
 
@@ -1083,6 +1101,68 @@ class Broker:
         return req.response_to()
 
     # -- transactions ---------------------------------------------------------------
+
+    def _retry_topic(self, group: str) -> str:
+        """The group's retry topic, created (with the group's retryQueueNums) if need be."""
+        topic = RETRY_PREFIX + group
+        if topic not in self.topics:
+            n = max(1, int(self.groups.table[group].get("retryQueueNums", 1)))
+            self.topics.put(TopicConfig(topic, n, n, 6))
+            self._topics_changed()
+        return topic
+
+    def _dead_letter_topic(self, group: str) -> str:
+        """The group's dead-letter topic (one queue, readable: 5.x brokers create it so)."""
+        topic = DLQ_PREFIX + group
+        if topic not in self.topics:
+            self.topics.put(TopicConfig(topic, 1, 1, 6))
+            self._topics_changed()
+        return topic
+
+    def consumer_send_msg_back(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
+        """CONSUMER_SEND_MSG_BACK (36): a consumer gives back a message it could not process
+        (``offset``: where it is in the commit log). As Java brokers do: the message is stored
+        again in the group's retry topic, delayed by ``delayLevel`` (0: 3 + its reconsume
+        times), with RETRY_TOPIC (its first topic) and ORIGIN_MESSAGE_ID (its first message
+        id) kept and its reconsume times one more; once those reach ``maxReconsumeTimes`` (the
+        group's retryMaxTimes when absent), or with a negative delay level, it goes to the
+        group's dead-letter topic instead, at once."""
+        ext = req.ext_fields
+        group = ext.get("group", "")
+        if group_problem(group) or not self.knows_group(group):
+            return req.response_to(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                   remark=f"subscription group not exist, {group}")
+        cfg = self.groups.table[group]
+        if int(cfg.get("retryQueueNums", 1)) <= 0:
+            return req.response_to()  # the group keeps no retries (as Java brokers answer)
+        pos = _int(ext, "offset", -1)
+        raw = self.store.record_at(pos) if pos >= 0 else None
+        try:
+            rec = decode_record(raw) if raw is not None else None
+        except ProtocolError:
+            rec = None
+        if rec is None:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"look message by offset failed, {pos}")
+        props = dict(rec.properties)
+        props.setdefault(PropertyKey.RETRY_TOPIC, rec.topic)
+        if not props.get(PropertyKey.ORIGIN_MESSAGE_ID, "").strip():
+            props[PropertyKey.ORIGIN_MESSAGE_ID] = offset_msg_id(rec.store_host, rec.physical_offset)
+        delay = _int(ext, "delayLevel", 0)
+        most = _int(ext, "maxReconsumeTimes", int(cfg.get("retryMaxTimes", 16)))
+        if rec.reconsume_times >= most or delay < 0:
+            topic, queue_id = self._dead_letter_topic(group), 0
+            props[PropertyKey.DELAY] = "0"
+        else:
+            topic = self._retry_topic(group)
+            queue_id = random.randrange(self.topics.get(topic).writeQueueNums)  # type: ignore[union-attr]
+            props[PropertyKey.DELAY] = str(delay or 3 + rec.reconsume_times)
+        try:
+            self.put_messages(topic, queue_id, [(rec.body, encode_properties(props), rec.flag)], sys_flag=rec.sys_flag,
+                              born_ts=rec.born_timestamp, born_host=self.pack_peer(rec.born_host),
+                              reconsume=rec.reconsume_times + 1)
+        except SendRejected as exc:
+            return req.response_to(exc.code, remark=exc.remark)
+        return self._when_durable(req.response_to())
 
     def end_transaction(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
         return self._end_transactions(conn, [req])[0]

@@ -90,6 +90,20 @@ class BrokerClient(Protocol):
                                 ) -> dict[MessageQueue, RocketMQSparkError]:
         """Every queue's offset; the failures are returned (queue -> error), not raised."""
 
+    def send_back(self, mq: MessageQueue, commit_log_offset: int, group: str, *, origin_msg_id: str,
+                  max_reconsume_times: int = 16, delay_level: int = 0) -> None:
+        """Give the message of ``mq`` stored at ``commit_log_offset`` back to consumer group
+        ``group`` (CONSUMER_SEND_MSG_BACK, what the Java consumer does with a message it could
+        not process): its broker redelivers it through the group's retry topic after the delay
+        (``delay_level`` 0: 3 + its reconsume times), or puts it in the group's dead-letter topic
+        once it was reconsumed ``max_reconsume_times`` times. Raises the broker's error."""
+
+    def send_to_retry(self, mq: MessageQueue, group: str, entry: BatchEntry, *, sys_flag: int, reconsume_times: int,
+                      max_reconsume_times: int, producer_group: str = "rocketmq-spark") -> SendResult:
+        """Send ``entry`` to ``group``'s retry topic on ``mq``'s broker, what the Java consumer
+        sends when a send-back fails: the reconsume times travel in the request, and the broker
+        puts it in the group's dead-letter topic once they pass ``max_reconsume_times``."""
+
     # -- consumer group ---------------------------------------------------------------
 
     def group_consumers(self, group: str, topics: Sequence[str]) -> dict[str, list[str]] | None:

@@ -52,6 +52,7 @@ from ..errors import (
     MessageIllegalError,
     NoPermissionError,
     OffsetNotFoundError,
+    OptionError,
     RequestNotSupportedError,
     RequestTimeoutError,
     RocketMQSparkError,
@@ -449,6 +450,20 @@ class GrpcClient(SequentialManyQueueCalls):
             msg = properties_to_message(mq.topic, body, props, prepared=prepared, born_ms=born, born_host=host)
             out.append(pb.SendMessageRequest(messages=[msg]))
         return out
+
+    def send_back(self, mq: MessageQueue, commit_log_offset: int, group: str, *, origin_msg_id: str,
+                  max_reconsume_times: int = 16, delay_level: int = 0) -> None:
+        """Not in the 5.x protocol: its consumers give a message back by letting its
+        invisibility lapse (ChangeInvisibleDuration), which needs a receipt handle from a
+        receive; a message read by offset has none."""
+        raise OptionError("endpoints", None, "delivery=send-back gives messages back with CONSUMER_SEND_MSG_BACK, "
+                          "which only the remoting protocol has: use namesrvAddr")
+
+    def send_to_retry(self, mq: MessageQueue, group: str, entry: BatchEntry, *, sys_flag: int, reconsume_times: int,
+                      max_reconsume_times: int, producer_group: str = "rocketmq-spark") -> SendResult:
+        """Not over gRPC (see :meth:`send_back`)."""
+        raise OptionError("endpoints", None, "delivery=send-back sends to a retry topic with the remoting "
+                          "protocol only: use namesrvAddr")
 
     def send_async_many(self, sends: Sequence[tuple[MessageQueue, list[pb.SendMessageRequest]]]
                         ) -> list[Future[Any]]:

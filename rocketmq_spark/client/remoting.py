@@ -41,7 +41,7 @@ from ..errors import (
     broker_error,
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
-from ..names import AUTO_CREATE_TOPIC
+from ..names import AUTO_CREATE_TOPIC, retry_topic
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
@@ -562,6 +562,23 @@ class RemotingClient:
                       {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id),
                        "commitOffset": str(offset)},
                       f"update offset of group {group!r}")
+
+    def send_back(self, mq: MessageQueue, commit_log_offset: int, group: str, *, origin_msg_id: str,
+                  max_reconsume_times: int = 16, delay_level: int = 0) -> None:
+        self._mq_call(mq, RequestCode.CONSUMER_SEND_MSG_BACK,
+                      {"offset": str(commit_log_offset), "group": group, "delayLevel": str(delay_level),
+                       "originMsgId": origin_msg_id, "originTopic": mq.topic, "unitMode": "false",
+                       "maxReconsumeTimes": str(max_reconsume_times)},
+                      f"send back to group {group!r} of the message at commit log offset {commit_log_offset}")
+
+    def send_to_retry(self, mq: MessageQueue, group: str, entry: BatchEntry, *, sys_flag: int, reconsume_times: int,
+                      max_reconsume_times: int, producer_group: str = "rocketmq-spark") -> SendResult:
+        target = MessageQueue(retry_topic(group), mq.broker, 0)
+        req = self.send_request(target, [entry], producer_group=producer_group, sys_flag=sys_flag)
+        req.ext_fields["j"] = str(reconsume_times)
+        req.ext_fields["l"] = str(max_reconsume_times)
+        resp = self.invoke(self.broker_addr(mq.broker, mq.topic), req, f"send to {target}")
+        return self.send_results(target, 1, resp)[0]
 
     def pull_request(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
                      subscription: str = "*", suspend_ms: int = 0) -> RemotingCommand:

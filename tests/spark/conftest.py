@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,23 @@ def spark() -> Iterator[object]:
     rocketmq_spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def peer() -> Callable[..., list[dict[str, Any]]]:
+    """Runs one JavaPeer command (one JVM, the Apache RocketMQ Java client) and returns its
+    output lines; the peer is built once (tests/java_peer.py)."""
+    import java_peer
+    from brokers import skip_or_fail
+    from real_rocketmq import cache_root, java_available, provision
+
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the Java client peer cannot run here: {missing}")
+    lib = provision()
+    classes = java_peer.build(lib, cache_root())
+
+    def run(command: str, args: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:
+        return java_peer.run(lib, classes, command, args, timeout=timeout)
+
+    return run

@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-import java_peer
-from brokers import Target, skip_or_fail, wait_until
-from real_rocketmq import cache_root, java_available, provision
+from brokers import Target, wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import SysFlag, decode_records
 from rocketmq_spark.model import MessageQueue
@@ -27,7 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.interop]
 
 BROKERS = ("embedded", "real")
 
-Peer = Callable[..., list[dict[str, Any]]]
+Peer = Callable[..., list[dict[str, Any]]]  # the peer fixture (conftest.py)
 
 #: bodies above this many bytes are compressed by both producers (the Java client's
 #: compressMsgBodyOverHowmuch and our writer's compressThreshold default alike)
@@ -36,21 +34,6 @@ COMPRESS_THRESHOLD = 4096
 BIG_BINARY = bytes(range(256)) * 24  # 6 KiB
 #: a text body over the threshold for our writer
 BIG_TEXT = "".join(f"line {i:05d}: the quick brown fox\n" for i in range(300))  # ~10 KiB
-
-
-@pytest.fixture(scope="module")
-def peer(request: pytest.FixtureRequest) -> Peer:
-    """Runs one JavaPeer command (one JVM) and returns its output lines; the peer is built once."""
-    missing = java_available()
-    if missing:
-        skip_or_fail(f"the Java client peer cannot run here: {missing}")
-    lib = provision()
-    classes = java_peer.build(lib, cache_root())
-
-    def run(command: str, args: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:
-        return java_peer.run(lib, classes, command, args, timeout=timeout)
-
-    return run
 
 
 def _name(broker: Target, text: str) -> str:
