@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 
 from .errors import OptionError
 from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
-from .source import SCHEMA_DDL, ReaderOptions, RocketMQBatchReader, RocketMQStreamReader
+from .source import RETRY_SCHEMA_DDL, SCHEMA_DDL, ReaderOptions, RocketMQBatchReader, RocketMQStreamReader
 
 __all__ = ["RocketMQDataSource", "register"]
 
@@ -32,8 +32,10 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> str:
-        """The reader's fixed row schema (:data:`~rocketmq_spark.codec.arrow.SCHEMA_DDL`)."""
-        return SCHEMA_DDL
+        """The reader's row schema (:data:`~rocketmq_spark.codec.arrow.SCHEMA_DDL`), with
+        retryTopic and reconsumeTimes after it when includeRetryTopic is true."""
+        raw = next((v for k, v in self.options.items() if k.lower() == "includeretrytopic"), "false")
+        return RETRY_SCHEMA_DDL if str(raw).strip().lower() == "true" else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return RocketMQBatchReader(ReaderOptions.parse(self.options, stream=False))

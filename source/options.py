@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from ..client import Credentials
 from ..errors import OptionError
+from ..names import retry_topic
 from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
@@ -31,7 +32,7 @@ _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
-    "onOffsetReset", *CREDENTIAL_OPTIONS,
+    "onOffsetReset", "includeRetryTopic", *CREDENTIAL_OPTIONS,
 )
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
@@ -96,6 +97,9 @@ class ReaderOptions:
     credentials: Credentials | None = None
     #: what a running query does when its group's offsets are reset: follow | fail | ignore
     on_offset_reset: str = "follow"
+    #: the group's retry topic is read too (the last of ``topics``), and rows carry retryTopic
+    #: and reconsumeTimes (option includeRetryTopic)
+    include_retry_topic: bool = False
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -124,6 +128,13 @@ class ReaderOptions:
         group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
         if group is not None:
             group_name("consumerGroup", group)
+        include_retry = parse_bool("includeRetryTopic", opts.get("includeRetryTopic", "false"))
+        if include_retry:
+            if not group:
+                raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "reads the consumer group's retry "
+                                  "topic: needs the option consumerGroup")
+            if retry_topic(group) not in topics:
+                topics = (*topics, retry_topic(group))
         starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
         low = starting_raw.strip().lower()
         starting_json = None
@@ -178,4 +189,5 @@ class ReaderOptions:
             broker_down_timeout_ms=positive_int("brokerDownTimeoutMs", opts.get("brokerDownTimeoutMs", "30000")),
             credentials=credentials(opts),
             on_offset_reset=on_reset,
+            include_retry_topic=include_retry,
         )

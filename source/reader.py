@@ -31,8 +31,8 @@ from pyspark.sql.streaming.datasource import (
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, connect
 from ..client.membership import GroupPresence, QueueStatus
-from ..codec import subscribed_tags
-from ..codec.arrow import only_subscribed, tag_set
+from ..codec import PropertyKey, decode_records, subscribed_tags
+from ..codec.arrow import RETRY_FIELDS, only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -45,6 +45,7 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..model import MessageQueue, PullResult
+from ..names import RETRY_PREFIX
 from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
 from .options import ReaderOptions
 
@@ -93,6 +94,8 @@ class QueueRange(InputPartition):
     broker_down_timeout_ms: int = 30_000
     #: ACL credentials the task signs its requests with (repr masks the secret)
     credentials: Credentials | None = None
+    #: rows carry retryTopic and reconsumeTimes (includeRetryTopic)
+    retry_columns: bool = False
 
 
 class Planner:
@@ -465,7 +468,8 @@ class Planner:
                     split.append((mq, a, min(e, a + step)))
             ranges = split
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
-                           o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials)
+                           o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
+                           o.include_retry_topic)
                 for mq, s, e in ranges]
 
     def commit(self, end: QueueOffsets) -> None:
@@ -785,7 +789,8 @@ def _read(part: QueueRange, c: BrokerClient) -> Iterator[pa.RecordBatch]:
 
     def decode(upto: int) -> pa.RecordBatch:
         try:
-            return c.rows(mq, pulled, part.end)
+            batch = c.rows(mq, pulled, part.end)
+            return _with_retry_columns(batch, mq, pulled) if part.retry_columns else batch
         except ProtocolError as exc:
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
@@ -808,6 +813,23 @@ def _read(part: QueueRange, c: BrokerClient) -> Iterator[pa.RecordBatch]:
         batch = decode(part.end)
         if batch.num_rows:
             yield batch
+
+
+def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[PullResult]) -> pa.RecordBatch:
+    """``batch`` with retryTopic and reconsumeTimes: read from the records of a retry topic's
+    queue (messages given back: their RETRY_TOPIC property and reconsume times), null and 0
+    for a topic's own messages."""
+    n = batch.num_rows
+    if mq.topic.startswith(RETRY_PREFIX):
+        seen = {rec.queue_offset: (rec.properties.get(PropertyKey.RETRY_TOPIC), rec.reconsume_times)
+                for res in pulled for rec in decode_records(res.body)}
+        pairs = [seen.get(off, (None, 0)) for off in batch.column("queueOffset").to_pylist()]
+        topics = pa.array([p[0] for p in pairs], pa.string())
+        times = pa.array([p[1] for p in pairs], pa.int32())
+    else:
+        topics, times = pa.nulls(n, pa.string()), pa.array([0] * n, pa.int32())
+    return pa.RecordBatch.from_arrays([*batch.columns, topics, times],
+                                      schema=pa.schema([*batch.schema, *RETRY_FIELDS]))
 
 
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -26,14 +26,20 @@ from ..errors import ProtocolError
 from .properties import SYSTEM_PROPERTY_KEYS, PropertyKey
 from .record import HEAD, MAGIC_V1, MAGIC_V2, SysFlag
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA_DDL", "columns_to_batch", "decode_to_batch", "decode_to_batch_reference",
-           "only_subscribed", "tag_set"]
+__all__ = ["ARROW_SCHEMA", "RETRY_FIELDS", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "columns_to_batch",
+           "decode_to_batch", "decode_to_batch_reference", "only_subscribed", "tag_set"]
 
 SCHEMA_DDL = (
     "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
     "keys ARRAY<STRING>, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP, "
     "storeTimestamp TIMESTAMP, bornHost STRING, storeHost STRING"
 )
+
+#: with includeRetryTopic the rows also say where a message given back came from: retryTopic (its
+#: RETRY_TOPIC property: the topic it was first read from; null for the topics' own messages) and
+#: reconsumeTimes (how many times it was given back: 0 for the topics' own messages)
+RETRY_SCHEMA_DDL = SCHEMA_DDL + ", retryTopic STRING, reconsumeTimes INT"
+RETRY_FIELDS = (pa.field("retryTopic", pa.string()), pa.field("reconsumeTimes", pa.int32()))
 
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([

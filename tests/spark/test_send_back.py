@@ -120,9 +120,18 @@ def test_a_pipeline_writes_the_good_orders_and_sends_the_bad_ones_back_until_the
     assert {(r.reconsume_times, r.properties["RETRY_TOPIC"]) for r in back} == {(1, orders)}
     origins = {r.payload(): r.properties["ORIGIN_MESSAGE_ID"] for r in back}
 
-    # read again from the retry topic and still unparseable: with the reason, past the maximum
-    again = read(f"%RETRY%{group}").withColumn("error", F.lit("not JSON: no order id"))
+    # read again with the group's retry topic (includeRetryTopic: rows say where they came from
+    # and how often they were given back) and still unparseable: with the reason, past the maximum
+    both = (spark.read.format("rocketmq").option("namesrvAddr", ns).option("topic", orders)
+            .option("consumerGroup", group).option("includeRetryTopic", "true").option("startingOffsets", "earliest")
+            .load())
+    assert both.columns[-2:] == ["retryTopic", "reconsumeTimes"]
+    seen = {(r.topic, r.retryTopic, r.reconsumeTimes) for r in both.select("topic", "retryTopic", "reconsumeTimes")
+            .distinct().collect()}
+    assert seen == {(orders, None, 0), (f"%RETRY%{group}", orders, 1)}, seen
+    again = both.where("retryTopic IS NOT NULL").withColumn("error", F.lit("not JSON: no order id"))
     assert again.count() == 10
+    assert "retryTopic" not in read(orders).columns  # without the option the schema is as it was
     again.write.format("rocketmq").option("namesrvAddr", ns).option("delivery", "send-back") \
         .option("consumerGroup", group).option("maxReconsumeTimes", "1").mode("append").save()
     _arrive(client, f"%DLQ%{group}", 10, 30)
@@ -135,3 +144,30 @@ def test_a_pipeline_writes_the_good_orders_and_sends_the_bad_ones_back_until_the
     for body, m in got.items():
         assert m["sysProps"]["RETRY_TOPIC"] == orders and m["sysProps"]["ORIGIN_MESSAGE_ID"] == origins[body]
         assert m["props"]["error"] == "not JSON: no order id" and m["reconsumeTimes"] == 2
+
+
+@pytest.mark.brokers("embedded")
+@pytest.mark.transports(embedded=("remoting",))
+def test_the_example_pipeline_writes_valid_orders_and_gives_the_others_back(broker: Target, client: RemotingClient,
+                                                                            transport: Any, tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    topic, out, group = broker.create_topic("EX_ORDERS", 2), broker.create_topic("EX_VALID", 2), "g_example"
+    q = client.message_queues(topic)[0]
+    bodies = [json.dumps({"orderId": i, "customer": f"c{i % 3}", "amount": i * 1.5}) for i in range(20)]
+    bodies[4], bodies[11], bodies[17] = "{not json", json.dumps({"customer": "x"}), "[]"
+    client.send_batch(q, [BatchEntry(b.encode()) for b in bodies])
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "send_back_pipeline.py")
+    run = subprocess.run([sys.executable, example, "--namesrv", broker.namesrv_addr, "--topic", topic, "--group",
+                          group, "--output-topic", out, "--checkpoint", str(tmp_path / "ck")],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert run.returncode == 0, run.stderr[-3000:]
+    valid = [json.loads(r.payload()) for r in _records(client, out)]
+    assert sorted(o["orderId"] for o in valid) == sorted(set(range(20)) - {4, 11, 17})
+    back = _arrive(client, f"%RETRY%{group}", 3)
+    assert sorted(r.payload().decode() for r in back) == sorted(bodies[i] for i in (4, 11, 17))
+    assert all(r.properties["error"] == "not an order: needs orderId and amount" and r.reconsume_times == 1
+               for r in back)

@@ -152,6 +152,9 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("allowSharedGroup", {"allowSharedGroup": "y"}, True, "y", "true or false"),
     ("onOffsetReset", {"onOffsetReset": "skip"}, True, "skip", "follow, fail, ignore"),
     ("onOffsetReset", {"onOffsetReset": ""}, True, "", "follow, fail, ignore"),
+    ("includeRetryTopic", {"includeRetryTopic": "maybe"}, True, "maybe", "true or false"),
+    ("includeRetryTopic", {"includeRetryTopic": "true", "consumerGroup": DROP}, False, "true",
+     "needs the option consumerGroup"),
     # credentials: accessKey and secretKey go together; the token needs both
     ("accessKey", {"secretKey": SK}, True, None, "must be given together"),
     ("accessKey", {"accessKey": "  ", "secretKey": SK}, True, None, "must be given together"),
@@ -260,10 +263,10 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
     ("topic", {"topic": "   "}, None, "STRING column named topic"),
     ("producerGroup", {"producerGroup": ""}, "", "non-empty"),
     ("producerGroup", {"producerGroup": "  "}, "  ", "non-empty"),
-    ("delivery", {"delivery": "maybe"}, "maybe", "at-least-once or exactly-once"),
-    ("delivery", {"delivery": "exactly_once"}, "exactly_once", "at-least-once or exactly-once"),
-    ("delivery", {"delivery": "at-most-once"}, "at-most-once", "at-least-once or exactly-once"),
-    ("delivery", {"delivery": ""}, "", "at-least-once or exactly-once"),
+    ("delivery", {"delivery": "maybe"}, "maybe", "at-least-once, exactly-once, send-back"),
+    ("delivery", {"delivery": "exactly_once"}, "exactly_once", "at-least-once, exactly-once, send-back"),
+    ("delivery", {"delivery": "at-most-once"}, "at-most-once", "at-least-once, exactly-once, send-back"),
+    ("delivery", {"delivery": ""}, "", "at-least-once, exactly-once, send-back"),
     ("maxBatchMessages", {"maxBatchMessages": "0"}, "0", "positive integer"),
     ("maxBatchMessages", {"maxBatchMessages": "-1"}, "-1", "positive integer"),
     ("maxBatchMessages", {"maxBatchMessages": "lots"}, "lots", "positive integer"),
@@ -276,10 +279,18 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
     ("accessKey", {"secretKey": SK}, None, "must be given together"),
     ("secretKey", {"accessKey": AK}, None, "must be given together"),
     ("securityToken", {"securityToken": TOKEN}, "***", "together with accessKey and secretKey"),
+    ("consumerGroup", {"delivery": "send-back"}, None, "required (the group that read them)"),
+    ("consumerGroup", {"delivery": "send-back", "consumerGroup": "bad group"}, "bad group", "RocketMQ's rule"),
+    ("consumerGroup", {"consumerGroup": "g"}, "g", "only delivery=send-back takes it"),
+    ("maxReconsumeTimes", {"delivery": "send-back", "consumerGroup": "g", "maxReconsumeTimes": "-1"}, "-1",
+     "a whole number 0..10000"),
+    ("maxReconsumeTimes", {"maxReconsumeTimes": "3"}, "3", "only delivery=send-back takes it"),
+    ("endpoints", {"namesrvAddr": DROP, "endpoints": "h:8081", "delivery": "send-back", "consumerGroup": "g"},
+     "h:8081", "only the remoting protocol has"),
 ]
 
 #: Writer options that accept any string.
-WRITER_FREE_FORM: set[str] = set()  # every writer option has an invalid value
+WRITER_FREE_FORM: set[str] = {"errorColumn"}  # any column name (a missing column carries no error)
 
 
 def _writer_case_id(case: tuple[str, dict[str, object], object, str]) -> str:
@@ -352,6 +363,20 @@ COLUMN_CASES: list[tuple[str, StructType, object, str]] = [
     ("deliveryTimestamp", _schema(body=BinaryType(), deliveryTimestamp=LongType()), "bigint", "TIMESTAMP"),
     ("deliveryTimestamp", _schema(body=BinaryType(), deliveryTimestamp=StringType()), "string", "TIMESTAMP"),
 ]
+
+
+def test_send_back_needs_where_each_row_was_read() -> None:
+    opts = WriterOptions.parse(_with(WRITER_BASE, {"delivery": "send-back", "consumerGroup": "g"}))
+    read = _schema(topic=StringType(), broker=StringType(), queueId=IntegerType(), queueOffset=LongType())
+    assert check_columns(read, opts) == ["topic", "broker", "queueId", "queueOffset"]
+    assert check_columns(_schema(**dict((f.name, f.dataType) for f in read.fields), error=StringType()),
+                         opts)[-1] == "error"
+    with pytest.raises(OptionError) as info:
+        check_columns(BODY_ONLY, opts)
+    _assert_names(info.value, "column topic", None, "columns topic, broker, queueId, queueOffset")
+    with pytest.raises(OptionError) as info:
+        check_columns(_schema(**dict((f.name, f.dataType) for f in read.fields), error=IntegerType()), opts)
+    _assert_names(info.value, "column error", "int", "STRING")
 
 
 @pytest.mark.parametrize("column, schema, shown, accepted", COLUMN_CASES,
