@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -15,7 +16,14 @@ from pyspark.sql.types import StructType
 
 from .errors import OptionError
 from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
-from .source import RETRY_SCHEMA_DDL, SCHEMA_DDL, ReaderOptions, RocketMQBatchReader, RocketMQStreamReader
+from .source import (
+    RETRY_SCHEMA_DDL,
+    SCHEMA_DDL,
+    ReaderOptions,
+    RocketMQBatchReader,
+    RocketMQStreamReader,
+    asked_columns,
+)
 
 __all__ = ["RocketMQDataSource", "register"]
 
@@ -38,10 +46,17 @@ class RocketMQDataSource(DataSource):
         return RETRY_SCHEMA_DDL if str(raw).strip().lower() == "true" else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(ReaderOptions.parse(self.options, stream=False))
+        """``schema``: the row schema, or a user-given subset of its fields (only those are
+        decoded); another field or type raises OptionError naming it."""
+        return RocketMQBatchReader(self._reader_options(schema, stream=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RocketMQStreamReader(ReaderOptions.parse(self.options, stream=True))
+        return RocketMQStreamReader(self._reader_options(schema, stream=True))
+
+    def _reader_options(self, schema: StructType, *, stream: bool) -> ReaderOptions:
+        opts = ReaderOptions.parse(self.options, stream=stream)
+        columns = asked_columns(schema, RETRY_SCHEMA_DDL if opts.include_retry_topic else SCHEMA_DDL)
+        return replace(opts, columns=columns) if columns is not None else opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Append only: overwrite mode raises OptionError, as do options or columns the

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pyspark.sql.types import StructType
+
 from ..client import Credentials
 from ..errors import OptionError
 from ..names import retry_topic
@@ -26,7 +28,7 @@ from ..options import (
     topic_name,
 )
 
-__all__ = ["ReaderOptions"]
+__all__ = ["ReaderOptions", "asked_columns"]
 
 _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
@@ -100,6 +102,8 @@ class ReaderOptions:
     #: the group's retry topic is read too (the last of ``topics``), and rows carry retryTopic
     #: and reconsumeTimes (option includeRetryTopic)
     include_retry_topic: bool = False
+    #: the row columns a user-given schema asks for, in its order (None: the whole schema)
+    columns: tuple[str, ...] | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -191,3 +195,37 @@ class ReaderOptions:
             on_offset_reset=on_reset,
             include_retry_topic=include_retry,
         )
+
+
+def _ddl_fields(ddl: str) -> dict[str, str]:
+    """``name TYPE, ...`` -> {name: type in lower case} (commas inside <> belong to the type)."""
+    out: dict[str, str] = {}
+    depth, start = 0, 0
+    for i, ch in enumerate(ddl + ","):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            name, _, typ = ddl[start:i].strip().partition(" ")
+            out[name] = typ.strip().lower().replace(" ", "")
+            start = i + 1
+    return out
+
+
+def asked_columns(asked: StructType, full_ddl: str) -> tuple[str, ...] | None:
+    """The columns a user-given schema (``.schema(...)``) asks for: any of the row schema's
+    fields (``full_ddl``), in any order, each with its type; None when it is the whole schema
+    in its order. OptionError naming the field and the accepted ones otherwise."""
+    full = _ddl_fields(full_ddl)
+    names = tuple(f.name for f in asked.fields)
+    for f in asked.fields:
+        want = full.get(f.name)
+        got = f.dataType.simpleString().lower()
+        if want is None:
+            raise OptionError("schema", f.name, f"unknown field; accepted: any of {', '.join(full)} (each once, "
+                              "with the type the full schema gives it)")
+        if got != want:
+            raise OptionError("schema", f"{f.name} {got}", f"field {f.name} has type {want.upper()}")
+    if len(set(names)) != len(names):
+        raise OptionError("schema", ", ".join(names), "each field at most once")
+    if not names:
+        raise OptionError("schema", "", f"at least one field of {', '.join(full)}")
+    return None if names == tuple(full) else names

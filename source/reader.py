@@ -32,7 +32,7 @@ from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, connect
 from ..client.membership import GroupPresence, QueueStatus
 from ..codec import PropertyKey, decode_records, subscribed_tags
-from ..codec.arrow import RETRY_FIELDS, only_subscribed, tag_set
+from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -96,6 +96,8 @@ class QueueRange(InputPartition):
     credentials: Credentials | None = None
     #: rows carry retryTopic and reconsumeTimes (includeRetryTopic)
     retry_columns: bool = False
+    #: only these columns, in this order (a user-given schema); None: all
+    columns: tuple[str, ...] | None = None
 
 
 class Planner:
@@ -469,7 +471,7 @@ class Planner:
             ranges = split
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
-                           o.include_retry_topic)
+                           o.include_retry_topic, o.columns)
                 for mq, s, e in ranges]
 
     def commit(self, end: QueueOffsets) -> None:
@@ -670,8 +672,10 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
     tags = tag_set(subscribed_tags(part.sub_expression))
     try:
-        for batch in _read(part, c):
+        for batch in _read(part, c, _decoded_columns(part, tags is not None)):
             batch = only_subscribed(batch, tags)
+            if part.columns is not None and tuple(batch.schema.names) != part.columns:
+                batch = batch.select(list(part.columns))
             if batch.num_rows:
                 yield batch
     finally:
@@ -779,7 +783,17 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
         offset = nxt
 
 
-def _read(part: QueueRange, c: BrokerClient) -> Iterator[pa.RecordBatch]:
+def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | None:
+    """The columns to decode for ``part``: those asked, plus the tag to filter by and the
+    queue offset the retry columns are matched by (None: all)."""
+    if part.columns is None:
+        return None
+    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if part.retry_columns else set())
+    decoded = tuple(c for c in part.columns if c in need and c in ARROW_SCHEMA.names)
+    return decoded + tuple(c for c in ARROW_SCHEMA.names if c in need and c not in decoded)
+
+
+def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``[part.start, part.end)``, several pulls decoded at once (the decoder's
     fixed cost per call is large)."""
     mq = part.mq
@@ -789,7 +803,7 @@ def _read(part: QueueRange, c: BrokerClient) -> Iterator[pa.RecordBatch]:
 
     def decode(upto: int) -> pa.RecordBatch:
         try:
-            batch = c.rows(mq, pulled, part.end)
+            batch = c.rows(mq, pulled, part.end, columns)
             return _with_retry_columns(batch, mq, pulled) if part.retry_columns else batch
         except ProtocolError as exc:
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "

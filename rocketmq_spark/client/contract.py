@@ -140,10 +140,11 @@ class BrokerClient(Protocol):
              subscription: str = "*", suspend_ms: int = 0) -> PullResult:
         """A pull, waited for, retried on transient faults."""
 
-    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
+             columns: Sequence[str] | None = None) -> pa.RecordBatch:
         """The messages of ``results`` (pulls of ``mq``, in order) as rows of the reader's
-        schema, those at or after offset ``end`` left out. Raises ProtocolError on bytes that
-        do not decode."""
+        schema, those at or after offset ``end`` left out; ``columns``: only those, in that
+        order (None: all). Raises ProtocolError on bytes that do not decode."""
 
     # -- writing ----------------------------------------------------------------------
 

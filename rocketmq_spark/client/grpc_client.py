@@ -391,10 +391,12 @@ class GrpcClient(SequentialManyQueueCalls):
         return retrying(lambda: self.pull_result(mq, self.pull_async(
             mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)), self.config)
 
-    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
+             columns: Sequence[str] | None = None) -> pa.RecordBatch:
         from ..codec.arrow import columns_to_batch
 
-        return columns_to_batch(message_columns([m for r in results for m in r.messages]), mq.broker, end)
+        batch = columns_to_batch(message_columns([m for r in results for m in r.messages]), mq.broker, end)
+        return batch if columns is None else batch.select(list(columns))
 
     # -- consumer group ---------------------------------------------------------------
 

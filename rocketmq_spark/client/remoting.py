@@ -630,10 +630,11 @@ class RemotingClient:
         return self._retrying(lambda: self.pull_result(mq, self.pull_async(
             mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)))
 
-    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None) -> pa.RecordBatch:
+    def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
+             columns: Sequence[str] | None = None) -> pa.RecordBatch:
         from ..codec.arrow import decode_to_batch
 
-        return decode_to_batch([r.body for r in results if r.body], mq.broker, end)
+        return decode_to_batch([r.body for r in results if r.body], mq.broker, end, columns)
 
     def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
         """Store time (epoch ms) of the message at ``offset``, None when there is none."""

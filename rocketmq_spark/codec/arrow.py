@@ -12,6 +12,7 @@ that is safe.
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 import threading
@@ -436,7 +437,8 @@ class _Malformed(Exception):
     """Leave the whole input to the reference decoder (it decides what malformed input gives)."""
 
 
-def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None) -> pa.RecordBatch:
+def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None,
+                    columns: Sequence[str] | None = None) -> pa.RecordBatch:
     """Decode record bytes (pull bodies) into one RecordBatch; records at/after ``end`` are dropped.
 
     Vectorised (numpy + pyarrow.compute): gives the same batch as
@@ -444,22 +446,34 @@ def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None
     microseconds of kernel launches plus well under a microsecond per record, so pass many
     pull bodies per call (a few thousand records). Each chunk must hold whole records.
     Malformed input raises the reference decoder's ProtocolError.
+
+    ``columns``: only these of :data:`ARROW_SCHEMA`, in this order (the rest is not decoded:
+    no properties parsed without tag, keys, messageId or properties, no hosts formatted
+    without bornHost or storeHost); None: every column.
     """
     parts = [c for c in chunks if len(c)]
     total = sum(len(c) for c in parts)
     if total < SMALL_INPUT_BYTES:
-        return decode_to_batch_reference(parts, broker, end)
+        return _project(decode_to_batch_reference(parts, broker, end), columns)
     if total > BLOCK_BYTES and len(parts) > 1:
         # blocks of about BLOCK_BYTES keep the temporaries cache-sized (and clear of fresh pages)
-        return _concat([decode_to_batch(g, broker, end) for g in _groups(parts, BLOCK_BYTES)])
+        return _concat([decode_to_batch(g, broker, end, columns) for g in _groups(parts, BLOCK_BYTES)])
     if total > _MAX_FAST_BYTES:  # one huge chunk
-        return decode_to_batch_reference(parts, broker, end)
+        return _project(decode_to_batch_reference(parts, broker, end), columns)
     try:
-        return _decode_fast(parts, broker, end)
+        return _decode_fast(parts, broker, end, columns)
     except _Malformed:
-        return decode_to_batch_reference(parts, broker, end)
+        return _project(decode_to_batch_reference(parts, broker, end), columns)
     except _Unsupported as exc:
-        return _decode_mixed(parts, broker, end, exc.positions)
+        return _project(_decode_mixed(parts, broker, end, exc.positions), columns)
+
+
+def _project(batch: pa.RecordBatch, columns: Sequence[str] | None) -> pa.RecordBatch:
+    return batch if columns is None else batch.select(list(columns))
+
+
+#: the columns read from a record's properties
+_PROPERTY_COLUMNS = frozenset({"tag", "keys", "messageId", "properties"})
 
 
 def _groups(parts: list[bytes], limit: int) -> list[list[bytes]]:
@@ -619,7 +633,8 @@ def _steps(n: int, step: int) -> np.ndarray:
     return _cached(("steps", n, step), make, n)  # type: ignore[return-value]
 
 
-def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.RecordBatch:
+def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
+                 columns: Sequence[str] | None = None) -> pa.RecordBatch:
     buf = parts[0] if len(parts) == 1 else _scratch.joined(parts, sum(len(c) for c in parts))
     u8 = np.frombuffer(buf, np.uint8)
     n = len(u8)
@@ -681,7 +696,7 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.Rec
                 raise _Malformed() from None
             rows = np.flatnonzero(keep)
             if not len(rows):
-                return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+                return _project(pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), columns)
             heads, qoff = heads[rows], qoff[rows]
             h = heads.view(_HDR)
             six = rows.astype(np.int32) * 6
@@ -709,16 +724,22 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.Rec
             order[comp] = k + _arange(len(comp))
             body = _take(pa.concat_arrays([body, inflated]), pa.array(order))
 
-    tag, keys, user, uniq = _properties(gdata, goff[2 * k :], k)
-    if uniq is None or uniq.null_count:  # the offset message id: store host + physical offset, in hex
-        hb = heads.view(np.uint8).reshape(k, _FIXED)
-        raw = np.empty((k, 16), np.uint8)
-        raw[:, :8] = hb[:, 64:72]
-        raw[:, 8:] = hb[:, 28:36]
-        offset_ids = _strings(_steps(k + 1, 32), _HEX[raw], k)
-        message_id = offset_ids if uniq is None else pc.coalesce(uniq, offset_ids)
-    else:
-        message_id = uniq
+    want = _ALL_COLUMNS if columns is None else frozenset(columns)
+    if want & _PROPERTY_COLUMNS:
+        tag, keys, user, uniq = _properties(gdata, goff[2 * k :], k)
+    else:  # properties are not parsed (their text was checked above)
+        tag = keys = user = uniq = None
+    message_id = None
+    if "messageId" in want:
+        if uniq is None or uniq.null_count:  # the offset message id: store host + physical offset, in hex
+            hb = heads.view(np.uint8).reshape(k, _FIXED)
+            raw = np.empty((k, 16), np.uint8)
+            raw[:, :8] = hb[:, 64:72]
+            raw[:, 8:] = hb[:, 28:36]
+            offset_ids = _strings(_steps(k + 1, 32), _HEX[raw], k)
+            message_id = offset_ids if uniq is None else pc.coalesce(uniq, offset_ids)
+        else:
+            message_id = uniq
 
     ts = np.empty((2, k), np.int64)
     ts[0] = h["bornTs"]
@@ -726,24 +747,35 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None) -> pa.Rec
     if ts.max() > _TS_LIMIT_MS or ts.min() < -_TS_LIMIT_MS:
         raise _Malformed()
     ts *= 1000
-    return pa.RecordBatch.from_arrays(
-        [
-            got.slice(k, k).view(pa.string()),
-            _repeat_string(broker, k),
-            _int32s(h["queueId"]),
-            pa.Array.from_buffers(pa.int64(), k, [None, pa.py_buffer(qoff)]),
-            message_id,
-            tag,
-            keys,
-            body,
-            user,
-            pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[0])]),
-            pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[1])]),
-            _host_column(h["born"]),
-            _host_column(h["store"]),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    make: dict[str, Callable[[], pa.Array | None]] = {
+        "topic": lambda: got.slice(k, k).view(pa.string()),
+        "broker": lambda: _repeat_string(broker, k),
+        "queueId": lambda: _int32s(h["queueId"]),
+        "queueOffset": lambda: pa.Array.from_buffers(pa.int64(), k, [None, pa.py_buffer(qoff)]),
+        "messageId": lambda: message_id,
+        "tag": lambda: tag,
+        "keys": lambda: keys,
+        "body": lambda: body,
+        "properties": lambda: user,
+        "bornTimestamp": lambda: pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[0])]),
+        "storeTimestamp": lambda: pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[1])]),
+        "bornHost": lambda: _host_column(h["born"]),
+        "storeHost": lambda: _host_column(h["store"]),
+    }
+    names = ARROW_SCHEMA.names if columns is None else list(columns)
+    return pa.RecordBatch.from_arrays([make[c]() for c in names],
+                                      schema=ARROW_SCHEMA if columns is None else _schema_of(tuple(names)))
+
+
+_ALL_COLUMNS = frozenset(ARROW_SCHEMA.names)
+
+
+# Memoised at module level: a pure function of the column list, called per decoded block; a
+# query asks one list, so 64 entries hold every query of a process; lru_cache is thread-safe.
+@functools.lru_cache(maxsize=64)
+def _schema_of(columns: tuple[str, ...]) -> pa.Schema:
+    """The schema of a projection of ARROW_SCHEMA."""
+    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
 
 
 def _terminate(data: np.ndarray, offsets: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

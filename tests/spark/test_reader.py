@@ -127,6 +127,45 @@ def test_batch_read_with_ending_offsets(spark, broker, client, transport) -> Non
     assert offsets == [(0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (3, 0), (3, 1), (3, 2)]
 
 
+def test_a_schema_of_some_fields_reads_just_those_batch_and_stream(spark, broker, client, tmp_path,
+                                                                   transport) -> None:
+    topic = broker.create_topic(transport("SPARK_PROJECT"))
+    _produce(client, topic, 40)
+    full = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic)
+            .option("startingOffsets", "earliest").load())
+    for ddl in ("body BINARY, queueOffset BIGINT", "storeHost STRING, tag STRING, queueId INT",
+                "properties MAP<STRING,STRING>, messageId STRING, keys ARRAY<STRING>, bornTimestamp TIMESTAMP"):
+        names = [f.strip().split(" ")[0] for f in re.split(r",(?![^<]*>)", ddl)]
+        got = (spark.read.format("rocketmq").schema(ddl).options(**transport.options).option("topic", topic)
+               .option("startingOffsets", "earliest").load())
+        assert got.columns == names
+        assert sorted(map(repr, got.collect())) == sorted(map(repr, full.select(*names).collect())), ddl
+    # a tag filter still applies when no tag column is asked for
+    odd = (spark.read.format("rocketmq").schema("body BINARY").options(**transport.options).option("topic", topic)
+           .option("startingOffsets", "earliest").option("subExpression", "odd").load())
+    assert sorted(bytes(r.body) for r in odd.collect()) == sorted(b"msg-%d" % i for i in range(1, 40, 2))
+    # a stream with a schema of two fields
+    group = transport("g_project")
+    q = (spark.readStream.format("rocketmq").schema("queueOffset BIGINT, body BINARY").options(**transport.options)
+         .option("topic", topic).option("consumerGroup", group).option("startingOffsets", "earliest").load()
+         .writeStream.format("memory").queryName(f"q_{group}").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    rows = spark.sql(f"select * from q_{group}").collect()
+    assert [f.name for f in spark.sql(f"select * from q_{group}").schema.fields] == ["queueOffset", "body"]
+    assert sorted(bytes(r.body) for r in rows) == sorted(b"msg-%d" % i for i in range(40))
+
+
+@pytest.mark.parametrize("ddl, named", [("body BINARY, nope STRING", "nope"), ("body STRING", "body string"),
+                                        ("queueOffset INT", "queueOffset int")])
+def test_a_schema_with_an_unknown_or_mistyped_field_names_it(spark, broker, ddl, named) -> None:
+    with pytest.raises(Exception, match=re.escape(named)) as info:
+        (spark.read.format("rocketmq").schema(ddl).option("namesrvAddr", broker.namesrv_addr).option("topic", "x")
+         .load().collect())
+    assert "accepted" in str(info.value) or "has type" in str(info.value)
+
+
 def test_unknown_option_names_option_value_and_accepted(spark, broker) -> None:
     with pytest.raises(Exception, match="startingOffset"):
         (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", "x")
