@@ -21,6 +21,7 @@ from .source import (
     SCHEMA_DDL,
     ReaderOptions,
     RocketMQBatchReader,
+    RocketMQPushdownBatchReader,
     RocketMQStreamReader,
     asked_columns,
 )
@@ -48,7 +49,8 @@ class RocketMQDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         """``schema``: the row schema, or a user-given subset of its fields (only those are
         decoded); another field or type raises OptionError naming it."""
-        return RocketMQBatchReader(self._reader_options(schema, stream=False))
+        opts = self._reader_options(schema, stream=False)
+        return RocketMQPushdownBatchReader(opts) if opts.filter_pushdown else RocketMQBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(self._reader_options(schema, stream=True))

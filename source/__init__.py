@@ -2,7 +2,7 @@
 
 from ..codec.arrow import ARROW_SCHEMA, RETRY_SCHEMA_DDL, SCHEMA_DDL
 from .options import ReaderOptions, asked_columns
-from .reader import Planner, QueueRange, RocketMQBatchReader, RocketMQStreamReader
+from .reader import Planner, QueueRange, RocketMQBatchReader, RocketMQPushdownBatchReader, RocketMQStreamReader
 
 __all__ = ["ARROW_SCHEMA", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "Planner", "QueueRange", "ReaderOptions",
-           "RocketMQBatchReader", "RocketMQStreamReader", "asked_columns"]
+           "RocketMQBatchReader", "RocketMQPushdownBatchReader", "RocketMQStreamReader", "asked_columns"]

@@ -34,7 +34,7 @@ _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
-    "onOffsetReset", "includeRetryTopic", *CREDENTIAL_OPTIONS,
+    "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp", *CREDENTIAL_OPTIONS,
 )
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
@@ -104,6 +104,11 @@ class ReaderOptions:
     include_retry_topic: bool = False
     #: the row columns a user-given schema asks for, in its order (None: the whole schema)
     columns: tuple[str, ...] | None = None
+    #: batch reads take the filters Spark pushes down to read less (filterPushdown; Spark needs
+    #: spark.sql.python.filterPushdown.enabled=true for a reader that does)
+    filter_pushdown: bool = False
+    #: batch reads: each queue up to its first message stored at or after this (epoch ms)
+    ending_timestamp: int | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -170,6 +175,10 @@ class ReaderOptions:
         if on_reset not in ON_OFFSET_RESET:
             raise OptionError("onOffsetReset", opts["onOffsetReset"], f"accepted: {', '.join(ON_OFFSET_RESET)}")
         ts = opts.get("startingTimestamp")
+        ending_ts = opts.get("endingTimestamp")
+        if ending_ts is not None and stream:
+            raise OptionError("endingTimestamp", ending_ts, "accepted only by batch reads (spark.read); a stream "
+                              "ends with its trigger")
         max_per = opts.get("maxMessagesPerTrigger")
         min_parts = opts.get("minPartitions")
         return cls(
@@ -194,6 +203,8 @@ class ReaderOptions:
             credentials=credentials(opts),
             on_offset_reset=on_reset,
             include_retry_topic=include_retry,
+            filter_pushdown=parse_bool("filterPushdown", opts.get("filterPushdown", "false")),
+            ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
         )
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -48,6 +49,7 @@ from ..model import MessageQueue, PullResult
 from ..names import RETRY_PREFIX
 from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
 from .options import ReaderOptions
+from .pushdown import Pushed, pushed_of
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,8 @@ class Planner:
         #: queues whose reset the next batch follows: Spark's commit of the batch before it
         #: (it comes after the next batch is planned) no longer counts for them
         self._stale: set[MessageQueue] = set()
+        #: queues a batch read's pushed filters leave (None: every queue of the topics)
+        self.keep: Callable[[MessageQueue], bool] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -181,7 +185,7 @@ class Planner:
                 log.debug("topic %s has no route now (its brokers restarting?); its queues wait", topic)
                 continue
             self._routed.add(topic)
-            out.extend(queues)
+            out.extend(q for q in queues if self.keep is None or self.keep(q))
         return sorted(out)
 
     def latest(self) -> QueueOffsets:
@@ -928,6 +932,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner.leave_group()
 
 
+def _time_bounds(client: BrokerClient, start: QueueOffsets, end: QueueOffsets, pushed: Pushed
+                 ) -> tuple[QueueOffsets, QueueOffsets]:
+    """Each queue's ``[start, end)`` narrowed to the messages the store-time window can hold:
+    from the first offset stored at or after its start, to one past the first stored at or
+    after its end (one more than needed: a broker that answers the last offset, not the max,
+    for a time past it loses nothing). Queues left empty drop out."""
+    lo: QueueOffsets = {}
+    hi: QueueOffsets = {}
+    for mq in start:
+        if start[mq] >= end[mq]:
+            continue
+        a = start[mq] if pushed.time_lo is None else max(start[mq], client.search_offset(mq, pushed.time_lo))
+        b = end[mq] if pushed.time_hi is None else min(end[mq], client.search_offset(mq, pushed.time_hi) + 1)
+        if a < b:
+            lo[mq], hi[mq] = a, b
+    return lo, hi
+
+
 def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets) -> None:
     """endingOffsets must lie within each queue's range: past its end nothing is lost, the
     request is wrong; say so at planning time rather than fail reading."""
@@ -949,21 +971,33 @@ class RocketMQBatchReader(DataSourceReader):
 
     def __init__(self, options: ReaderOptions) -> None:
         self.options = options
+        self.pushed = Pushed()
 
     def partitions(self) -> list[QueueRange]:
         """Plans on the driver with a client of its own, closed after. Raises as
         :meth:`RocketMQStreamReader.initialOffset` does (without the group check), DataLossError
-        for starts deleted by retention, OptionError for endingOffsets outside a queue's range."""
-        planner = Planner(self.options)
+        for starts deleted by retention, OptionError for endingOffsets outside a queue's range.
+        Pushed filters and endingTimestamp narrow the queues, tags and offsets read."""
+        o, pushed = self.options, self.pushed
+        if o.ending_timestamp is not None:
+            hi = o.ending_timestamp if pushed.time_hi is None else min(pushed.time_hi, o.ending_timestamp)
+            pushed = replace(pushed, time_hi=hi)
+        sub = pushed.sub_expression(o.sub_expression)
+        if pushed.nothing or not sub:
+            return []
+        planner = Planner(replace(o, sub_expression=sub))
+        planner.keep = pushed.keeps
         try:
             start = planner.check_data_loss(planner.initial())
             latest = planner.latest_of(start)
-            if self.options.ending == "json":
-                given = dict(self.options.ending_json or {})
+            if o.ending == "json":
+                given = dict(o.ending_json or {})
                 end = {mq: (latest[mq] if given.get(mq, LATEST) == LATEST else given[mq]) for mq in latest}
                 _check_ending(given, start, latest)
             else:
                 end = latest
+            if pushed.time_lo is not None or pushed.time_hi is not None:
+                start, end = _time_bounds(planner.client, start, end, pushed)
             return planner.partitions(start, end)
         finally:
             planner.client.close()
@@ -971,3 +1005,17 @@ class RocketMQBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the partition's rows (:func:`read_range`)."""
         return _read_partition(partition)
+
+
+class RocketMQPushdownBatchReader(RocketMQBatchReader):
+    """The batch reader with filterPushdown=true: it takes the filters Spark pushes down
+    (which needs spark.sql.python.filterPushdown.enabled=true; Spark refuses a reader that
+    implements pushFilters without it, so the plain reader does not)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Spark's filters on the rows (their AND), kept to read less (see
+        :mod:`rocketmq_spark.source.pushdown`): a storeTimestamp window, tags, topics, brokers,
+        queue ids. All are given back: Spark evaluates each on the rows read, so what a query
+        returns never depends on this."""
+        self.pushed = pushed_of(filters)
+        return filters

@@ -153,6 +153,9 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("onOffsetReset", {"onOffsetReset": "skip"}, True, "skip", "follow, fail, ignore"),
     ("onOffsetReset", {"onOffsetReset": ""}, True, "", "follow, fail, ignore"),
     ("includeRetryTopic", {"includeRetryTopic": "maybe"}, True, "maybe", "true or false"),
+    ("filterPushdown", {"filterPushdown": "maybe"}, False, "maybe", "true or false"),
+    ("endingTimestamp", {"endingTimestamp": "yesterday"}, False, "yesterday", "epoch milliseconds or an ISO-8601"),
+    ("endingTimestamp", {"endingTimestamp": "1700000000000"}, True, "1700000000000", "only by batch reads"),
     ("includeRetryTopic", {"includeRetryTopic": "true", "consumerGroup": DROP}, False, "true",
      "needs the option consumerGroup"),
     # credentials: accessKey and secretKey go together; the token needs both
