@@ -7,6 +7,9 @@
   profiling commands (cProfile on the broker's event-loop thread).
 * ``thread``: :class:`~rocketmq_spark.broker.EmbeddedBroker` in this process, so client
   and broker share one GIL.
+* ``real``: Apache RocketMQ itself (name server + broker, no proxy), provisioned from Maven
+  Central by the test suite's fixture (``tests/real_rocketmq.py``; needs java and mvn); the
+  data directory is its work directory.
 
 Every launcher takes an explicit data directory so a later broker can reopen the same
 store (the pull scenarios reuse the data of the append scenarios).
@@ -26,7 +29,7 @@ from typing import Any
 
 __all__ = ["LAUNCHERS", "BrokerHandle", "start_broker"]
 
-LAUNCHERS = ("cli", "mp", "thread")
+LAUNCHERS = ("cli", "mp", "thread", "real")
 _START_TIMEOUT_S = 60.0
 
 
@@ -236,8 +239,33 @@ class MpBroker(BrokerHandle):
         self._conn.close()
 
 
+class RealBroker(BrokerHandle):
+    """Apache RocketMQ (see the module docstring); ``pid`` is its broker JVM's."""
+
+    launcher = "real"
+
+    def __init__(self, data_dir: str) -> None:
+        tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+        if tests not in sys.path:
+            sys.path.insert(0, tests)
+        from pathlib import Path
+
+        from real_rocketmq import RealRocketMQ, provision
+
+        os.makedirs(data_dir, exist_ok=True)
+        self._rmq = RealRocketMQ(provision(), Path(data_dir), proxy=False)
+        self._rmq.start()
+        self.namesrv_addr = self._rmq.namesrv_addr
+        self.pid = self._rmq._jvms["broker"].proc.pid  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self._rmq.stop()
+
+
 def start_broker(launcher: str, data_dir: str, **config: Any) -> BrokerHandle:
-    """Start a broker on ``data_dir`` with ``launcher`` (cli | mp | thread)."""
+    """Start a broker on ``data_dir`` with ``launcher`` (cli | mp | thread | real)."""
+    if launcher == "real":
+        return RealBroker(data_dir)
     if launcher == "cli":
         return CliBroker(data_dir, config)
     if launcher == "mp":

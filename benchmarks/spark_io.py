@@ -1052,8 +1052,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with --quick)")
     p.add_argument("--messages", type=int, default=None, help="override the 100-byte message count (source and "
                    "at-least-once sink)")
-    p.add_argument("--launcher", choices=("auto", "cli", "mp"), default="auto",
-                   help="how the broker process starts (auto: the rocketmq_spark.cli broker command)")
+    p.add_argument("--launcher", choices=("auto", "cli", "mp", "real"), default="auto",
+                   help="how the broker process starts (auto: the rocketmq_spark.cli broker command; real: Apache "
+                        "RocketMQ from Maven Central, results in spark_io-real.*)")
     p.add_argument("--profile", action="store_true",
                    help="instead of the figures: py-spy the reads (rocketmq 100 B and 4 KiB, synthetic) and both "
                         "writes (writes results/spark_io-profile.txt and the raw samples as "
@@ -1073,7 +1074,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     if args.messages:
         sizes = dataclasses.replace(sizes, small=args.messages, sink=args.messages)
-    out_path = _report.results_path(args, "spark_io")
+    out_path = _report.results_path(args, "spark_io-real" if args.launcher == "real" else "spark_io")
     workdir = tempfile.mkdtemp(prefix="rocketmq-spark-bench-")
     try:
         if args.profile:
@@ -1096,7 +1097,8 @@ def run(args: argparse.Namespace) -> int:
         repeat = args.repeat or sizes.repeat
         mode = "quick" if args.quick else "full"
         print()
-        print(f"spark_io benchmark ({mode}): local[2], {QUEUES} queues, broker in a child process; "
+        where = "Apache RocketMQ's broker" if args.launcher == "real" else "the broker in a child process"
+        print(f"spark_io benchmark ({mode}): local[2], {QUEUES} queues, {where}; "
               f"{mi['cpu_count']} CPUs, load average {load_start[0]:.2f} at start / {mi.get('loadavg', [0])[0]:.2f} "
               "at end; MB = 1e6 bytes")
         print(f"source: RocketMQ -> Spark noop sink, trigger(availableNow), start() to termination "
