@@ -306,25 +306,8 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
         store_host, p = _unpack_host(buf, p + 8, bool(sys_flag & SysFlag.STORE_HOST_V6))
         (reconsume,) = _I32.unpack_from(buf, p)
         (prepared,) = _I64.unpack_from(buf, p + 4)
-        (body_len,) = _I32.unpack_from(buf, p + 12)
-        p += 16
-        if body_len < 0 or p + body_len > pos + size:
-            raise ProtocolError(f"body length {body_len} overruns the record at byte {pos}")
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if magic == MAGIC_V2:
-            (topic_len,) = _I16.unpack_from(buf, p)
-            p += 2
-        else:
-            topic_len = buf[p]
-            p += 1
-        topic = bytes(buf[p : p + topic_len]).decode()
-        p += topic_len
-        (props_len,) = _I16.unpack_from(buf, p)
-        p += 2
-        if props_len < 0 or p + props_len > pos + size:
-            raise ProtocolError(f"properties length {props_len} overruns the record at byte {pos}")
-        props = decode_properties(bytes(buf[p : p + props_len]).decode())
+        body, topic, props_text = _tail(buf, p + 12, pos, pos + size, magic)
+        props = decode_properties(props_text)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, ProtocolError):
             raise
@@ -387,6 +370,30 @@ class RecordParts(NamedTuple):
     properties: str
 
 
+def _tail(buf: bytes | memoryview, p: int, pos: int, end: int, magic: int) -> tuple[bytes, str, str]:
+    """The body, topic and properties text of the record at ``pos`` (ending at ``end``), read
+    from its body length at ``p``; ProtocolError when a length overruns the record."""
+    (body_len,) = _I32.unpack_from(buf, p)
+    p += 4
+    if body_len < 0 or p + body_len > end:
+        raise ProtocolError(f"body length {body_len} overruns the record at byte {pos}")
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    if magic == MAGIC_V2:
+        (topic_len,) = _I16.unpack_from(buf, p)
+        p += 2
+    else:
+        topic_len = buf[p]
+        p += 1
+    topic = bytes(buf[p : p + topic_len]).decode()
+    p += topic_len
+    (props_len,) = _I16.unpack_from(buf, p)
+    p += 2
+    if props_len < 0 or p + props_len > end:
+        raise ProtocolError(f"properties length {props_len} overruns the record at byte {pos}")
+    return body, topic, bytes(buf[p : p + props_len]).decode()
+
+
 def split_record(buf: bytes | memoryview, pos: int = 0) -> RecordParts:
     """The record at ``pos`` as :class:`RecordParts` (cheaper than :func:`decode_record`: no
     host formatting, no property map, no store fields); ProtocolError when it is malformed."""
@@ -401,25 +408,8 @@ def split_record(buf: bytes | memoryview, pos: int = 0) -> RecordParts:
         host_end = p + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8)
         born_host = bytes(buf[p:host_end])
         p = host_end + 8 + (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8)
-        reconsume, _prepared, body_len = _TAIL_LEN.unpack_from(buf, p)
-        p += _TAIL_LEN.size
-        if body_len < 0 or p + body_len > end:
-            raise ProtocolError(f"body length {body_len} overruns the record at byte {pos}")
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if magic == MAGIC_V2:
-            (topic_len,) = _I16.unpack_from(buf, p)
-            p += 2
-        else:
-            topic_len = buf[p]
-            p += 1
-        topic = bytes(buf[p : p + topic_len]).decode()
-        p += topic_len
-        (props_len,) = _I16.unpack_from(buf, p)
-        p += 2
-        if props_len < 0 or p + props_len > end:
-            raise ProtocolError(f"properties length {props_len} overruns the record at byte {pos}")
-        props = bytes(buf[p : p + props_len]).decode()
+        (reconsume,) = _I32.unpack_from(buf, p)
+        body, topic, props = _tail(buf, p + 12, pos, end, magic)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed message record at byte {pos}: {exc}") from None
     return RecordParts(topic, queue_id, queue_offset, phys, flag, sys_flag, born_ts, born_host, reconsume, body,

@@ -62,6 +62,17 @@ def _connected(b: Broker, *, together: bool) -> tuple[Connection, _Transport]:
     return conn, t
 
 
+def _feed(b: Broker, reqs: list[RemotingCommand], *, together: bool) -> list[RemotingCommand]:
+    """``reqs`` to a new connection of ``b``, in one read (``together``) or a read each; the answers."""
+    conn, t = _connected(b, together=together)
+    if together:
+        conn.data_received(b"".join(r.encode() for r in reqs))
+    else:
+        for r in reqs:
+            conn.data_received(r.encode())
+    return _answers(t)
+
+
 def _answers(t: _Transport) -> list[RemotingCommand]:
     data = b"".join(t.writes)
     t.writes.clear()
@@ -122,13 +133,7 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
     for name, b in brokers.items():
         # the one-by-one broker builds half properties as a map, the other appends them
         monkeypatch.setattr(broker_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
-        conn, t = _connected(b, together=name == "together")
-        if name == "together":
-            conn.data_received(b"".join(r.encode() for r in sends))
-        else:
-            for r in sends:
-                conn.data_received(r.encode())
-        answers[name] = _answers(t)
+        answers[name] = _feed(b, sends, together=name == "together")
     monkeypatch.setattr(broker_mod, "needs_parsing", appending)
 
     halves = [(int(a.ext_fields["queueOffset"]), offset_of_msg_id(a.ext_fields["msgId"]))
@@ -140,13 +145,7 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
     ends.append(_end(3001, 123456789, -1, TransactionType.COMMIT))  # no half there: refused
     ends.append(_end(3002, halves[2][1], halves[2][0], TransactionType.NOT_TYPE))  # unknown yet: no answer
     for name, b in brokers.items():
-        conn, t = _connected(b, together=name == "together")
-        if name == "together":
-            conn.data_received(b"".join(r.encode() for r in ends))
-        else:
-            for r in ends:
-                conn.data_received(r.encode())
-        answers[name] += _answers(t)
+        answers[name] += _feed(b, ends, together=name == "together")
         b.store.commitlog.close()
 
     def seen(cmds: list[RemotingCommand]) -> list[tuple[int, int, str | None, dict[str, str]]]:
