@@ -393,12 +393,19 @@ def preload(c: RemotingClient, topic: str, n: int, body_size: int) -> tuple[list
         sent += k
         i += 1
     elapsed = time.perf_counter() - t0
-    _check(topic_count(c, topic) == n, f"{topic} holds the {n} preloaded messages")
+    _check(topic_count(c, topic, n) == n, f"{topic} holds the {n} preloaded messages")
     return qs, elapsed
 
 
-def topic_count(c: RemotingClient, topic: str) -> int:
-    return sum(c.max_offset(mq) - c.min_offset(mq) for mq in c.message_queues(topic, refresh=True))
+def topic_count(c: RemotingClient, topic: str, expect: int | None = None, wait_s: float = 30.0) -> int:
+    """Messages in ``topic``; with ``expect``, asked again for up to ``wait_s`` until it holds
+    that many (Apache RocketMQ's broker indexes a message a moment after answering its send)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = sum(c.max_offset(mq) - c.min_offset(mq) for mq in c.message_queues(topic, refresh=True))
+        if expect is None or got == expect or time.monotonic() >= deadline:
+            return got
+        time.sleep(0.1)
 
 
 def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_size: int) -> Row:
@@ -471,7 +478,7 @@ def client_send(c: RemotingClient, topic: str, n: int, body_size: int) -> Row:
             while len(inflight) > SEND_WINDOW or (sent >= n and inflight):
                 q, cnt, fut = inflight.popleft()
                 _check(len(c.send_results(q, cnt, fut.result(60))) == cnt, "one result per entry")
-    _check(topic_count(c, topic) == n, f"{topic} holds {n} messages")
+    _check(topic_count(c, topic, n) == n, f"{topic} holds {n} messages")
     return _measured("client send 512 x8 in flight (no Spark)", "sink", n, body_size, m,
                      params={"batch": SEND_BATCH, "in_flight": SEND_WINDOW})
 
@@ -510,7 +517,7 @@ def client_transactions(c: RemotingClient, topic: str, n: int, body_size: int, w
         t_half = time.perf_counter() - t0
         c.end_transactions(txns, commit=True, producer_group=group, window=end_window)
         t_end = time.perf_counter() - t0 - t_half
-    _check(topic_count(c, topic) == n, f"{topic} holds {n} committed messages")
+    _check(topic_count(c, topic, n) == n, f"{topic} holds {n} committed messages")
     return _measured("client half sends + END_TRANSACTION (no Spark)", "sink", n, body_size, m, params={
         "half_send_s": round(t_half, 3), "half_msgs_per_s": round(n / t_half, 1), "end_transaction_s": round(t_end, 3),
         "end_transactions_per_s": round(n / t_end, 1), "in_flight": window, "burst": burst,
@@ -692,7 +699,7 @@ def spark_sink(spark: Any, c: RemotingClient, ns: str, df: Any, n: int, body_siz
          .option("delivery", delivery))
     with Meter() as m:
         w.save()
-    got = topic_count(c, topic)
+    got = topic_count(c, topic, n)
     _check(got == n, f"write {delivery}: the topic holds {got} of {n} messages")
     return _measured(f"write {delivery} (Spark)", "sink", n, body_size, m,
                      params={"topic": topic, "partitions": df.rdd.getNumPartitions(), "verified_count": got})
