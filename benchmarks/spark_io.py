@@ -408,6 +408,44 @@ def topic_count(c: RemotingClient, topic: str, expect: int | None = None, wait_s
         time.sleep(0.1)
 
 
+def java_pull(ns: str, topic: str, n: int, body_size: int) -> Row | None:
+    """The Apache RocketMQ Java client (rocketmq-client 5.3.3, DefaultLitePullConsumer in assign
+    mode, 32 per pull, messages decoded to MessageExt and counted) reading the whole topic,
+    pinned to one core with taskset; timed by the client from assign to the last message.
+    None when java, mvn or taskset is missing (the peer is built from the Maven Central jars
+    the test suite provisions)."""
+    tests = os.path.join(REPO, "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import java_peer
+    from real_rocketmq import cache_root, java_available, provision
+
+    if java_available() or not shutil.which("taskset"):
+        return None
+    lib = provision()
+    classes = java_peer.build(lib, cache_root())
+    with Meter() as m:
+        (line,) = java_peer.run(lib, classes, "pull", {
+            "namesrv": ns, "topic": topic, "group": f"bench-java-{uuid.uuid4().hex[:6]}", "fromOffsets": "earliest",
+            "count": n, "countOnly": True, "pullBatchSize": 32, "timeoutMs": 600_000}, timeout=900,
+            prefix=("taskset", "-c", "0"))
+    _check(line["count"] == n, f"the Java client read {line['count']} of {n}")
+    row = _measured("Java client lite pull, one core", "source", n, body_size, m,
+                    params={"client_seconds": line["seconds"], "jvm_start_included_s": round(m.elapsed, 2)})
+    row.elapsed_s = float(line["seconds"])  # the client's own loop, JVM start-up excluded
+    return row
+
+
+def one_core(fn: Callable[[], Row]) -> Row:
+    """``fn`` with this process pinned to one core (our client and its reader thread share it)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        return fn()
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """Every queue pulled in turn, 1024 per pull, each pull body decoded to a RecordBatch."""
     from rocketmq_spark.codec.arrow import decode_to_batch
@@ -850,6 +888,18 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
                 out["grpc_to_remoting"][f"client_{size}B"] = round(cg.msgs_per_s / cl.msgs_per_s, 3)
                 out["grpc"] = [*spark_rows, cl, cg]
 
+            # the Java client and ours on the same data, one core each (100-byte messages)
+            t100 = next(((t, n, qs) for t, n, size, qs in topics if size == 100), None)
+            if t100 is not None:
+                jr = java_pull(h.namesrv_addr, t100[0], t100[1], 100)
+                if jr is not None:
+                    ours = one_core(lambda: client_pull_decode(c, t100[2], t100[1], 100))
+                    ours.scenario = "our client pull + decode, one core"
+                    out["java_client"] = [ours, jr]
+                    out["ratios"]["client_to_java"] = round(ours.msgs_per_s / jr.msgs_per_s, 3)
+                    say(f"{ours.scenario:<34} {ours.msgs_per_s:>11,.0f} msgs/s; {jr.scenario} "
+                        f"{jr.msgs_per_s:,.0f} msgs/s")
+
             pushed, full = pushed_read(spark, c, h.namesrv_addr, sizes.slice_rows)
             out["pushdown"] = [pushed, full]
             out["ratios"]["pushed_read"] = round(full.elapsed_s / pushed.elapsed_s, 3)
@@ -1122,6 +1172,9 @@ def run(args: argparse.Namespace) -> int:
         for k, v in res["grpc_to_remoting"].items():
             print(f"reader over gRPC / over remoting, {k.replace('_', ' at ')}: {v:.2f} (same data, same run)")
         for k, v in res["ratios"].items():
+            if k == "client_to_java":
+                print(f"our client's pull + decode / the Java client's (lite pull), one core each: {v:.2f}")
+                continue
             if k == "pushed_read":
                 print(f"a 1/24 storeTimestamp window, read with filterPushdown: {v:.2f}x faster than without "
                       "(the same count)")
@@ -1176,6 +1229,7 @@ def run(args: argparse.Namespace) -> int:
             "sink": [r.to_json() for r in res["sink"]],
             "grpc_vs_remoting": [r.to_json() for r in res.get("grpc", [])],
             "pushed_read": [r.to_json() for r in res.get("pushdown", [])],
+            "java_client": [r.to_json() for r in res.get("java_client", [])],
             "ratios_grpc_to_remoting": res["grpc_to_remoting"],
         }
         _report.write_results(out_path, doc, plot_panels(res))

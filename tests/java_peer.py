@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,12 @@ def build(lib_dir: Path, cache_dir: Path) -> Path:
 
 
 def run(lib_dir: Path, classes: Path, command: str, args: dict[str, Any], *, timeout: float = 120,
-        home: Path | None = None) -> list[dict[str, Any]]:
+        home: Path | None = None, prefix: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Run one JavaPeer command with ``args`` on stdin and return its output lines, parsed.
 
     ``home`` becomes the JVM's user.home (the client keeps its logs and local offsets under
-    it); a temporary directory when None, removed after a successful run.
+    it); a temporary directory when None, removed after a successful run. ``prefix``: what
+    the JVM runs under (``taskset -c 0`` pins it to one core for a benchmark).
     """
     java = shutil.which("java")
     if java is None:
@@ -68,7 +70,7 @@ def run(lib_dir: Path, classes: Path, command: str, args: dict[str, Any], *, tim
     tmp_home = None if home is not None else Path(tempfile.mkdtemp(prefix="java-peer-home-"))
     user_home = Path(home) if home is not None else tmp_home
     assert user_home is not None
-    cmd = [java, "-XX:+UseSerialGC", "-Xmx256m", f"-Duser.home={user_home}",
+    cmd = [*prefix, java, "-XX:+UseSerialGC", "-Xmx256m", f"-Duser.home={user_home}",
            f"-Drocketmq.client.logRoot={user_home / 'logs'}",
            "-cp", f"{classes}{os.pathsep}{Path(lib_dir)}/*", "JavaPeer", command]
     try:
