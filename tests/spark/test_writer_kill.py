@@ -23,54 +23,26 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
 
 
-@pytest.mark.parametrize("crash", ["kill-before-commit", "kill-after-record"])
-def test_driver_killed_before_commit_then_restarted_writes_each_row_once(broker, client, tmp_path, crash) -> None:
-    src, dst = f"K_SRC_{crash[5:10]}", f"K_DST_{crash[5:10]}"
+def _killed(broker, client, tmp_path, src: str, dst: str, rows: int, crash: str):  # type: ignore[no-untyped-def]
+    """``rows`` rows in ``src`` (2 queues), then the driver copying them to ``dst`` exactly-once,
+    killed at ``crash``; -> (src, dst, checkpoint location)."""
     client.create_topic(src, queues=2)
     client.create_topic(dst, queues=2)
     qs = client.message_queues(src)
-    for i in range(25):
+    for i in range(rows):
         client.send(qs[i % 2], b"row-%d" % i)
     ckpt = str(tmp_path / "ck")
     killed = _run(broker.namesrv_addr, src, dst, ckpt, crash)
     assert killed.returncode == -9, killed.stderr[-3000:]
-    dq = client.message_queues(dst)
-    before = sum(client.max_offset(q) for q in dq)
-    assert before == (25 if crash == "kill-after-record" else 0) or before == 0
-    done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
-    assert done.returncode == 0, done.stderr[-3000:]
-    c = RemotingClient(broker.namesrv_addr)
-    try:
-        rows = [r.payload() for q in dq for r in decode_records(c.pull(q, 0, 1000).body)]
-    finally:
-        c.close()
-    assert sorted(rows) == sorted(b"row-%d" % i for i in range(25))  # each row exactly once
+    return src, dst, ckpt
 
 
-def test_driver_killed_part_way_through_the_commit_loses_nothing_and_doubles_at_most_its_ends_in_flight(
-        broker, client, tmp_path) -> None:
-    # 600 rows: the commit's END_TRANSACTIONs go 128 at a time, 256 in flight; the driver dies
-    # right after marking the first 256 answered, with the next 128 sent
-    src, dst = "K_SRC_mid", "K_DST_mid"
-    client.create_topic(src, queues=2)
-    client.create_topic(dst, queues=2)
-    qs = client.message_queues(src)
-    for i in range(600):
-        client.send(qs[i % 2], b"row-%d" % i)
-    ckpt = str(tmp_path / "ck")
-    killed = _run(broker.namesrv_addr, src, dst, ckpt, "kill-mid-commit")
-    assert killed.returncode == -9, killed.stderr[-3000:]
-    commits = tmp_path / "ck" / "rocketmq-sink" / "commits"
-    recorded = json.loads((commits / "0.json").read_text())["txns"]
-    marked = int((commits / "0.progress").read_text())
-    assert marked == 256 and len(recorded) == 600 and not (commits / "0.ended").exists()
-    done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
-    assert done.returncode == 0, done.stderr[-3000:]
-    dq = client.message_queues(dst)
+def _written(broker, client, dst: str) -> list:  # type: ignore[no-untyped-def]
+    """Every message of ``dst``, read on a fresh client."""
     c = RemotingClient(broker.namesrv_addr)
     msgs = []
     try:
-        for q in dq:
+        for q in client.message_queues(dst):
             at, end = 0, c.max_offset(q)
             while at < end:
                 res = c.pull(q, at, 32)
@@ -78,6 +50,32 @@ def test_driver_killed_part_way_through_the_commit_loses_nothing_and_doubles_at_
                 at = res.next_offset
     finally:
         c.close()
+    return msgs
+
+
+@pytest.mark.parametrize("crash", ["kill-before-commit", "kill-after-record"])
+def test_driver_killed_before_commit_then_restarted_writes_each_row_once(broker, client, tmp_path, crash) -> None:
+    src, dst, ckpt = _killed(broker, client, tmp_path, f"K_SRC_{crash[5:10]}", f"K_DST_{crash[5:10]}", 25, crash)
+    before = sum(client.max_offset(q) for q in client.message_queues(dst))
+    assert before == (25 if crash == "kill-after-record" else 0) or before == 0
+    done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [r.payload() for r in _written(broker, client, dst)]
+    assert sorted(rows) == sorted(b"row-%d" % i for i in range(25))  # each row exactly once
+
+
+def test_driver_killed_part_way_through_the_commit_loses_nothing_and_doubles_at_most_its_ends_in_flight(
+        broker, client, tmp_path) -> None:
+    # 600 rows: the commit's END_TRANSACTIONs go 128 at a time, 256 in flight; the driver dies
+    # right after marking the first 256 answered, with the next 128 sent
+    src, dst, ckpt = _killed(broker, client, tmp_path, "K_SRC_mid", "K_DST_mid", 600, "kill-mid-commit")
+    commits = tmp_path / "ck" / "rocketmq-sink" / "commits"
+    recorded = json.loads((commits / "0.json").read_text())["txns"]
+    marked = int((commits / "0.progress").read_text())
+    assert marked == 256 and len(recorded) == 600 and not (commits / "0.ended").exists()
+    done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
+    assert done.returncode == 0, done.stderr[-3000:]
+    msgs = _written(broker, client, dst)
     assert set(r.payload() for r in msgs) == {b"row-%d" % i for i in range(600)}  # nothing lost
     twice = Counter(r.properties["UNIQ_KEY"] for r in msgs)
     doubled = {k for k, n in twice.items() if n > 1}

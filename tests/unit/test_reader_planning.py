@@ -442,16 +442,22 @@ def test_at_restart_a_group_offset_past_the_checkpoint_is_a_reset_one_before_it_
     assert p.follow_resets(checkpoint) == {a0: 25}
 
 
+def _committed_twice(c: ResettableClient, mq: MessageQueue) -> tuple[Planner, dict[MessageQueue, int]]:
+    """A running query that read ``mq`` to 10, committed, read on to 20 and committed again."""
+    p, end = _running(c)
+    p.commit(end)
+    c.ranges[mq] = (0, 20)
+    end2 = p.next_end(end, ReadAllAvailable())
+    p.commit(end2)
+    return p, end2
+
+
 def test_a_broker_that_lost_its_latest_commits_is_not_a_reset_and_gets_them_again() -> None:
     # a broker killed before it flushed its offsets comes back holding an older offset this
     # query committed: following it as a reset read 19,500 messages twice in the outage test
     a0 = Q(0)
     c = ResettableClient({a0: (0, 10)})
-    p, end = _running(c)
-    p.commit(end)
-    c.ranges[a0] = (0, 20)
-    end2 = p.next_end(end, ReadAllAvailable())
-    p.commit(end2)
+    p, end2 = _committed_twice(c, a0)
     assert c.committed == {a0: 20}
     c.committed[a0] = 10  # the restarted broker's
     p.find_resets(end2)
@@ -475,11 +481,7 @@ def test_idle_triggers_do_not_push_the_querys_older_offsets_out() -> None:
     # is still known as the query's own when a restarted broker holds it again
     a0 = Q(0)
     c = ResettableClient({a0: (0, 10)})
-    p, end = _running(c)
-    p.commit(end)
-    c.ranges[a0] = (0, 20)
-    end2 = p.next_end(end, ReadAllAvailable())
-    p.commit(end2)
+    p, end2 = _committed_twice(c, a0)
     for _ in range(400):  # idle triggers
         p.next_end(end2, ReadAllAvailable())
     c.committed[a0] = 10
