@@ -38,7 +38,7 @@ from ..codec import (
 from ..codec.batch_kernels import offset_msg_ids, parse_batch
 from ..codec.properties import BROKER_PROPERTY_KEYS, needs_parsing
 from ..errors import ProtocolError
-from ..names import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, group_problem, topic_problem
+from ..names import AUTO_CREATE_TOPIC, RETRY_PREFIX, dead_letter_topic, group_problem, retry_topic, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, success_frame
@@ -321,11 +321,12 @@ class Broker:
         single prepared sends (what the exactly-once writer pipelines) are stored in one
         write per run; the rest go through :meth:`dispatch` one by one."""
         out: list[HandlerResult] = []
+        kinds = [_run_kind(r) for r in reqs]
         i, n = 0, len(reqs)
         while i < n:
-            kind = _run_kind(reqs[i])
+            kind = kinds[i]
             j = i + 1
-            while kind is not None and j < n and _run_kind(reqs[j]) == kind:
+            while kind is not None and j < n and kinds[j] == kind:
                 j += 1
             if j - i == 1:
                 out.append(self._dispatch_one(conn, reqs[i]))
@@ -475,7 +476,9 @@ class Broker:
                 raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
             most = _int(ext, "maxReconsumeTimes", int(self.groups.table[group].get("retryMaxTimes", 16)))
             if _int(ext, "reconsumeTimes", 0) > most:
-                topic, queue_id, dead = self._dead_letter_topic(group), 0, True
+                topic, queue_id, dead = self.dead_letter_topic_of(group), 0, True
+            else:  # created as a send-back creates it (the group's retryQueueNums)
+                self.retry_topic_of(group)
         if batch:
             try:
                 entries = decode_batch(req.body)
@@ -988,11 +991,9 @@ class Broker:
             group = c.get("groupName") if isinstance(c, dict) else None
             if isinstance(group, str) and group:
                 self.knows_group(group)
-            retry = f"%RETRY%{group}"
-            if group and retry not in self.topics and not topic_problem(retry):
-                # Clustering consumers look up their retry topic's route; brokers create it.
-                self.topics.put(TopicConfig(retry, 1, 1, 6))
-                self._topics_changed()
+                if not topic_problem(retry_topic(group)):
+                    # Clustering consumers look up their retry topic's route; brokers create it.
+                    self.retry_topic_of(group)
         for group in changed:
             self._notify_consumers_changed(group)
         return req.response_to()
@@ -1102,18 +1103,19 @@ class Broker:
 
     # -- transactions ---------------------------------------------------------------
 
-    def _retry_topic(self, group: str) -> str:
+    def retry_topic_of(self, group: str) -> str:
         """The group's retry topic, created (with the group's retryQueueNums) if need be."""
-        topic = RETRY_PREFIX + group
+        topic = retry_topic(group)
         if topic not in self.topics:
-            n = max(1, int(self.groups.table[group].get("retryQueueNums", 1)))
+            n = max(1, int(self.groups.table.get(group, {}).get("retryQueueNums", 1)))
             self.topics.put(TopicConfig(topic, n, n, 6))
             self._topics_changed()
         return topic
 
-    def _dead_letter_topic(self, group: str) -> str:
-        """The group's dead-letter topic (one queue, readable: 5.x brokers create it so)."""
-        topic = DLQ_PREFIX + group
+    def dead_letter_topic_of(self, group: str) -> str:
+        """The group's dead-letter topic (one queue, readable: 5.x brokers create it so),
+        created if need be."""
+        topic = dead_letter_topic(group)
         if topic not in self.topics:
             self.topics.put(TopicConfig(topic, 1, 1, 6))
             self._topics_changed()
@@ -1150,10 +1152,10 @@ class Broker:
         delay = _int(ext, "delayLevel", 0)
         most = _int(ext, "maxReconsumeTimes", int(cfg.get("retryMaxTimes", 16)))
         if rec.reconsume_times >= most or delay < 0:
-            topic, queue_id = self._dead_letter_topic(group), 0
+            topic, queue_id = self.dead_letter_topic_of(group), 0
             props[PropertyKey.DELAY] = "0"
         else:
-            topic = self._retry_topic(group)
+            topic = self.retry_topic_of(group)
             queue_id = random.randrange(self.topics.get(topic).writeQueueNums)  # type: ignore[union-attr]
             props[PropertyKey.DELAY] = str(delay or 3 + rec.reconsume_times)
         try:

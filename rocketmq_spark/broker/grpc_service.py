@@ -618,9 +618,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         res = self.broker.store.get(topic, entry.queue_id, entry.offset, 1, 1 << 30)
         if res.status == "FOUND":
             rec = next(iter(iter_records(res.records[0])))
-            dlq = f"%DLQ%{group}"
-            if dlq not in self.broker.topics:
-                self.broker.topics.put(TopicConfig(dlq, 1, 1, 6))
+            dlq = self.broker.dead_letter_topic_of(group)
             props = dict(rec.properties, RETRY_TOPIC=topic, ORIGIN_MESSAGE_ID=rec.msg_id)
             self.broker.put_messages(dlq, 0, [(rec.body, encode_properties(props), rec.flag)],
                                      sys_flag=rec.sys_flag, born_ts=rec.born_timestamp,
