@@ -15,6 +15,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .errors import OptionError
+from .options import parse_bool
 from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
 from .source import (
     RETRY_SCHEMA_DDL,
@@ -44,7 +45,7 @@ class RocketMQDataSource(DataSource):
         """The reader's row schema (:data:`~rocketmq_spark.codec.arrow.SCHEMA_DDL`), with
         retryTopic and reconsumeTimes after it when includeRetryTopic is true."""
         raw = next((v for k, v in self.options.items() if k.lower() == "includeretrytopic"), "false")
-        return RETRY_SCHEMA_DDL if str(raw).strip().lower() == "true" else SCHEMA_DDL
+        return RETRY_SCHEMA_DDL if parse_bool("includeRetryTopic", str(raw)) else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``schema``: the row schema, or a user-given subset of its fields (only those are
@@ -57,7 +58,7 @@ class RocketMQDataSource(DataSource):
 
     def _reader_options(self, schema: StructType, *, stream: bool) -> ReaderOptions:
         opts = ReaderOptions.parse(self.options, stream=stream)
-        columns = asked_columns(schema, RETRY_SCHEMA_DDL if opts.include_retry_topic else SCHEMA_DDL)
+        columns = asked_columns(schema, opts.include_retry_topic)
         return replace(opts, columns=columns) if columns is not None else opts
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -10,9 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..client import Credentials
+from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS
 from ..errors import OptionError
 from ..names import retry_topic
 from ..offsets import Offsets, OffsetsFormatError
@@ -142,6 +145,9 @@ class ReaderOptions:
             if not group:
                 raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "reads the consumer group's retry "
                                   "topic: needs the option consumerGroup")
+            if endpoints:
+                raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "its columns come from the "
+                                  "records' bytes, which the gRPC protocol does not carry: use namesrvAddr")
             if retry_topic(group) not in topics:
                 topics = (*topics, retry_topic(group))
         starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
@@ -208,35 +214,28 @@ class ReaderOptions:
         )
 
 
-def _ddl_fields(ddl: str) -> dict[str, str]:
-    """``name TYPE, ...`` -> {name: type in lower case} (commas inside <> belong to the type)."""
-    out: dict[str, str] = {}
-    depth, start = 0, 0
-    for i, ch in enumerate(ddl + ","):
-        depth += (ch == "<") - (ch == ">")
-        if ch == "," and depth == 0:
-            name, _, typ = ddl[start:i].strip().partition(" ")
-            out[name] = typ.strip().lower().replace(" ", "")
-            start = i + 1
-    return out
-
-
-def asked_columns(asked: StructType, full_ddl: str) -> tuple[str, ...] | None:
+def asked_columns(asked: StructType, retry_columns: bool = False) -> tuple[str, ...] | None:
     """The columns a user-given schema (``.schema(...)``) asks for: any of the row schema's
-    fields (``full_ddl``), in any order, each with its type; None when it is the whole schema
-    in its order. OptionError naming the field and the accepted ones otherwise."""
-    full = _ddl_fields(full_ddl)
+    fields (with ``retry_columns``, retryTopic and reconsumeTimes too), in any order, each with
+    its type; None when it is the whole schema in its order. OptionError naming the field and
+    the accepted ones otherwise."""
+    full = {f.name: f.dataType for f in (_RETRY_ROW if retry_columns else _ROW).fields}
     names = tuple(f.name for f in asked.fields)
     for f in asked.fields:
         want = full.get(f.name)
-        got = f.dataType.simpleString().lower()
         if want is None:
             raise OptionError("schema", f.name, f"unknown field; accepted: any of {', '.join(full)} (each once, "
                               "with the type the full schema gives it)")
-        if got != want:
-            raise OptionError("schema", f"{f.name} {got}", f"field {f.name} has type {want.upper()}")
+        if f.dataType != want:
+            got = f.dataType.simpleString()
+            raise OptionError("schema", f"{f.name} {got}", f"field {f.name} has type {want.simpleString().upper()}")
     if len(set(names)) != len(names):
         raise OptionError("schema", ", ".join(names), "each field at most once")
     if not names:
         raise OptionError("schema", "", f"at least one field of {', '.join(full)}")
     return None if names == tuple(full) else names
+
+
+#: the row schema as Spark types, from the decoder's Arrow schema (with and without the retry columns)
+_ROW = from_arrow_schema(ARROW_SCHEMA)
+_RETRY_ROW = from_arrow_schema(pa.schema([*ARROW_SCHEMA, *RETRY_FIELDS]))

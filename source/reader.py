@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -32,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient, Credentials, connect
 from ..client.membership import GroupPresence, QueueStatus
-from ..codec import PropertyKey, decode_records, subscribed_tags
+from ..codec import PropertyKey, property_of, split_record, subscribed_tags
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
@@ -792,8 +793,9 @@ def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | No
     queue offset the retry columns are matched by (None: all)."""
     if part.columns is None:
         return None
-    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if part.retry_columns else set())
-    decoded = tuple(c for c in part.columns if c in need and c in ARROW_SCHEMA.names)
+    retry = part.retry_columns and bool({"retryTopic", "reconsumeTimes"} & set(part.columns))
+    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if retry else set())
+    decoded = tuple(c for c in part.columns if c in ARROW_SCHEMA.names)
     return decoded + tuple(c for c in ARROW_SCHEMA.names if c in need and c not in decoded)
 
 
@@ -801,6 +803,8 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     """The rows of ``[part.start, part.end)``, several pulls decoded at once (the decoder's
     fixed cost per call is large)."""
     mq = part.mq
+    # the retry columns, when the rows carry them and they are asked for
+    retry = part.retry_columns and (part.columns is None or bool({"retryTopic", "reconsumeTimes"} & set(part.columns)))
     pulled: list[PullResult] = []
     buffered = 0
     first = part.start  # offset of the first message in ``pulled``
@@ -808,7 +812,7 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     def decode(upto: int) -> pa.RecordBatch:
         try:
             batch = c.rows(mq, pulled, part.end, columns)
-            return _with_retry_columns(batch, mq, pulled) if part.retry_columns else batch
+            return _with_retry_columns(batch, mq, pulled) if retry else batch
         except ProtocolError as exc:
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
@@ -839,13 +843,18 @@ def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[Pu
     for a topic's own messages."""
     n = batch.num_rows
     if mq.topic.startswith(RETRY_PREFIX):
-        seen = {rec.queue_offset: (rec.properties.get(PropertyKey.RETRY_TOPIC), rec.reconsume_times)
-                for res in pulled for rec in decode_records(res.body)}
+        seen: dict[int, tuple[str | None, int]] = {}
+        for res in pulled:
+            at = 0
+            while at < len(res.body):
+                rec = split_record(res.body, at)
+                seen[rec.queue_offset] = (property_of(rec.properties, PropertyKey.RETRY_TOPIC), rec.reconsume_times)
+                at += int.from_bytes(res.body[at:at + 4], "big")
         pairs = [seen.get(off, (None, 0)) for off in batch.column("queueOffset").to_pylist()]
         topics = pa.array([p[0] for p in pairs], pa.string())
         times = pa.array([p[1] for p in pairs], pa.int32())
     else:
-        topics, times = pa.nulls(n, pa.string()), pa.array([0] * n, pa.int32())
+        topics, times = pa.nulls(n, pa.string()), pa.array(np.zeros(n, np.int32))
     return pa.RecordBatch.from_arrays([*batch.columns, topics, times],
                                       schema=pa.schema([*batch.schema, *RETRY_FIELDS]))
 
