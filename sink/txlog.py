@@ -63,15 +63,18 @@ class TxLog:
             return None
         return {str(m) for m in obj["msgIds"]}
 
-    def record(self, batch_id: int, txns: list[Txn]) -> None:
+    def record(self, batch_id: int, txns: list[Txn]) -> list[Txn]:
         """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, replacing any
-        earlier record of it, and delete the records and end marks of batch ids below
-        ``batch_id - keep``. OSError when the directory cannot be written."""
+        earlier record of it, and delete the records, end and progress marks of batch ids below
+        ``batch_id - keep``. Returns them in the record's order (:meth:`txns`, which
+        :meth:`mark_progress` counts in). OSError when the directory cannot be written."""
         os.makedirs(self.dir, exist_ok=True)
+        ordered = sorted(txns)
         body = json.dumps({"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
-                           "txns": [t.to_list() for t in sorted(txns)]}).encode()
+                           "txns": [t.to_list() for t in ordered]}).encode()
         atomic_write(self._path(batch_id), body)
         self._prune(batch_id)
+        return ordered
 
     def mark_progress(self, batch_id: int, ended: int) -> None:
         """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) had

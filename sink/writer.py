@@ -227,19 +227,13 @@ class _Sender:
                 topic_name("column topic", t, t)
                 self._checked_topics.add(t)
             parts = []
-            # the properties this row's columns (and the writer) set; a message group is named by the
-            # messageGroup column only (the writer routes and retries by it)
-            own = {"UNIQ_KEY", "__SHARDINGKEY"}
             tg = tag[i]
             if tg:
                 parts.append(f"TAGS\x01{tg}\x02")
-                own.add("TAGS")
             k = keys[i]
-            if k:
-                ks = " ".join(x for x in k if x) if isinstance(k, list) else k
-                if ks:
-                    parts.append(f"KEYS\x01{ks}\x02")
-                    own.add("KEYS")
+            ks = (" ".join(x for x in k if x) if isinstance(k, list) else k) if k else ""
+            if ks:
+                parts.append(f"KEYS\x01{ks}\x02")
             self._seq += 1
             uniq = f"{self._uniq_prefix}{self._seq:010X}"
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
@@ -257,9 +251,12 @@ class _Sender:
             if d is not None:
                 ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
                 parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
-                own.add("TIMER_DELIVER_MS")
             p = props[i]
             if p:
+                # the keys this row's columns (and the writer) set; a message group is named by
+                # the messageGroup column only (the writer routes and retries by it)
+                own = {"UNIQ_KEY", "__SHARDINGKEY"} | ({"TAGS"} if tg else set()) | ({"KEYS"} if ks else set()) \
+                    | ({"TIMER_DELIVER_MS"} if d is not None else set())
                 for pk, pv in (p.items() if isinstance(p, dict) else p):
                     if pk and pv is not None:
                         if pk in own:
@@ -577,8 +574,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
-            txlog.record(batch_id, txns)
-            to_commit, to_rollback, done = sorted(txns), [], 0
+            to_commit, to_rollback, done = txlog.record(batch_id, txns), [], 0
         else:
             to_rollback = [t for t in txns if t.msg_id not in recorded]
             # a broker commits a half again on every commit it is sent: once ended, never again

@@ -469,8 +469,17 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def send_async_many(self, sends: Sequence[tuple[MessageQueue, list[pb.SendMessageRequest]]]
                         ) -> list[Future[Any]]:
-        """:meth:`send_async` of each (gRPC calls are separate requests on one channel)."""
-        return [self.send_async(mq, req) for mq, req in sends]
+        """:meth:`send_async` of each (gRPC calls are separate requests on one channel); one
+        that cannot be sent (no route) fails alone, the others stay in flight."""
+        out: list[Future[Any]] = []
+        for mq, req in sends:
+            try:
+                out.append(self.send_async(mq, req))
+            except RocketMQSparkError as exc:
+                failed: Future[Any] = Future()
+                failed.set_exception(exc)
+                out.append(failed)
+        return out
 
     def send_async(self, mq: MessageQueue, request: list[pb.SendMessageRequest]) -> Future[Any]:
         """Send without waiting, every request in flight at once, except a message group's: those

@@ -713,7 +713,8 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
         except pa.ArrowInvalid:
             raise _Malformed() from None
     body = got.slice(0, k)
-    if flagged:
+    want = _ALL_COLUMNS if columns is None else frozenset(columns)
+    if flagged and "body" in want:  # compressed bodies are inflated only when the body is read
         comp = np.flatnonzero(h["sysLow"] & _COMPRESSED)
         if len(comp):
             try:
@@ -724,7 +725,6 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
             order[comp] = k + _arange(len(comp))
             body = _take(pa.concat_arrays([body, inflated]), pa.array(order))
 
-    want = _ALL_COLUMNS if columns is None else frozenset(columns)
     if want & _PROPERTY_COLUMNS:
         tag, keys, user, uniq = _properties(gdata, goff[2 * k :], k)
     else:  # properties are not parsed (their text was checked above)
