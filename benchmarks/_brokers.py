@@ -250,8 +250,9 @@ class RealBroker(BrokerHandle):
             sys.path.insert(0, tests)
         from pathlib import Path
 
-        from real_rocketmq import RealRocketMQ, provision
+        from real_rocketmq import VERSION, RealRocketMQ, provision
 
+        self.version = VERSION
         os.makedirs(data_dir, exist_ok=True)
         self._rmq = RealRocketMQ(provision(), Path(data_dir), proxy=False)
         self._rmq.start()

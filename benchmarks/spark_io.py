@@ -23,6 +23,16 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
       END_TRANSACTION       (builds the protocol's requests itself, as the writer does: a
                             diagnostic, not a user-level scenario)
 
+  the real peers (full run, default launcher, when java and mvn are there; ``--peers``):
+    rocketmq -> noop on     the same full-schema reads (2M x 100 B, 200k x 4 KiB, 8 queues) from
+      Apache RocketMQ       Apache RocketMQ 5.3.3's broker (tests/real_rocketmq.py), in the same
+                            Spark session, next to the embedded broker's figures above
+    Java client vs ours     rocketmq-client's lite pull and our client's pull + decode of the
+                            100-byte topic on that broker, one core each
+    Kafka -> noop           Spark's own Kafka source (headers included) reading the same messages
+                            (key, body, one header) from Kafka 4.1.1 (KRaft, one node, 8
+                            partitions), loaded by Spark's Kafka sink (benchmarks/_kafka.py)
+
 Warm-ups (one small query of each source, one small write of each mode) run before anything is
 timed, while the preload goes on. ``--repeat`` runs each source scenario R times and keeps the
 median. Counts are checked: a source run must report exactly N input rows, a sink run must leave
@@ -31,7 +41,7 @@ N messages in its topic. Besides wall time every row has the CPU seconds of our 
 machine other processes took meanwhile ("noise"): on a shared 2-core box wall figures move with
 it, CPU per message much less.
 
-``python -m benchmarks.spark_io [--quick] [--repeat R] [--messages N] [--profile]``
+``python -m benchmarks.spark_io [--quick] [--repeat R] [--messages N] [--peers auto|on|off] [--profile]``
 (``python -m benchmarks`` runs it with the other suites); results go to
 ``benchmarks/results/spark_io.json`` and ``spark_io.png`` (``spark_io-quick.*`` with ``--quick``:
 20,000 messages, one run each, no warm-ups, no 4 KiB scenario, 300 exactly-once rows, 2,000
@@ -436,6 +446,17 @@ def java_pull(ns: str, topic: str, n: int, body_size: int) -> Row | None:
     return row
 
 
+def _java_missing() -> str | None:
+    """None when the real peers (Apache RocketMQ, the Java client, Kafka) can run here."""
+    tests = os.path.join(REPO, "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from real_rocketmq import java_available
+
+    missing: str | None = java_available()
+    return missing
+
+
 def one_core(fn: Callable[[], Row]) -> Row:
     """``fn`` with this process pinned to one core (our client and its reader thread share it)."""
     before = os.sched_getaffinity(0)
@@ -600,7 +621,9 @@ def pushed_read(spark: Any, c: RemotingClient, ns: str, slice_rows: int, slices:
 # -- Spark ---------------------------------------------------------------------------------------
 
 
-def make_spark() -> Any:
+def make_spark(jars: list[str] | None = None) -> Any:
+    """A local[2] session with both sources registered; ``jars``: extra jars on its class path
+    (Spark's Kafka source for the peers section)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # The Python workers import this module (the synthetic source) by name.
@@ -616,6 +639,7 @@ def make_spark() -> Any:
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.jars", ",".join(jars or []))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     rocketmq_spark.register(spark)
@@ -746,6 +770,115 @@ def spark_sink(spark: Any, c: RemotingClient, ns: str, df: Any, n: int, body_siz
 # -- output --------------------------------------------------------------------------------------
 
 
+# -- the real peers: Apache RocketMQ's broker and Spark's own Kafka source ------------------------
+
+
+def kafka_load(spark: Any, bootstrap: str, topic: str, n: int, body_size: int) -> float:
+    """``n`` records (key ``order-<i>``, the same body the RocketMQ preload sends, one header
+    ``region``) written by Spark's Kafka sink into ``topic`` (created with 8 partitions on first
+    write). -> elapsed seconds."""
+    from pyspark.sql import functions as F
+
+    body = body_of(body_size)
+    df = (spark.range(n, numPartitions=QUEUES)
+          .select(F.concat(F.lit("order-"), F.col("id").cast("string")).alias("key"),
+                  F.lit(body).alias("value"),
+                  F.array(F.struct(F.lit("region").alias("key"), F.lit(b"eu-west-1").alias("value"))).alias("headers")))
+    t0 = time.perf_counter()
+    df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    return time.perf_counter() - t0
+
+
+def spark_kafka_source(spark: Any, bootstrap: str, topic: str, n: int, body_size: int, workdir: str) -> Row:
+    """Spark's Kafka source (headers included) -> noop, trigger(availableNow); checks that every
+    record of the 8 partitions was read."""
+    name = "Kafka -> noop (Spark's Kafka source)"
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("includeHeaders", "true"))
+    m, rows, batches = run_stream(spark, reader, workdir, "kafka")
+    _check(rows == n, f"{name} read {rows} of {n} rows")
+    return _measured(name, "source", n, body_size, m, params=_batch_params(m, batches))
+
+
+def run_peers(spark: Any, sizes: Sizes, workdir: str, repeat: int, embedded: list[Row], kafka_version: str | None,
+              say: Callable[[str], None]) -> dict[str, Any]:
+    """The full-schema reads of 2M x 100 B and 200k x 4 KiB from Apache RocketMQ's broker (next
+    to the embedded broker's figures in ``embedded``), our client's pull + decode against the Java
+    client's on that broker (one core each), then the same data in Kafka read by Spark's Kafka
+    source. -> rows and ratios (embedded/real/Kafka per size, ours/Java)."""
+    from ._brokers import RealBroker
+    from ._kafka import KAFKA_VERSION, Kafka
+
+    out: dict[str, Any] = {"rows": [], "ratios": {}, "versions": {}}
+    base = {r.body_size: r for r in embedded if r.scenario == "rocketmq -> noop (Spark)"}
+    plan = [(size, n) for size, n in ((100, sizes.small), (4096, sizes.large)) if n > 0]
+    real_rows: dict[int, Row] = {}
+    with RealBroker(os.path.join(workdir, "real")) as h:
+        out["versions"]["rocketmq"] = h.version
+        Meter.broker_pid = h.pid
+        say(f"Apache RocketMQ {h.version}: broker pid {h.pid}, name server {h.namesrv_addr}")
+        c = RemotingClient(h.namesrv_addr)
+        try:
+            preload(c, "bench-warmup", WARMUP_ROWS, 100)  # what warm_up_sources reads
+            loaded = []
+            for size, n in plan:
+                topic = f"bench-real-{size}"
+                qs, el = preload(c, topic, n, size)
+                _check(topic_count(c, topic, n) == n, f"Apache RocketMQ indexed {n} messages of {topic}")
+                say(f"preloaded {n:,} x {size} B into Apache RocketMQ in {el:.1f}s")
+                loaded.append((topic, n, size, qs))
+            warm_up_sources(spark, h.namesrv_addr, workdir, synthetic=False)
+            for topic, n, size, _ in loaded:
+                r = _median_run(lambda t=topic, n=n, size=size: spark_rocketmq_source(
+                    spark, h.namesrv_addr, t, n, size, workdir, name="rocketmq -> noop (Spark), Apache RocketMQ"),
+                    repeat)
+                real_rows[size] = r
+                out["rows"].append(r)
+                say(f"{r.scenario:<34} {size:>5} B {r.msgs_per_s:>11,.0f} msgs/s  runs {r.runs_s}")
+                if size in base:
+                    out["ratios"][f"real_to_embedded_{size}B"] = round(r.msgs_per_s / base[size].msgs_per_s, 3)
+            t100 = next(((t, n, qs) for t, n, size, qs in loaded if size == 100), None)
+            if t100 is not None:
+                jr = java_pull(h.namesrv_addr, t100[0], t100[1], 100)
+                if jr is not None:
+                    ours = one_core(lambda: client_pull_decode(c, t100[2], t100[1], 100))
+                    ours.scenario = "our client pull + decode, one core"
+                    jr.params["broker"] = ours.params["broker"] = f"Apache RocketMQ {h.version}"
+                    out["java_client"] = [ours, jr]
+                    out["ratios"]["client_to_java"] = round(ours.msgs_per_s / jr.msgs_per_s, 3)
+                    say(f"{ours.scenario:<34} {ours.msgs_per_s:>11,.0f} msgs/s; {jr.scenario} "
+                        f"{jr.msgs_per_s:,.0f} msgs/s (Apache RocketMQ)")
+        finally:
+            c.close()
+            Meter.broker_pid = None
+    if kafka_version is None:
+        say("Kafka skipped: Spark's Kafka source could not be fetched")
+        return out
+    out["versions"].update(kafka=KAFKA_VERSION, spark_sql_kafka=kafka_version)
+    with Kafka(os.path.join(workdir, "kafka"), partitions=QUEUES) as k:
+        Meter.broker_pid = k.pid
+        say(f"Kafka {KAFKA_VERSION} (KRaft, one node) at {k.bootstrap}; Spark's Kafka source {kafka_version}")
+        try:
+            warm = "bench-kafka-warmup"
+            kafka_load(spark, k.bootstrap, warm, WARMUP_ROWS, 100)
+            spark_kafka_source(spark, k.bootstrap, warm, WARMUP_ROWS, 100, workdir)
+            for size, n in plan:
+                topic = f"bench-kafka-{size}"
+                el = kafka_load(spark, k.bootstrap, topic, n, size)
+                say(f"loaded {n:,} x {size} B into Kafka in {el:.1f}s (Spark's Kafka sink)")
+                kr = _median_run(lambda t=topic, n=n, size=size: spark_kafka_source(spark, k.bootstrap, t, n, size,
+                                                                                    workdir), repeat)
+                out["rows"].append(kr)
+                say(f"{kr.scenario:<34} {size:>5} B {kr.msgs_per_s:>11,.0f} msgs/s  runs {kr.runs_s}")
+                if size in base:
+                    out["ratios"][f"embedded_to_kafka_{size}B"] = round(base[size].msgs_per_s / kr.msgs_per_s, 3)
+                if size in real_rows:
+                    out["ratios"][f"real_to_kafka_{size}B"] = round(real_rows[size].msgs_per_s / kr.msgs_per_s, 3)
+        finally:
+            Meter.broker_pid = None
+    return out
+
+
 def format_table(rows: list[Row], extra: list[tuple[str, Callable[[Row], str]]] | None = None) -> str:
     head = ["scenario", "msgs", "body", "elapsed s", "msgs/s", "body MB/s", "CPU s", "broker", "CPU us/msg", "noise"]
     for h, _ in extra or ():
@@ -776,7 +909,9 @@ def _start(workdir: str, launcher: str) -> BrokerHandle:
 
 
 def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int | None = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, peers: bool = False) -> dict[str, Any]:
+    """Every scenario against the broker ``launcher`` starts; with ``peers`` the reads again from
+    Apache RocketMQ's broker and from Kafka (see :func:`run_peers`) in the same Spark session."""
     repeat = repeat or sizes.repeat
     t_start = time.perf_counter()
 
@@ -828,7 +963,16 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
 
             loader = threading.Thread(target=load_all, name="preload", daemon=True)
             loader.start()
-            spark = make_spark()
+            kafka_jars: list[str] = []
+            kafka_version = None
+            if peers:
+                from ._kafka import connector_jars
+
+                try:
+                    kafka_jars, kafka_version = connector_jars()
+                except RuntimeError as exc:
+                    say(f"Spark's Kafka source unavailable, Kafka left out: {exc}")
+            spark = make_spark(kafka_jars)
             say("SparkSession up")
             warm_ready.wait()
             if not failed and sizes.warm_up:
@@ -890,7 +1034,7 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
 
             # the Java client and ours on the same data, one core each (100-byte messages)
             t100 = next(((t, n, qs) for t, n, size, qs in topics if size == 100), None)
-            if t100 is not None:
+            if t100 is not None and not peers:  # with peers: on Apache RocketMQ's broker, below
                 jr = java_pull(h.namesrv_addr, t100[0], t100[1], 100)
                 if jr is not None:
                     ours = one_core(lambda: client_pull_decode(c, t100[2], t100[1], 100))
@@ -924,6 +1068,8 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
             say(f"{ct.scenario:<34} {'100':>5} B {ct.msgs_per_s:>11,.0f} msgs/s  (half sends "
                 f"{ct.params['half_msgs_per_s']:,.0f}/s, END_TRANSACTION {ct.params['end_transactions_per_s']:,.0f}/s)")
             out["sink"] += [ra, re_, cs, ct]
+            if peers:
+                out["peers"] = run_peers(spark, sizes, workdir, repeat, out["source"], kafka_version, say)
         finally:
             if spark is not None:
                 spark.stop()
@@ -1082,6 +1228,25 @@ def _git_modified() -> list[str] | None:
     return [ln[3:] for ln in out.stdout.splitlines() if ln[:2].strip()] if out.returncode == 0 else None
 
 
+def print_peers(peers: dict[str, Any]) -> None:
+    v = peers["versions"]
+    print()
+    print(f"the real peers: Apache RocketMQ {v.get('rocketmq', '?')} (name server + broker, no proxy), Kafka "
+          f"{v.get('kafka', '-')} (KRaft, one node, 8 partitions) read by Spark's Kafka source "
+          f"{v.get('spark_sql_kafka', '-')}; same data, same Spark session, same noop sink and trigger")
+    print(format_table(peers["rows"] + peers.get("java_client", [])))
+    names = {"real_to_embedded": "Spark reader on Apache RocketMQ / on the embedded broker",
+             "embedded_to_kafka": "Spark reader on the embedded broker / Spark's Kafka source",
+             "real_to_kafka": "Spark reader on Apache RocketMQ / Spark's Kafka source"}
+    for k, val in peers["ratios"].items():
+        if k == "client_to_java":
+            print(f"our client's pull + decode / the Java client's (lite pull), one core each, on Apache RocketMQ: "
+                  f"{val:.2f}")
+            continue
+        stem, size = k.rsplit("_", 1)
+        print(f"{names.get(stem, stem)} at {size}: {val:.2f}")
+
+
 def plot_panels(res: dict[str, Any]) -> list[_report.Panel]:
     def baseline(r: Row) -> bool:
         return r.scenario.startswith(("synthetic", "client"))
@@ -1095,6 +1260,14 @@ def plot_panels(res: dict[str, Any]) -> list[_report.Panel]:
     panels.append(_report.Panel("sink: Spark -> RocketMQ, 100-byte bodies (grey: without Spark)", "msgs/s",
                                 [_report.Bar(r.scenario, r.msgs_per_s, baseline(r)) for r in res["sink"]],
                                 target=SINK_TARGET, log=True))
+    if res.get("peers", {}).get("rows"):
+        for size in sorted({r.body_size for r in res["peers"]["rows"]}):
+            bars = [_report.Bar(r.scenario.replace(" (Spark)", ", embedded broker"), r.msgs_per_s)
+                    for r in res["source"] if r.body_size == size and r.scenario == "rocketmq -> noop (Spark)"]
+            bars += [_report.Bar(r.scenario, r.msgs_per_s, r.scenario.startswith("Kafka"))
+                     for r in res["peers"]["rows"] if r.body_size == size]
+            panels.append(_report.Panel(f"the real peers, {size}-byte bodies: our reader on both brokers vs Spark's "
+                                        "Kafka source (grey)", "msgs/s", bars))
     if res.get("grpc"):
         panels.append(_report.Panel("the reader over gRPC and over remoting, same data", "msgs/s",
                                     [_report.Bar(r.scenario, r.msgs_per_s) for r in res["grpc"]], log=True))
@@ -1112,6 +1285,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", choices=("auto", "cli", "mp", "real"), default="auto",
                    help="how the broker process starts (auto: the rocketmq_spark.cli broker command; real: Apache "
                         "RocketMQ from Maven Central, results in spark_io-real.*)")
+    p.add_argument("--peers", choices=("auto", "on", "off"), default="auto",
+                   help="after the suite, the reads again from Apache RocketMQ's broker and from Kafka (Spark's "
+                        "Kafka source) with the Java client beside ours (auto: on in a full run with the default "
+                        "launcher when java and mvn are there)")
     p.add_argument("--profile", action="store_true",
                    help="instead of the figures: py-spy the reads (rocketmq 100 B and 4 KiB, synthetic) and both "
                         "writes (writes results/spark_io-profile.txt and the raw samples as "
@@ -1140,9 +1317,11 @@ def run(args: argparse.Namespace) -> int:
             with open(os.path.join(RESULTS_DIR, "spark_io-profile.txt"), "w") as f:
                 f.write(text + "\n")
             return 0
+        peers = args.peers == "on" or (args.peers == "auto" and not args.quick and args.launcher != "real"
+                                       and _java_missing() is None)
         load_start = os.getloadavg()
         with Meter() as total:
-            res = run_suite(sizes, workdir, launcher=args.launcher, repeat=args.repeat)
+            res = run_suite(sizes, workdir, launcher=args.launcher, repeat=args.repeat, peers=peers)
         mi = machine_info()
         mi["loadavg_at_start"] = [round(x, 2) for x in load_start]
         mi["own_tree_cpu_s"] = round(total.cpu_s, 1)
@@ -1187,6 +1366,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"ratio rocketmq/synthetic at {k}: {v:.2f} by wall time (target >= {SOURCE_TARGET_RATIO}); "
                   f"{by_cpu:.2f} by CPU time per message (less sensitive to neighbours)")
 
+        if res.get("peers"):
+            print_peers(res["peers"])
         print()
         print("sink: Spark DataFrame -> RocketMQ (df.write, cached input; counts verified on the broker)")
         print(format_table(res["sink"]))
@@ -1229,7 +1410,11 @@ def run(args: argparse.Namespace) -> int:
             "sink": [r.to_json() for r in res["sink"]],
             "grpc_vs_remoting": [r.to_json() for r in res.get("grpc", [])],
             "pushed_read": [r.to_json() for r in res.get("pushdown", [])],
-            "java_client": [r.to_json() for r in res.get("java_client", [])],
+            "java_client": [r.to_json() for r in res.get("java_client", [])
+                            or res.get("peers", {}).get("java_client", [])],
+            "peers": {"versions": res.get("peers", {}).get("versions", {}),
+                      "ratios": res.get("peers", {}).get("ratios", {}),
+                      "rows": [r.to_json() for r in res.get("peers", {}).get("rows", [])]},
             "ratios_grpc_to_remoting": res["grpc_to_remoting"],
         }
         _report.write_results(out_path, doc, plot_panels(res))

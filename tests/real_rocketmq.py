@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JavaMissing", "RealRocketMQ", "cache_root", "java_available", "provision"]
+__all__ = ["JavaMissing", "RealRocketMQ", "cache_root", "java_available", "maven_jars", "pom_of", "provision"]
 
 #: the 5.x release the suite runs against (5.3.3 is the newest whose facts the docs were read from)
 VERSION = "5.3.3"
@@ -66,22 +66,25 @@ def _pom(version: str) -> str:
     artifacts = ["rocketmq-namesrv", "rocketmq-broker", "rocketmq-tools", "rocketmq-client"]
     if not version.startswith("4."):
         artifacts.append("rocketmq-proxy")
-    deps = "".join(
-        f"<dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
-        f"<version>{version}</version></dependency>" for a in artifacts)
-    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-            f"<groupId>rocketmq-spark.tests</groupId><artifactId>rocketmq-{version}</artifactId>"
-            f"<version>1</version><packaging>pom</packaging><dependencies>{deps}</dependencies></project>\n")
+    return pom_of(f"rocketmq-{version}", [("org.apache.rocketmq", a, version) for a in artifacts])
 
 
 def provision(version: str = VERSION, *, timeout_s: float = 900) -> Path:
     """The directory of every runtime jar of RocketMQ ``version`` (name server, broker, proxy,
     tools, client), fetched by Maven into the cache once; later calls return at once.
     Safe across processes (a lock file); raises RuntimeError with Maven's output on failure."""
+    return maven_jars(f"rocketmq-{version}", _pom(version), f"Apache RocketMQ {version}", timeout_s=timeout_s)
+
+
+def maven_jars(name: str, pom: str, what: str, *, timeout_s: float = 900) -> Path:
+    """``cache_root()/name/lib``: the runtime jars of the dependencies ``pom`` lists (copied by
+    Maven's dependency plugin), fetched once; later calls return at once. Safe across processes
+    (a lock file); raises RuntimeError naming ``what`` with Maven's output on failure, and
+    JavaMissing when java or mvn is not on PATH."""
     missing = java_available()
     if missing:
         raise JavaMissing(missing)
-    home = cache_root() / f"rocketmq-{version}"
+    home = cache_root() / name
     lib = home / "lib"
     done = home / ".complete"
     if done.exists():
@@ -91,22 +94,31 @@ def provision(version: str = VERSION, *, timeout_s: float = 900) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
             return lib
-        (home / "pom.xml").write_text(_pom(version))
+        (home / "pom.xml").write_text(pom)
         staging = Path(tempfile.mkdtemp(prefix="lib-", dir=home))
         cmd = ["mvn", "-B", "-q", "-f", str(home / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
                f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
         try:
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             if run.returncode != 0:
-                raise RuntimeError(f"fetching Apache RocketMQ {version} from Maven Central failed "
+                raise RuntimeError(f"fetching {what} from Maven Central failed "
                                    f"({' '.join(cmd)}):\n{(run.stdout + run.stderr)[-3000:]}")
             if lib.exists():
                 shutil.rmtree(lib)
             staging.rename(lib)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        done.write_text(version + "\n")
+        done.write_text(name + "\n")
     return lib
+
+
+def pom_of(name: str, deps: list[tuple[str, str, str]]) -> str:
+    """A pom listing ``deps`` ((groupId, artifactId, version) each) for :func:`maven_jars`."""
+    body = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                   "</dependency>" for g, a, v in deps)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            f"<groupId>rocketmq-spark.tests</groupId><artifactId>{name}</artifactId>"
+            f"<version>1</version><packaging>pom</packaging><dependencies>{body}</dependencies></project>\n")
 
 
 def _free_port(host: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
