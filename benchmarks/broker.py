@@ -17,9 +17,12 @@ runs ``--repeat`` times and the median is reported; appends run once.
 
 The broker runs in a child process (``python -m rocketmq_spark.cli broker``, or
 EmbeddedBroker in a multiprocessing child when the CLI is missing), as users run it, and
-in a thread of this process (client and broker share one GIL). A full run measures both.
+in a thread of this process (client and broker share one GIL); and, where java and mvn are
+there, Apache RocketMQ 5.3.3's own broker (tests/real_rocketmq.py) gets the same appends
+(async flush) and pulls, which it caps at 32 messages each: the embedded broker's cost is
+then a printed ratio per scenario (real / process). A full run measures all three.
 
-``python -m benchmarks.broker [--quick] [--broker process|thread|both] [--profile]``
+``python -m benchmarks.broker [--quick] [--broker process|thread|real|both|all] [--profile]``
 (``python -m benchmarks`` runs it with the other benchmarks); results go to
 ``benchmarks/results/broker.json`` and ``broker.png`` (``broker-quick.*`` with ``--quick``).
 ``--quick`` (a smoke run) sends 200 single and 10,000 batched messages per scenario, against
@@ -76,7 +79,7 @@ QUICK = Sizes(single=200, batch=10_000)
 @dataclass
 class Row:
     scenario: str
-    broker: str  # process | thread
+    broker: str  # process | thread | real
     launcher: str  # cli | mp | thread
     flush: str
     messages: int
@@ -263,6 +266,15 @@ def record_size(c: RemotingClient, mq: MessageQueue) -> int:
     return len(res.body)
 
 
+def _wait_indexed(c: RemotingClient, ends: dict[MessageQueue, int], timeout_s: float = 60.0) -> None:
+    """Until every queue's max offset reaches what was sent to it (Apache RocketMQ answers a send
+    before its consume queue is written; a pull before that sees a shorter queue)."""
+    deadline = time.monotonic() + timeout_s
+    while any(c.max_offset(mq) < n for mq, n in ends.items()):
+        _check(time.monotonic() < deadline, f"the broker indexed every message within {timeout_s:.0f}s")
+        time.sleep(0.1)
+
+
 def _warm_up(c: RemotingClient) -> None:
     """Routes, connections, topic creation and first-call costs, outside any timing."""
     qs = c.message_queues("bench-warmup")
@@ -436,6 +448,41 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
             sizes.single * BODY_SIZE, sizes.single * rs, meter, threads=SENDER_THREADS)
         return c_batch
 
+    per_queue: dict[MessageQueue, int] = {}
+
+    def pull_plan(qs: list[MessageQueue]) -> None:
+        per_queue.clear()
+        per_queue.update({mq: 0 for mq in qs})
+        for i in range(-(-sizes.batch // BATCH)):
+            per_queue[qs[i % len(qs)]] += min(BATCH, sizes.batch - i * BATCH)
+
+    if broker == "real":
+        # Apache RocketMQ: the same appends (async flush, its default), then the pulls, which it
+        # caps at 32 messages whatever is asked; sync flush would need another broker config
+        with start_broker("real", os.path.join(workdir, "real")) as h:
+            log(f"broker (Apache RocketMQ, pid {h.pid}), flush=async, max {REAL_BROKER_CAP}/pull (its own cap)")
+            c = RemotingClient(h.namesrv_addr)
+            try:
+                for topic in ("bench-warmup", "bench-single", "bench-batch", "bench-thread"):
+                    c.create_topic(topic, 4)  # it would auto-create them with 8 queues (defaultTopicQueueNums)
+                _warm_up(c)
+                qs = appends(h, "async", c)
+                pull_plan(qs)
+                _wait_indexed(c, per_queue)
+                pulls(h, [
+                    (f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL),
+                     {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
+                    (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
+                     {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP, "decode": True}),
+                    (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
+                     lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
+                     {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP,
+                      "depth_per_queue": PIPELINE_DEPTH_CAPPED}),
+                ], record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
+            finally:
+                c.close()
+        return rows
+
     # 1) async flush: appends, then every pull scenario on the batched topic.
     d_async = os.path.join(workdir, f"{broker}-async")
     with _start(broker, launcher, d_async, log) as h:
@@ -444,9 +491,7 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
         try:
             _warm_up(c)
             qs = appends(h, "async", c)
-            per_queue = {mq: 0 for mq in qs}
-            for i in range(-(-sizes.batch // BATCH)):
-                per_queue[qs[i % len(qs)]] += min(BATCH, sizes.batch - i * BATCH)
+            pull_plan(qs)
             pulls(h, [
                 (f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL), {"max_nums": MAX_PULL}),
                 (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
@@ -696,6 +741,30 @@ def summarize_profile(st: Any, name: str, elapsed: float, top: int) -> str:
 # -- entry point ----------------------------------------------------------------------------
 
 
+def _java_missing() -> str | None:
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from real_rocketmq import java_available
+
+    missing: str | None = java_available()
+    return missing
+
+
+def real_ratios(rows: list[Row]) -> dict[str, float]:
+    """Apache RocketMQ's msgs/s over the process broker's for each scenario both ran, by name
+    (async flush; a real "pull seq 1024" gets 32 per pull, the embedded one up to 1024)."""
+    embedded = {r.scenario: r for r in rows if r.broker == "process" and r.flush == "async"}
+    out = {}
+    for r in rows:
+        if r.broker != "real":
+            continue
+        e = embedded.get(r.scenario)
+        if e is not None and e.msgs_per_s:
+            out[r.scenario] = round(r.msgs_per_s / e.msgs_per_s, 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.broker", description=__doc__.splitlines()[0])
     add_arguments(p)
@@ -705,9 +774,11 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 200 single sends and 10,000 batched per scenario, one pull run")
-    p.add_argument("--broker", choices=("process", "thread", "both"), default=None,
+    p.add_argument("--broker", choices=("process", "thread", "real", "both", "all"), default=None,
                    help="where the broker runs: a child process (as users run it), a thread of the "
-                        "benchmark process (shared GIL), or both (default: both; process with --quick)")
+                        "benchmark process (shared GIL), both, Apache RocketMQ's own broker (real, from Maven "
+                        "Central: needs java and mvn), or all three (default: all, or both without java; "
+                        "process with --quick)")
     p.add_argument("--launcher", choices=("auto", "cli", "mp"), default="auto",
                    help="how the process broker starts: the rocketmq_spark.cli broker command, or "
                         "EmbeddedBroker in a multiprocessing child (auto: cli when present)")
@@ -730,15 +801,15 @@ def run(args: argparse.Namespace) -> int:
             with open(os.path.join(RESULTS_DIR, "broker-profile.txt"), "w") as f:
                 f.write(text + "\n")
             return 0
-        placement = args.broker or ("process" if args.quick else "both")
-        placements = ["process", "thread"] if placement == "both" else [placement]
+        placement = args.broker or ("process" if args.quick else "all" if _java_missing() is None else "both")
+        placements = {"both": ["process", "thread"], "all": ["process", "thread", "real"]}.get(placement, [placement])
         load_start = os.getloadavg()
         cpu_start = _cpu_snapshot()
         t0 = time.perf_counter()
         rows: list[Row] = []
         for placement in placements:
             rows += run_suite(placement, sizes, workdir, launcher=args.launcher, repeats=args.repeat)
-        rtt = {placement: round(loopback_rtt_us(placement), 1) for placement in placements}
+        rtt = {placement: round(loopback_rtt_us(placement), 1) for placement in placements if placement != "real"}
         total = time.perf_counter() - t0
         noise = foreign_cpu(cpu_start, _cpu_snapshot(), total)
         rows.sort(key=_sort_key)
@@ -758,9 +829,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
                   f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): "
                   "figures are skewed when that is high")
+        ratios = real_ratios(rows)
+        for scenario, v in ratios.items():
+            print(f"Apache RocketMQ / the embedded broker (process), {scenario}: {v:.2f}")
         print(f"total {total:.1f}s")
         write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total,
-                   path=_report.results_path(args, "broker"), baseline={"loopback_tcp_rtt_us": rtt}, machine=mi)
+                   path=_report.results_path(args, "broker"),
+                   baseline={"loopback_tcp_rtt_us": rtt, "real_to_embedded_process": ratios}, machine=mi)
         return 0
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
