@@ -724,14 +724,25 @@ class _Failed:
         self.exc = exc
 
 
+#: pulls in flight per queue once the broker serves fewer messages per pull than asked (see _pulls)
+_CAPPED_AHEAD = 8
+
 #: pause between pull attempts while a broker is unreachable (seconds, doubling up to the max)
 _OUTAGE_BACKOFF_S = (0.2, 2.0)
 
 
-def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult]
+def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1
            ) -> Iterator[tuple[PullResult, int]]:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
     flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
+
+    A broker that serves fewer messages per pull than asked while more are planned (Apache
+    RocketMQ caps a pull at 32, whatever pullBatchSize says) gets up to ``ahead`` pulls in
+    flight at offsets computed from that cap: a round trip per 32 messages is otherwise what
+    a read costs. Offsets of a queue are contiguous, so a computed pull starts exactly where
+    the one before it ends; when one does not (a shorter answer: the byte cap, the end of the
+    queue), the pulls ahead are dropped and pulling goes on from the real next offset. Only
+    for reads without a tag filter (a filtered pull's next offset skips what did not match).
 
     A broker that becomes unreachable mid-range (restart, network outage; the client's own
     quick retries spent) is asked again from the same offset with backoff for up to
@@ -746,11 +757,14 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             return _Failed(exc)
 
     offset = part.start
-    pending = begin(offset)
+    inflight: deque[tuple[int, Any]] = deque([(offset, begin(offset))])  # (offset asked, pending)
+    frontier = offset  # where the next pull ahead starts (with ``step``)
+    step = 0  # messages the broker serves per pull, once it served fewer than asked
     repulls = 0
     down_since: float | None = None
     pause = _OUTAGE_BACKOFF_S[0]
     while offset < part.end:
+        pending = inflight[0][1]
         try:
             if isinstance(pending, _Failed):
                 raise pending.exc
@@ -769,8 +783,9 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
                     f"{part.broker_down_timeout_ms} bounds the wait)") from exc
             time.sleep(pause)
             pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
-            pending = begin(offset)
+            inflight = deque([(offset, begin(offset))])
             continue
+        inflight.popleft()
         if down_since is not None:
             log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
                         time.monotonic() - down_since, offset)
@@ -779,11 +794,21 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             if (repulls := repulls + 1) > 3:
                 raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
                                        f"offset ({res.next_offset}) for consumer group {part.group}")
-            pending = begin(offset)
+            inflight = deque([(offset, begin(offset))])
             continue
         nxt = max(res.next_offset, offset)
-        if nxt < part.end:
-            pending = begin(nxt)
+        got = nxt - offset
+        if ahead > 1 and res.status == "FOUND" and 0 < got < part.pull_batch_size and nxt < part.end:
+            step = got
+        if inflight and inflight[0][0] != nxt:
+            inflight.clear()  # the computed offsets did not hold: go on from where this pull ended
+        if not inflight:
+            frontier = nxt
+        while frontier < part.end and (not inflight or (step and len(inflight) < ahead)):
+            inflight.append((frontier, begin(frontier)))
+            if not step:
+                break  # the next offset is known only from this pull's answer
+            frontier += step
         yield res, nxt
         offset = nxt
 
@@ -817,10 +842,11 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
 
+    unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
     for res, nxt in _pulls(part,
                            lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
                                                     subscription=part.sub_expression),
-                           lambda pending: c.pull_result(mq, pending)):
+                           lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1):
         if res.size:
             pulled.append(res)
             buffered += res.size

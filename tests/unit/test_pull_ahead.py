@@ -1,0 +1,71 @@
+"""A read task's pull loop against a broker that serves fewer messages per pull than asked
+(Apache RocketMQ caps a pull at 32): pulls ahead at computed offsets, and every offset read
+once, in order, when an answer breaks the computed offsets (a byte cap, a short queue)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketmq_spark.model import MessageQueue, PullResult
+from rocketmq_spark.source.reader import QueueRange, _pulls
+
+MQ = MessageQueue("T", "broker-a", 0)
+
+
+def _part(start: int, end: int, batch: int = 1024) -> QueueRange:
+    return QueueRange(MQ, start, end, ("127.0.0.1:9876",), None, "g", "*", batch, True, 60_000)
+
+
+class CappedBroker:
+    """Serves at most ``cap`` messages a pull (``short`` maps an offset to a smaller answer)."""
+
+    def __init__(self, cap: int, max_offset: int, short: dict[int, int] | None = None) -> None:
+        self.cap, self.max_offset, self.short = cap, max_offset, short or {}
+        self.asked: list[int] = []
+        self.in_flight = self.most_in_flight = 0
+
+    def start(self, offset: int) -> int:
+        self.asked.append(offset)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        return offset
+
+    def finish(self, offset: int) -> PullResult:
+        self.in_flight -= 1
+        n = min(self.short.get(offset, self.cap), self.max_offset - offset)
+        return PullResult("FOUND", offset + n, 0, self.max_offset, b"m" * n)
+
+
+def _read(part: QueueRange, b: CappedBroker, ahead: int) -> list[int]:
+    """The planned offsets each yielded answer covers, in yield order (the last pull may go past
+    the range's end: the decoder drops those rows)."""
+    got: list[int] = []
+    for res, nxt in _pulls(part, b.start, b.finish, ahead):
+        got.extend(range(nxt - len(res.body), min(nxt, part.end)))
+    return got
+
+
+def test_a_capped_broker_gets_pulls_ahead_and_every_offset_once() -> None:
+    b = CappedBroker(cap=32, max_offset=10_000)
+    assert _read(_part(100, 5_000), b, ahead=8) == list(range(100, 5_000))
+    assert b.most_in_flight == 8
+    assert all(100 <= off < 5_000 for off in b.asked)  # nothing asked outside the planned range
+
+
+@pytest.mark.parametrize("short_at", [132, 164, 4_964])
+def test_an_answer_shorter_than_the_cap_drops_the_pulls_ahead_and_goes_on_from_its_end(short_at: int) -> None:
+    b = CappedBroker(cap=32, max_offset=10_000, short={short_at: 5})
+    assert _read(_part(100, 5_000), b, ahead=8) == list(range(100, 5_000))
+    assert short_at + 5 in b.asked  # pulled again from where the short answer ended
+
+
+def test_a_broker_serving_all_that_is_asked_gets_one_pull_ahead() -> None:
+    b = CappedBroker(cap=1024, max_offset=100_000)
+    assert _read(_part(0, 50_000), b, ahead=8) == list(range(50_000))
+    assert b.most_in_flight == 1
+
+
+def test_without_pulls_ahead_one_pull_is_in_flight() -> None:
+    b = CappedBroker(cap=32, max_offset=10_000)
+    assert _read(_part(0, 1_000), b, ahead=1) == list(range(1_000))
+    assert b.most_in_flight == 1
