@@ -27,8 +27,9 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
     rocketmq -> noop on     the same full-schema reads (2M x 100 B, 200k x 4 KiB, 8 queues) from
       Apache RocketMQ       Apache RocketMQ 5.3.3's broker (tests/real_rocketmq.py), in the same
                             Spark session, next to the embedded broker's figures above
-    Java client vs ours     rocketmq-client's lite pull and our client's pull + decode of the
-                            100-byte topic on that broker, one core each
+    Java client vs ours     rocketmq-client's lite pull and our reader's partition path
+                            (read_range: pulls in flight, decoded to Arrow) over the 100-byte
+                            topic on that broker, one core each
     Kafka -> noop           Spark's own Kafka source (headers included) reading the same messages
                             (key, body, one header) from Kafka 4.1.1 (KRaft, one node, 8
                             partitions), loaded by Spark's Kafka sink (benchmarks/_kafka.py)
@@ -494,6 +495,20 @@ def client_pull_decode(c: RemotingClient, qs: list[MessageQueue], n: int, body_s
         "decode_share": round(decode_s / m.elapsed, 3) if m.elapsed else None})
 
 
+def reader_pull_decode(c: RemotingClient, ns: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
+    """What one Spark read task does, without Spark: ``source.reader.read_range`` (pulls in
+    flight, decoded to Arrow) over every queue in turn, on one connection."""
+    from rocketmq_spark.source.reader import QueueRange, read_range
+
+    ends = {mq: c.max_offset(mq) for mq in qs}
+    parts = [QueueRange(mq, 0, end, (ns,), None, f"bench-{uuid.uuid4().hex[:6]}", "*", PULL, True)
+             for mq, end in ends.items() if end > 0]
+    with Meter() as m:
+        rows = sum(b.num_rows for p in parts for b in read_range(p, c))
+    _check(rows == n, f"read_range read {rows} of {n}")
+    return _measured("our reader's read_range (no Spark)", "source", n, body_size, m, params={})
+
+
 def client_pull_decode_grpc(endpoint: str, qs: list[MessageQueue], n: int, body_size: int) -> Row:
     """As :func:`client_pull_decode`, over the gRPC endpoint (PullMessage streams)."""
     from rocketmq_spark.client.grpc_client import GrpcClient, message_columns
@@ -841,8 +856,8 @@ def run_peers(spark: Any, sizes: Sizes, workdir: str, repeat: int, embedded: lis
             if t100 is not None:
                 jr = java_pull(h.namesrv_addr, t100[0], t100[1], 100)
                 if jr is not None:
-                    ours = one_core(lambda: client_pull_decode(c, t100[2], t100[1], 100))
-                    ours.scenario = "our client pull + decode, one core"
+                    ours = one_core(lambda: reader_pull_decode(c, h.namesrv_addr, t100[2], t100[1], 100))
+                    ours.scenario = "our reader's pull + decode, one core"
                     jr.params["broker"] = ours.params["broker"] = f"Apache RocketMQ {h.version}"
                     out["java_client"] = [ours, jr]
                     out["ratios"]["client_to_java"] = round(ours.msgs_per_s / jr.msgs_per_s, 3)
@@ -1240,8 +1255,8 @@ def print_peers(peers: dict[str, Any]) -> None:
              "real_to_kafka": "Spark reader on Apache RocketMQ / Spark's Kafka source"}
     for k, val in peers["ratios"].items():
         if k == "client_to_java":
-            print(f"our client's pull + decode / the Java client's (lite pull), one core each, on Apache RocketMQ: "
-                  f"{val:.2f}")
+            print(f"our reader's pull + decode (read_range) / the Java client's (lite pull), one core each, on "
+                  f"Apache RocketMQ: {val:.2f}")
             continue
         stem, size = k.rsplit("_", 1)
         print(f"{names.get(stem, stem)} at {size}: {val:.2f}")
