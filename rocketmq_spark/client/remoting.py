@@ -46,7 +46,7 @@ from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
-from .connection import RemotingConnection
+from .connection import RemotingConnection, Reply
 from .contract import CheckHandler
 from .membership import GroupMember, GroupPresence, QueueStatus
 from .retry import ClientConfig, retrying
@@ -341,10 +341,10 @@ class RemotingClient:
         that way its remaining calls fail with the same error instead of each paying the retry
         budget again."""
         out: list[RemotingCommand | RocketMQSparkError | None] = [None] * len(calls)
-        inflight: list[tuple[int, str, Future[RemotingCommand]]] = []
+        inflight: list[tuple[int, str, Reply]] = []
         dead: dict[str, RocketMQSparkError] = {}
 
-        def settle(i: int, addr: str, fut: Future[RemotingCommand]) -> None:
+        def settle(i: int, addr: str, fut: Reply) -> None:
             mq, code, ext = calls[i]
             op = f"{operation} of {mq}"
             try:
@@ -394,7 +394,7 @@ class RemotingClient:
                 except ConnectionFailedError as exc:
                     futs = []
                     for _ in chunk:
-                        f: Future[RemotingCommand] = Future()
+                        f = Reply()
                         f.set_exception(exc)
                         futs.append(f)
                 for item in inflight:
@@ -722,25 +722,24 @@ class RemotingClient:
         return self._conn(addr, f"send to {mq}").send(RemotingCommand(request.code, ext_fields=request.ext_fields,
                                                                        body=request.body))
 
-    def send_async_many(self, sends: Sequence[tuple[MessageQueue, RemotingCommand]]
-                        ) -> list[Future[RemotingCommand]]:
+    def send_async_many(self, sends: Sequence[tuple[MessageQueue, RemotingCommand]]) -> list[Reply]:
         """:meth:`send_async` of several requests, those for one broker written together (one
-        ``sendall``: a syscall per message cost more than encoding it); futures in order."""
+        ``sendall``: a syscall per message cost more than encoding it); answers in order."""
         by_addr: dict[str, list[int]] = {}
         for i, (mq, _) in enumerate(sends):
             by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(i)
-        out: list[Future[RemotingCommand]] = [Future()] * len(sends)
+        out: list[Reply | None] = [None] * len(sends)
         for addr, idx in by_addr.items():
             reqs = [RemotingCommand(r.code, ext_fields=r.ext_fields, body=r.body) for r in (sends[i][1] for i in idx)]
             try:
                 futs = self._conn(addr, f"send to {sends[idx[0]][0]}").send_many(reqs)
             except RocketMQSparkError as exc:
-                futs = [Future() for _ in idx]
+                futs = [Reply() for _ in idx]
                 for f in futs:
                     f.set_exception(exc)
             for i, f in zip(idx, futs):
                 out[i] = f
-        return out
+        return [f for f in out if f is not None]  # each was set: every index has its broker
 
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
         self.check_sent(mq, count, resp)
@@ -788,10 +787,10 @@ class RemotingClient:
         """END_TRANSACTION for every ``txns``, written a chunk (``window // 2``) per broker at a
         time, up to ``window`` in flight; already-ended ones are fine; a failed one is retried
         alone. ``on_progress``: see the client contract."""
-        pending: deque[tuple[int, Txn, Future[RemotingCommand]]] = deque()
+        pending: deque[tuple[int, Txn, Reply]] = deque()
         what = f"{'commit' if commit else 'rollback'} of transactions"
 
-        def settle(t: Txn, fut: Future[RemotingCommand]) -> None:
+        def settle(t: Txn, fut: Reply) -> None:
             try:
                 resp = fut.result(self.config.request_timeout_s)
                 if resp.code == ResponseCode.SUCCESS or _already_ended(resp.code, resp.remark):
@@ -814,13 +813,13 @@ class RemotingClient:
         chunk = max(1, window // 2)
         for start in range(0, len(txns), chunk):
             by_addr: dict[str, list[tuple[int, Txn]]] = {}
-            sent: list[tuple[int, Txn, Future[RemotingCommand]]] = []
+            sent: list[tuple[int, Txn, Reply]] = []
             for i in range(start, min(start + chunk, len(txns))):
                 t = txns[i]
                 try:
                     by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append((i, t))
                 except RocketMQSparkError as exc:  # no route now: retried alone by settle
-                    failed: Future[RemotingCommand] = Future()
+                    failed = Reply()
                     failed.set_exception(exc)
                     sent.append((i, t, failed))
             for addr, its in by_addr.items():
@@ -831,7 +830,7 @@ class RemotingClient:
                 try:
                     futs = self._conn(addr, what).send_many(reqs)
                 except RocketMQSparkError as exc:
-                    futs = [Future() for _ in its]
+                    futs = [Reply() for _ in its]
                     for f in futs:
                         f.set_exception(exc)
                 sent.extend((i, t, f) for (i, t), f in zip(its, futs))
