@@ -19,7 +19,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..client import BrokerClient, connect
+from ..client.contract import Answer
 from ..codec import (
     BatchEntry,
     EncodedBatch,
@@ -65,7 +66,7 @@ _COLUMN_KEYS = {"TAGS": "the tag column", "KEYS": "the keys column", "UNIQ_KEY":
 class _Send(NamedTuple):
     """A send in flight: what a retry or a half message's transaction needs of it."""
 
-    answer: Future[Any]
+    answer: Answer
     queue: MessageQueue
     entries: list[BatchEntry] | EncodedBatch
     sys_flag: int
@@ -321,14 +322,13 @@ class _Sender:
 
     def _send_queued(self) -> None:
         queued, self._queued = self._queued, []
+        futs: Sequence[Answer]
         try:
             futs = self.client.send_async_many([(mq, req) for mq, req, *_ in queued])
         except RocketMQSparkError as exc:  # e.g. no route: each retried by _drain
-            futs = []
-            for _ in queued:
-                fut: Future[Any] = Future()
-                fut.set_exception(exc)
-                futs.append(fut)
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            futs = [failed] * len(queued)
         for (mq, _, entries, sys_flag, uniq), fut in zip(queued, futs, strict=True):
             self._inflight.append(_Send(fut, mq, entries, sys_flag, "", False, uniq))
 

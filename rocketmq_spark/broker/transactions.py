@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 __all__ = ["Transactions"]
 
 TX_GROUP = "CID_RMQ_SYS_TRANS"
+#: the most commit-log bytes read at once for the half messages of a run of ENDs
+_SPAN_MAX = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -106,11 +108,22 @@ class Transactions:
         messages: list[NewMessage] = []
         ended: list[int] = []
         now_ms = int(time.time() * 1000)
-        for pos, half_offset, commit in ends:
+        found: list[Pending | None] = []
+        for pos, half_offset, _ in ends:
             pending = self.pending.get(half_offset)
             if pending is None or pending.commit_log_offset != pos:
                 pending = next((p for p in self.pending.values() if p.commit_log_offset == pos), None)
-            raw = self.store.record_at(pos, pending.size if pending is not None else None)
+            found.append(pending)
+        span, span_start = self._read_span(found)
+        for (pos, half_offset, commit), pending in zip(ends, found):
+            raw: bytes | None = None
+            if pending is not None and span_start <= pos and pos + pending.size <= span_start + len(span):
+                at = pos - span_start
+                raw = span[at:at + pending.size]
+                if int.from_bytes(raw[:4], "big", signed=True) != pending.size:
+                    raw = None  # not the record it should be: read as record_at reads it
+            if raw is None:
+                raw = self.store.record_at(pos, pending.size if pending is not None else None)
             try:
                 rec = split_record(raw) if raw is not None else None
             except ProtocolError:
@@ -134,6 +147,19 @@ class Transactions:
         for half in ended:  # once stored (progress is saved by housekeeping)
             self.pending.pop(half, None)
         return out
+
+    def _read_span(self, found: list[Pending | None]) -> tuple[bytes, int]:
+        """The commit-log bytes from the first to the end of the last of the open half messages
+        ``found`` (a run of ENDs names halves stored together: one read instead of one each),
+        with where they start; nothing when they lie too far apart."""
+        known = [p for p in found if p is not None]
+        if len(known) < 2:
+            return b"", 0
+        lo = min(p.commit_log_offset for p in known)
+        hi = max(p.commit_log_offset + p.size for p in known)
+        if hi - lo > min(_SPAN_MAX, 4 * sum(p.size for p in known)):
+            return b"", 0
+        return self.store.read_record(lo, hi - lo), lo
 
     def committed_copy(self, rec: RecordParts, checks: int = 0) -> NewMessage:
         """The visible copy of a half message. As on Java brokers it keeps REAL_TOPIC/REAL_QID,

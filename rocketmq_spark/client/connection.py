@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -20,9 +19,55 @@ from ..remoting.frame import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RemotingConnection"]
+__all__ = ["RemotingConnection", "Reply"]
 
-_U32 = struct.Struct(">I")
+#: bytes asked of the socket per read
+_READ_SIZE = 256 * 1024
+#: taken to settle a Reply (the reader thread and a failing sender may both try)
+_SETTLE = threading.Lock()
+
+
+class Reply:
+    """The answer to come to one request of :meth:`RemotingConnection.send_many`: what callers
+    use of a Future (``result``, ``done``, ``set_result``, ``set_exception``) on a bare lock,
+    held until it is settled (a Future builds a Condition; a writer sends thousands of
+    requests a second). The first result or exception set wins."""
+
+    __slots__ = ("_done", "_error", "_lock", "_value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._value: RemotingCommand | None = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    def _settle(self, value: RemotingCommand | None, error: BaseException | None) -> None:
+        with _SETTLE:
+            if self._done:
+                return
+            self._done = True
+        self._value, self._error = value, error
+        self._lock.release()
+
+    def set_result(self, value: RemotingCommand) -> None:
+        self._settle(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> RemotingCommand:
+        """The answer; raises what :meth:`set_exception` set, TimeoutError past ``timeout`` seconds."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise TimeoutError(f"no answer within {timeout:g}s")
+        self._lock.release()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -60,7 +105,7 @@ class RemotingConnection:
         self.signer = signer
         self._max_frame = max_frame
         self._on_request = on_request
-        self._pending: dict[int, Future[RemotingCommand]] = {}
+        self._pending: dict[int, Future[RemotingCommand] | Reply] = {}
         self._lock = threading.Lock()
         self._wlock = threading.Lock()
         self._opaque = itertools.count(1)
@@ -102,10 +147,10 @@ class RemotingConnection:
             fut.set_result(cmd)
         return fut
 
-    def send_many(self, cmds: list[RemotingCommand]) -> list[Future[RemotingCommand]]:
+    def send_many(self, cmds: list[RemotingCommand]) -> list[Reply]:
         """Several requests written with one ``sendall`` (a syscall per request costs more than
-        encoding it when thousands go out at once); one future per request, in order."""
-        futs: list[Future[RemotingCommand]] = [Future() for _ in cmds]
+        encoding it when thousands go out at once); one :class:`Reply` per request, in order."""
+        futs = [Reply() for _ in cmds]
         if self.closed:
             for cmd, fut in zip(cmds, futs):
                 fut.set_exception(ConnectionFailedError(self.address, f"request code {cmd.code}", "connection closed"))
@@ -154,37 +199,46 @@ class RemotingConnection:
         except OSError as exc:
             self._fail_all(exc)
 
-    def _read_exact(self, n: int) -> bytes:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            r = self._sock.recv_into(view[got:], n - got)
-            if r == 0:
-                raise ConnectionResetError("connection closed by the peer")
-            got += r
-        return bytes(buf)
-
     def _read_loop(self) -> None:
+        # what arrives is read in large pieces and cut into frames here (two recv calls per
+        # answer cost more than decoding it when thousands of answers come back at once)
+        buf = bytearray()
         try:
             while True:
-                length = read_frame_length(self._read_exact(4), self._max_frame)
-                frame = self._read_exact(length)
-                cmd = RemotingCommand.decode(frame)
-                if cmd.is_response:
-                    with self._lock:
-                        fut = self._pending.pop(cmd.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(cmd)
-                elif self._on_request is not None:
+                chunk = self._sock.recv(_READ_SIZE)
+                if not chunk:
+                    raise ConnectionResetError("connection closed by the peer")
+                buf += chunk
+                pos, n = 0, len(buf)
+                while n - pos >= 4:
+                    length = read_frame_length(bytes(buf[pos:pos + 4]), self._max_frame)
+                    if n - pos - 4 < length:
+                        break
+                    frame = memoryview(buf)[pos + 4:pos + 4 + length]
                     try:
-                        self._on_request(self, cmd)
-                    except Exception:
-                        log.exception("handling request code %d from %s failed", cmd.code, self.address)
+                        cmd = RemotingCommand.decode(frame)
+                    finally:
+                        frame.release()
+                    pos += 4 + length
+                    self._received(cmd)
+                if pos:
+                    del buf[:pos]
         except (OSError, ProtocolError) as exc:
             if not self.closed:
                 log.debug("connection to %s lost: %s", self.address, exc)
             self._fail_all(exc)
+
+    def _received(self, cmd: RemotingCommand) -> None:
+        if cmd.flag & FLAG_RESPONSE:
+            with self._lock:
+                fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        elif self._on_request is not None:
+            try:
+                self._on_request(self, cmd)
+            except Exception:
+                log.exception("handling request code %d from %s failed", cmd.code, self.address)
 
     def _fail_all(self, exc: BaseException) -> None:
         self.closed = True

@@ -29,7 +29,16 @@ from .retry import ClientConfig
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["BrokerClient", "CheckHandler"]
+__all__ = ["Answer", "BrokerClient", "CheckHandler"]
+
+
+class Answer(Protocol):
+    """The answer to come to a request sent without waiting: a Future, or a transport's
+    lighter equivalent."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The answer, waited for up to ``timeout`` seconds (TimeoutError past it); raises the
+        request's failure."""
 
 #: A transaction check-back: (the half message's properties, its message id) -> True to
 #: commit, False to roll back, None when not known yet (the broker asks again later).
@@ -157,8 +166,8 @@ class BrokerClient(Protocol):
     def send_async(self, mq: MessageQueue, request: Any) -> Future[Any]:
         """Send without waiting; the future's answer goes to :meth:`send_results`."""
 
-    def send_async_many(self, sends: Sequence[tuple[MessageQueue, Any]]) -> list[Future[Any]]:
-        """:meth:`send_async` for several requests at once, one future each, in order (a
+    def send_async_many(self, sends: Sequence[tuple[MessageQueue, Any]]) -> Sequence[Answer]:
+        """:meth:`send_async` for several requests at once, one answer each, in order (a
         transport may write those for one broker together)."""
 
     def send_results(self, mq: MessageQueue, count: int, answer: Any) -> list[SendResult]:

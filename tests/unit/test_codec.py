@@ -252,3 +252,32 @@ def test_a_batch_response_header_takes_the_direct_path() -> None:
     assert cmd._encode_plain_json_header() == cmd._dump_json_header()
     assert RemotingCommand(code=0, ext_fields={"k": 'a"b'})._encode_plain_json_header() is None
     assert RemotingCommand(code=0, ext_fields={"k": "a\nb"})._encode_plain_json_header() is None
+
+
+_props = st.text(alphabet=st.sampled_from(['a', 'Z', '0', ' ', '\x01', '\x02', '"', '\\', 'é', '\x7f', '\n']),
+                 max_size=16)
+
+
+@given(group=_texts, topic=_texts, broker=_texts, queue_id=st.integers(0, 64), sys_flag=st.sampled_from([0, 4, 8]),
+       props=_props, msg_id=_props, commit=st.booleans())
+def test_requests_with_their_fields_written_by_the_client_encode_as_the_encoder_writes_them(
+        group: str, topic: str, broker: str, queue_id: int, sys_flag: int, props: str, msg_id: str,
+        commit: bool) -> None:
+    # send_request / end_transaction_request write the extFields themselves (a template per queue):
+    # the frame must be the encoder's, byte for byte, or left to it
+    from rocketmq_spark.client.remoting import RemotingClient
+    from rocketmq_spark.codec import BatchEntry
+    from rocketmq_spark.model import MessageQueue
+
+    mq = MessageQueue(topic, broker, queue_id)
+    client = RemotingClient("127.0.0.1:9876")  # connects on first use only
+    reqs = [client.send_request(mq, [BatchEntry(b"b", props)], producer_group=group, sys_flag=sys_flag,
+                                born_ts=1700000000000),
+            RemotingClient.end_transaction_request(broker, producer_group=group, commit_log_offset=123456789,
+                                                   queue_offset=queue_id, msg_id=msg_id, commit=commit)]
+    for req in reqs:
+        req.opaque = 77
+        plain = RemotingCommand(req.code, opaque=77, ext_fields=dict(req.ext_fields), body=req.body)
+        assert req.encode() == plain.encode()
+        req.ext_fields = {**req.ext_fields, "x": "1"}  # a new dict: the written fields are not used
+        assert RemotingCommand.decode(req.encode()[4:]).ext_fields == req.ext_fields
