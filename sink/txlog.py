@@ -15,14 +15,26 @@ BEFORE ending any of them. From then on the record is the truth:
 - a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
   it is in its batch's record, rollback if the batch is recorded without it (or a
   later batch is recorded), and not at all while the batch is still undecided or
-  once its ENDs were answered (the broker asks again later).
+  once its ENDs were answered (the broker asks again later);
+- a check-back answered commit and a replay's END would commit the half twice, so the
+  two take turns on ``<batchId>.lock`` (an flock): the answer is written to
+  ``<batchId>.checked`` before it is sent, unless ``<batchId>.ending`` says a replay
+  has begun (then the replay ends it, and the check-back is not answered); a replay
+  writes that mark, reads what check-backs committed, and leaves those out;
+- half messages carry the sink's identity (:attr:`TxLog.sink_id`, from the checkpoint
+  location), so a writer of another query in the same producer group, which a broker
+  may ask about them, does not answer from a record that is not theirs.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..files import atomic_write
 from ..model import Txn
@@ -30,6 +42,9 @@ from ..model import Txn
 log = logging.getLogger(__name__)
 
 __all__ = ["TxLog", "Txn"]
+
+#: what a batch leaves under the directory (pruned with its record)
+_PRUNED = ("json", "ended", "progress", "checked", "ending", "lock")
 
 
 class TxLog:
@@ -39,7 +54,8 @@ class TxLog:
     relative local path. ``keep``: how many batch ids back records are kept (see
     :meth:`record`). Files are replaced atomically (:func:`~rocketmq_spark.files.atomic_write`),
     so readers in other processes or threads (check-backs on executors) see a whole record
-    or none; only the driver writes.
+    or none. The driver writes the records and marks; a check-back answered commit adds its
+    message id to the batch's ``.checked`` list (:meth:`commit_by_check`).
     """
 
     def __init__(self, checkpoint_location: str, keep: int = 200) -> None:
@@ -50,6 +66,9 @@ class TxLog:
                 path = path[1:]
         self.dir = os.path.join(path, "rocketmq-sink", "commits")
         self.keep = keep
+        #: this sink's identity in its half messages' tag: the same for every process given the
+        #: same checkpoint location, different for another query's
+        self.sink_id = hashlib.sha1(path.rstrip("/").encode()).hexdigest()[:12]
 
     def _path(self, batch_id: int) -> str:
         return os.path.join(self.dir, f"{batch_id}.json")
@@ -117,16 +136,53 @@ class TxLog:
         None while the batch is undecided, and for a message of the record once the batch is
         ended: its END was answered, but a broker records ended transactions in batches
         (transactionOpBatchInterval, 3 s) and may check one in between; answering commit again
-        would store the message twice. A message not in the record is rolled back at any time."""
+        would store the message twice. None too once a replay of the batch has begun (it sends
+        the END itself). A message not in the record is rolled back at any time."""
         recorded = self.read(batch_id)
         if recorded is not None:
             if msg_id not in recorded:
                 return False
-            return None if self.ended(batch_id) else True
+            return None if self.ended(batch_id) or not self.commit_by_check(batch_id, msg_id) else True
         latest = self.latest()
         if latest is not None and latest > batch_id:
             return False
         return None
+
+    @contextmanager
+    def _turn(self, batch_id: int) -> Iterator[None]:
+        """Exclusive use of the batch's check-back marks among processes (flock)."""
+        os.makedirs(self.dir, exist_ok=True)
+        fd = os.open(os.path.join(self.dir, f"{batch_id}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def commit_by_check(self, batch_id: int, msg_id: str) -> bool:
+        """Whether a check-back may answer commit for a recorded message: True once its id is
+        written to ``<batch>.checked`` (a replay then leaves it out); False once a replay has
+        begun (:meth:`begin_ending`: the replay commits it)."""
+        with self._turn(batch_id):
+            if os.path.exists(os.path.join(self.dir, f"{batch_id}.ending")):
+                return False
+            with open(os.path.join(self.dir, f"{batch_id}.checked"), "a") as fh:
+                fh.write(msg_id + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            return True
+
+    def begin_ending(self, batch_id: int) -> set[str]:
+        """A replay of a recorded batch is about to end its transactions: from now on check-backs
+        are not answered commit (:meth:`commit_by_check`); returns the message ids they already
+        committed (not to be committed again)."""
+        with self._turn(batch_id):
+            atomic_write(os.path.join(self.dir, f"{batch_id}.ending"), b"")
+            try:
+                with open(os.path.join(self.dir, f"{batch_id}.checked")) as fh:
+                    return {ln.strip() for ln in fh if ln.strip()}
+            except FileNotFoundError:
+                return set()
 
     def _prune(self, newest: int) -> None:
         cutoff = newest - self.keep
@@ -134,7 +190,7 @@ class TxLog:
             return
         for name in os.listdir(self.dir):
             stem, _, ext = name.partition(".")
-            if ext in ("json", "ended", "progress") and stem.isdigit() and int(stem) < cutoff:
+            if ext in _PRUNED and stem.isdigit() and int(stem) < cutoff:
                 try:
                     os.unlink(os.path.join(self.dir, name))
                 except FileNotFoundError:

@@ -375,7 +375,8 @@ class _Sender:
                                  f"failed after retries: {last}") from last
 
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
-        tag = f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}"
+        tag = (f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}:"
+               f"{self.txlog.sink_id if self.txlog is not None else '-'}")
         entry.properties += (f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02"
                              f"{TX_TAG}\x01{tag}\x02")
         q = self._group_queue(topic, group) if group else self._next_queue(topic)
@@ -408,12 +409,16 @@ class _Sender:
 
 def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> bool | None:
     """The fate of a half message a broker asks about (a check-back): commit (True) when its
-    batch is recorded with it, roll back (False) when recorded without it, None while its
-    batch is not recorded yet (the broker asks again) or when it is not one of ours."""
+    batch is recorded with it (and no replay is ending it), roll back (False) when recorded
+    without it, None while its batch is not recorded yet (the broker asks again) or when it is
+    not this sink's (the tag names another checkpoint location, or none)."""
+    fields = properties.get(TX_TAG, "").split(":")
     try:
-        batch_id = int(properties.get(TX_TAG, "").split(":", 1)[0])
+        batch_id = int(fields[0])
     except ValueError:
         return None  # not one of ours
+    if len(fields) > 3 and fields[3] != txlog.sink_id:
+        return None  # another query's (same producer group, another checkpoint location): its writers answer
     if batch_id < 0:
         # a batch write's (df.write): its driver ends its transactions without a record, so the
         # stream records that may share the checkpoint location say nothing of it
@@ -561,7 +566,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     First time: ``txns`` are recorded under the checkpoint (:class:`TxLog`), committed in the
     record's order with the progress marked as their ENDs are answered, and the batch marked
     ended. A replay of a recorded batch rolls back the ``txns`` not in the record and commits
-    again the recorded ones past the marked progress, none once the batch was marked ended.
+    again the recorded ones past the marked progress that no check-back committed meanwhile
+    (:meth:`TxLog.begin_ending`), none once the batch was marked ended.
     If the first commit stopped part-way (its driver died), the ENDs it had in flight then are
     sent again: a broker that had applied one stores its message twice (at most the END
     window, 256). Raises OptionError without a checkpointLocation, OSError when the record
@@ -580,10 +586,15 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
             # a broker commits a half again on every commit it is sent: once ended, never again
             done = txlog.progress(batch_id)
             to_commit = [] if txlog.ended(batch_id) else txlog.txns(batch_id)[done:]
-            log.info("batch %d was already recorded: committing %d of its transactions again (%s), rolling back "
-                     "%d from the replay", batch_id, len(to_commit),
-                     "its first commit had finished" if not to_commit else
-                     f"its first commit had ended {done} when it stopped", len(to_rollback))
+            checked: set[str] = set()
+            if to_commit:
+                # check-backs may have committed some since the first commit stopped: not again
+                checked = txlog.begin_ending(batch_id)
+                to_commit = [t for t in to_commit if t.msg_id not in checked]
+            log.info("batch %d was already recorded: committing %d of its transactions again (%s; %d committed "
+                     "by check-backs meanwhile), rolling back %d from the replay", batch_id, len(to_commit),
+                     "its first commit had finished" if txlog.ended(batch_id) else
+                     f"its first commit had ended {done} when it stopped", len(checked), len(to_rollback))
 
         def progress(n: int) -> None:
             txlog.mark_progress(batch_id, done + n)
