@@ -140,6 +140,7 @@ class _Sender:
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
+        self._half_suffix: str | None = None  # see _half_properties
 
     # -- queues ---------------------------------------------------------------------
 
@@ -197,6 +198,9 @@ class _Sender:
                 for sends in encoded:
                     self._submit(self._next_queue(option_topic), sends, 0, ordered=False)
                 return
+        if self.opts.exactly_once and option_topic and self._bodies_only(batch):
+            self._add_halves(option_topic, batch.column(batch.schema.get_field_index("body")).to_pylist())
+            return
         body = _Column(batch, "body")
         topic = _Column(batch, "topic")
         tag = _Column(batch, "tag")
@@ -277,6 +281,60 @@ class _Sender:
             else:
                 self._buffer(t, g, entry)
 
+    @staticmethod
+    def _bodies_only(batch: pa.RecordBatch) -> bool:
+        """Rows with a body each and nothing else set: what :meth:`_add_halves` sends."""
+        schema, n = batch.schema, batch.num_rows
+        idx = schema.get_field_index("body")
+        if idx < 0 or batch.column(idx).null_count:
+            return False
+        for name in ("topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp"):
+            idx = schema.get_field_index(name)
+            if idx >= 0 and batch.column(idx).null_count != n:
+                return False
+        return True
+
+    def _add_halves(self, topic: str, bodies: list[Any]) -> None:
+        """Exactly-once rows that have only a body (:meth:`_bodies_only`), to the option topic:
+        each sent as :meth:`add_batch` sends it, without the per-row look at the other columns
+        (the properties are the message id's and the half message's)."""
+        if topic not in self._checked_topics:
+            topic_name("column topic", topic, topic)
+            self._checked_topics.add(topic)
+        opts = self.opts
+        max_size, threshold = opts.max_message_size, opts.compress_threshold
+        compresses = self.client.compresses_bodies
+        suffix = self._half_properties()
+        prefix = self._uniq_prefix
+        prepared = int(TransactionType.PREPARED)
+        compressed = int(prepared | SysFlag.COMPRESSED)
+        next_queue, submit = self._next_queue, self._submit
+        for b in bodies:
+            if isinstance(b, str):
+                b = b.encode()
+            if len(b) > max_size:
+                raise OptionError("column body", f"{len(b)} bytes",
+                                  f"partition {self.partition} row {self.rows} exceeds maxMessageSize="
+                                  f"{max_size} bytes")
+            self.rows += 1
+            self._seq += 1
+            uniq = f"{prefix}{self._seq:010X}"
+            sys_flag = prepared
+            if len(b) > threshold and compresses:
+                b = zlib.compress(b)
+                sys_flag = compressed
+            submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag, ordered=False,
+                   uniq=uniq)
+
+    def _half_properties(self) -> str:
+        """What a half message's properties end with: TRAN_MSG, its producer group and the
+        :data:`TX_TAG` ``<batchId>:<partition>:<attempt>:<sinkId>`` check-backs are answered by."""
+        if self._half_suffix is None:
+            tag = (f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}:"
+                   f"{self.txlog.sink_id if self.txlog is not None else '-'}")
+            self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
+        return self._half_suffix
+
     def _buffer(self, topic: str, group: str | None, entry: BatchEntry) -> None:
         key = (topic, group or None)  # one batch never mixes message groups
         entries, size = self._buffers.get(key, ([], 0))
@@ -341,15 +399,17 @@ class _Sender:
             prepared = bool(send.sys_flag & TransactionType.PREPARED)
             try:
                 resp = send.answer.result(self.client.config.request_timeout_s)
-                if prepared:
-                    results = self.client.send_results(send.queue, len(send.entries), resp)
-                else:  # at-least-once needs only the outcome, not a result per message
-                    self.client.check_sent(send.queue, len(send.entries), resp)
+                # only the outcome here: a half message's transaction is read from an answer
+                # that stored it, below (an answer it cannot be read from is not sent again)
+                self.client.check_sent(send.queue, len(send.entries), resp)
             except Exception as exc:  # retried below with bounds, then reported
                 log.info("send of %d messages to %s failed (%s); retrying", len(send.entries), send.queue, exc)
                 results = self._retry(send, exc)
-            if prepared:  # a half message is sent alone
-                self.txns.append(self.client.transaction(results[0], send.uniq))
+                if prepared:  # a half message is sent alone
+                    self.txns.append(self.client.transaction(results[0], send.uniq))
+            else:
+                if prepared:
+                    self.txns.append(self.client.half_transaction(send.queue, resp, send.uniq))
 
     def _retry(self, send: _Send, first: BaseException) -> list[Any]:
         """Send again (bounded, with backoff). An unordered batch whose broker cannot be
@@ -375,10 +435,7 @@ class _Sender:
                                  f"failed after retries: {last}") from last
 
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
-        tag = (f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}:"
-               f"{self.txlog.sink_id if self.txlog is not None else '-'}")
-        entry.properties += (f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02"
-                             f"{TX_TAG}\x01{tag}\x02")
+        entry.properties += self._half_properties()
         q = self._group_queue(topic, group) if group else self._next_queue(topic)
         self._submit(q, [entry], sys_flag | TransactionType.PREPARED, ordered=bool(group), uniq=uniq)
 

@@ -192,6 +192,11 @@ class BrokerClient(Protocol):
         """The half message a prepared send's ``result`` stored (``msg_id``: its UNIQ_KEY),
         named as this transport ends it."""
 
+    def half_transaction(self, mq: MessageQueue, answer: Any, msg_id: str) -> Txn:
+        """``transaction(send_results(mq, 1, answer)[0], msg_id)``: the half message a single
+        prepared send to ``mq`` stored, straight from its answer (a writer turns thousands of
+        answers a second into transactions); a refusal raises the broker's error."""
+
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
                          window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
         """Commit or roll back every half message, up to ``window`` requests in flight; one

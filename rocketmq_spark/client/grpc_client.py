@@ -644,6 +644,9 @@ class GrpcClient(SequentialManyQueueCalls):
         """A half message is named by the transaction id the proxy gave (commit-log position 0)."""
         return Txn(result.queue.broker, result.queue.topic, result.queue_offset, 0, msg_id, result.transaction_id)
 
+    def half_transaction(self, mq: MessageQueue, answer: Any, msg_id: str) -> Txn:
+        return self.transaction(self.send_results(mq, 1, answer)[0], msg_id)
+
     def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:
         """Announce a producer of ``topics`` (Telemetry settings, then a heartbeat). With
         ``on_check``, transaction check-backs are answered: it gets the message's properties

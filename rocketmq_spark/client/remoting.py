@@ -1026,6 +1026,22 @@ class RemotingClient:
         return Txn(result.queue.broker, result.queue.topic, result.queue_offset, offset_of_msg_id(result.msg_id),
                    msg_id)
 
+    def half_transaction(self, mq: MessageQueue, answer: RemotingCommand, msg_id: str) -> Txn:
+        """The usual answer (SUCCESS, one message id, an in-range queue offset) read directly,
+        no :class:`SendResult` built; anything else as :meth:`send_results` reads it (which
+        raises what is wrong with it)."""
+        if answer.code == ResponseCode.SUCCESS:
+            ext = answer.ext_fields
+            try:
+                queue_offset = int(ext["queueOffset"])
+                commit_log_offset = offset_of_msg_id(ext["msgId"])
+            except (KeyError, ValueError, ProtocolError):
+                pass
+            else:
+                if -(1 << 63) <= queue_offset < (1 << 63):
+                    return Txn(mq.broker, mq.topic, queue_offset, commit_log_offset, msg_id)
+        return self.transaction(self.send_results(mq, 1, answer)[0], msg_id)
+
     # -- admin views (CLI tools) -----------------------------------------------------
 
     def consumer_running_info(self, group: str, client_id: str, broker_addr: str) -> dict[MessageQueue, dict[str, Any]]:
