@@ -41,7 +41,7 @@ from ..errors import ProtocolError
 from ..names import AUTO_CREATE_TOPIC, RETRY_PREFIX, dead_letter_topic, group_problem, retry_topic, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, success_frame
+from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, send_success_frame, success_frame
 from ..remoting.route import loads_lenient
 from .config import BrokerConfig
 from .connection import Connection, HandlerResult
@@ -514,17 +514,84 @@ class Broker:
         each checked as :meth:`send_message` does, all stored in one write."""
         out: list[HandlerResult] = [None] * len(reqs)
         puts: list[tuple[int, _Put]] = []
+        uniqs: list[str | None] = []  # a half message's UNIQ_KEY when it took the short path
+        born_host = self.pack_peer(conn.peer)
+        configs: dict[str, TopicConfig] = {}
         for k, req in enumerate(reqs):
+            half = self._plain_half(req, born_host, configs) if req.code == RequestCode.SEND_MESSAGE_V2 else None
+            if half is not None:
+                puts.append((k, half[0]))
+                uniqs.append(half[1])
+                continue
             ext = {_V2_KEYS.get(key, key): v for key, v in req.ext_fields.items()}
             try:
                 puts.append((k, self._send_put(conn, req, ext, False)))
+                uniqs.append(None)
             except SendRejected as exc:
                 out[k] = req.response_to(exc.code, remark=exc.remark)
             except ValueError as exc:  # malformed header fields, as dispatch answers them
                 out[k] = req.response_to(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        if all(u is not None for u in uniqs):  # the usual run: one message, no delay each
+            stored = self.store.put([p.messages[0] for _, p in puts])
+            self.transactions.opened(stored, [p.groups[0] for _, p in puts])
+            direct = self.config.flush != "sync"
+            prefix = self._msg_id_prefix
+            for (k, p), st, uniq in zip(puts, stored, uniqs):
+                req = reqs[k]
+                frame = (send_success_frame(req.opaque, f"{prefix}{st.physical_offset:016X}", p.queue_id,
+                                            st.queue_offset, REGION, uniq)  # type: ignore[arg-type]
+                         if direct and req.serialize_type == SERIALIZE_JSON else None)
+                out[k] = frame if frame is not None else self._send_answer(
+                    req, Accepted(p.queue_id, p.messages, [st], True), False, encoded=True)
+            return out
         for (k, _), acc in zip(puts, self._store_puts([p for _, p in puts])):
             out[k] = self._send_answer(reqs[k], acc, False, encoded=True)
         return out
+
+    def _plain_half(self, req: RemotingCommand, born_host: bytes, configs: dict[str, TopicConfig]
+                    ) -> tuple[_Put, str] | None:
+        """A SEND_MESSAGE_V2 half message with a UNIQ_KEY and no properties of its own to
+        merge, to a topic that takes it: its records built as :meth:`_prepare_put` builds them
+        (read straight from the short header fields, the topic looked up once per run in
+        ``configs``), and its UNIQ_KEY; None: anything else (:meth:`_send_put` then checks,
+        builds or refuses it)."""
+        ext = req.ext_fields
+        topic = ext.get("b", "")
+        props_s = ext.get("i", "")
+        body = req.body
+        if topic.startswith(RETRY_PREFIX) or "UNIQ_KEY\x01" not in props_s or needs_parsing(props_s) or \
+                any(k in props_s for k in _HALF_KEYS) or len(body) > self.config.max_message_size:
+            return None
+        cfg = configs.get(topic)
+        if cfg is None:
+            if topic_problem(topic):
+                return None
+            cfg = self.topics.get(topic)
+            if cfg is None or not cfg.perm & 2:
+                return None
+            configs[topic] = cfg
+        uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
+        if uniq is None:
+            return None
+        try:
+            queue_id = _write_queue(_int(ext, "e", -1), cfg)
+            sys_flag, msg_flag = _int(ext, "f", 0), _int(ext, "h", 0)
+            born_ts = _int(ext, "g", int(time.time() * 1000))
+            reconsume = _int(ext, "j", 0)
+        except ValueError:
+            return None
+        group = property_of(props_s, PropertyKey.PGROUP)
+        extra = f"{PropertyKey.REAL_TOPIC}\x01{topic}\x02{PropertyKey.REAL_QID}\x01{queue_id}\x02"
+        if group is None:
+            group = ext.get("a", "")
+            extra += f"{PropertyKey.PGROUP}\x01{group}\x02"
+        extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
+        props_s = join_properties(join_properties(props_s, self._broker_suffix), extra)
+        if len(props_s) > _MAX_PROPS_CHARS:
+            return None
+        message = NewMessage(topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag,
+                             sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume)
+        return _Put(queue_id, [message], [None], [group], True), uniq
 
     def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
               transaction_id: str | None = None, *, encoded: bool = False) -> HandlerResult:

@@ -32,6 +32,7 @@ __all__ = [
     "decode_frame",
     "plain_json",
     "read_frame_length",
+    "send_success_frame",
     "success_frame",
 ]
 
@@ -94,6 +95,25 @@ def success_frame(opaque: int, ext_fields: dict[str, str] | None = None) -> byte
     header = (f'{{"code":0,"language":"JAVA","version":{PROTOCOL_VERSION},"opaque":{opaque},"flag":{FLAG_RESPONSE}'
               f'{ext},"serializeTypeCurrentRPC":"JSON"}}').encode()
     return _U32.pack(4 + len(header)) + _U32.pack(len(header)) + header
+
+
+#: what a send's SUCCESS answer header holds before and after its fields (see send_success_frame)
+_SENT_HEAD = f'{{"code":0,"language":"JAVA","version":{PROTOCOL_VERSION},"opaque":'
+_SENT_TAIL = '"},"serializeTypeCurrentRPC":"JSON"}'
+
+
+def send_success_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int, region: str,
+                       transaction_id: str) -> bytes | None:
+    """:func:`success_frame` of a single send's answer fields (msgId, queueId, queueOffset,
+    MSG_REGION, TRACE_ON true, transactionId, in that order), written from a template: a
+    broker answers thousands of half messages a second. None when a field needs escaping."""
+    if not (_plain(transaction_id) and _plain(msg_id) and _plain(region)):
+        return None
+    header = (f'{_SENT_HEAD}{opaque},"flag":{FLAG_RESPONSE},"extFields":{{"msgId":"{msg_id}","queueId":"{queue_id}",'
+              f'"queueOffset":"{queue_offset}","MSG_REGION":"{region}","TRACE_ON":"true",'
+              f'"transactionId":"{transaction_id}{_SENT_TAIL}').encode()
+    n = len(header)
+    return _U32.pack(4 + n) + _U32.pack(n) + header
 
 
 _I31 = 1 << 31

@@ -31,7 +31,7 @@ from rocketmq_spark.codec import (
 from rocketmq_spark.errors import ProtocolError
 from rocketmq_spark.model import Txn
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
-from rocketmq_spark.remoting.frame import FLAG_ONEWAY, RemotingCommand, success_frame
+from rocketmq_spark.remoting.frame import FLAG_ONEWAY, RemotingCommand, send_success_frame, success_frame
 from rocketmq_spark.sink.txlog import TxLog
 
 NOW = 1_750_000_000.123
@@ -84,9 +84,9 @@ def _answers(t: _Transport) -> list[RemotingCommand]:
     return out
 
 
-def _half(opaque: int, topic: str, queue_id: int, i: int, *, pgroup: bool = True, oneway: bool = False
-          ) -> RemotingCommand:
-    props = f"UNIQ_KEY\x01{i:032X}\x02TRAN_MSG\x01true\x02TAGS\x01t{i % 3}\x02"
+def _half(opaque: int, topic: str, queue_id: int, i: int, *, pgroup: bool = True, oneway: bool = False,
+          own: str = "") -> RemotingCommand:
+    props = f"UNIQ_KEY\x01{i:032X}\x02TRAN_MSG\x01true\x02TAGS\x01t{i % 3}\x02{own}"
     if pgroup:
         props += "PGROUP\x01pg-own\x02"
     ext = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id),
@@ -123,6 +123,9 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
 
         b.store.put = counted  # type: ignore[method-assign]
     sends = [_half(i + 1, "TX_A" if i % 3 else "TX_B", i % 4, i, pgroup=i % 5 != 0) for i in range(40)]
+    # a half that carries a property the broker sets (merged as a map) in the second run: the
+    # run is stored in one write all the same
+    sends[30] = _half(31, "TX_A", 2, 30, own=f"{PropertyKey.REAL_QID}\x017\x02")
     sends.insert(20, RemotingCommand(RequestCode.GET_MAX_OFFSET, opaque=999,
                                      ext_fields={"topic": "TX_A", "queueId": "1"}))  # splits the run
     sends.append(_half(500, "TX_A", 0, 500, oneway=True))  # stored, not answered
@@ -186,6 +189,17 @@ def test_codec_shortcuts_agree_with_the_general_forms() -> None:
     text = "TAGS\x01a\x02XTAGS\x01no\x02TAGS\x01b\x02K\x01v"
     assert property_of(text, "TAGS") == decode_properties(text)["TAGS"] == "b"
     assert property_of(text, "K") == "v" and property_of(text, "AGS") is None and property_of("", "K") is None
+
+
+@pytest.mark.parametrize("txid", ["AB01", 'quote"d', "tab\there", ""])
+def test_send_success_frames_are_the_encoded_answer(txid: str) -> None:
+    ext = {"msgId": "7F00000100002A9F0000000000001234", "queueId": "3", "queueOffset": "12",
+           "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "transactionId": txid}
+    frame = send_success_frame(4242, ext["msgId"], 3, 12, "DefaultRegion", txid)
+    assert frame == success_frame(4242, ext)
+    if frame is not None:
+        assert frame == RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=4242).response_to(
+            ResponseCode.SUCCESS, ext_fields=ext).encode()
 
 
 @pytest.mark.parametrize("ext", [None, {"msgId": "7F0000010000", "queueId": "3", "transactionId": "AB"},
