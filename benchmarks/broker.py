@@ -456,6 +456,20 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
         for i in range(-(-sizes.batch // BATCH)):
             per_queue[qs[i % len(qs)]] += min(BATCH, sizes.batch - i * BATCH)
 
+    PullCase = tuple[str, Callable[[], tuple[float, PullTotals]], dict[str, Any]]
+
+    def sequential(c: RemotingClient, qs: list[MessageQueue], **params: Any) -> list[PullCase]:
+        """Every queue read in turn, asking 1024 a pull, with and without decoding."""
+        return [(f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL), {"max_nums": MAX_PULL, **params}),
+                (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
+                 {"max_nums": MAX_PULL, **params, "decode": True})]
+
+    def pipelined_capped(c: RemotingClient, qs: list[MessageQueue]) -> PullCase:
+        """Pulls of 32 (a real broker's cap), PIPELINE_DEPTH_CAPPED in flight per queue."""
+        return (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
+                lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
+                {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP, "depth_per_queue": PIPELINE_DEPTH_CAPPED})
+
     if broker == "real":
         # Apache RocketMQ: the same appends (async flush, its default), then the pulls, which it
         # caps at 32 messages whatever is asked; sync flush would need another broker config
@@ -469,16 +483,8 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
                 qs = appends(h, "async", c)
                 pull_plan(qs)
                 _wait_indexed(c, per_queue)
-                pulls(h, [
-                    (f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL),
-                     {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
-                    (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
-                     {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP, "decode": True}),
-                    (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
-                     lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
-                     {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP,
-                      "depth_per_queue": PIPELINE_DEPTH_CAPPED}),
-                ], record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
+                pulls(h, [*sequential(c, qs, broker_cap=REAL_BROKER_CAP), pipelined_capped(c, qs)],
+                      record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
             finally:
                 c.close()
         return rows
@@ -493,9 +499,7 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
             qs = appends(h, "async", c)
             pull_plan(qs)
             pulls(h, [
-                (f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL), {"max_nums": MAX_PULL}),
-                (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
-                 {"max_nums": MAX_PULL, "decode": True}),
+                *sequential(c, qs),
                 (f"pull pipelined {MAX_PULL} d{PIPELINE_DEPTH}",
                  lambda: pull_pipelined(c, qs, per_queue, MAX_PULL, PIPELINE_DEPTH),
                  {"max_nums": MAX_PULL, "depth_per_queue": PIPELINE_DEPTH}),
@@ -513,10 +517,7 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
             pulls(h, [
                 (f"pull seq cap {REAL_BROKER_CAP}", lambda: pull_sequential(c, qs, MAX_PULL),
                  {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
-                (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
-                 lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
-                 {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP,
-                  "depth_per_queue": PIPELINE_DEPTH_CAPPED}),
+                pipelined_capped(c, qs),
             ], record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
         finally:
             c.close()
