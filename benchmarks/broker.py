@@ -824,8 +824,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(rows))
         print("wire MB/s counts whole stored records (what a pull carries); pulls: median of "
               f"{args.repeat} runs; noise: share of the CPUs other processes used meanwhile")
-        print("floor, a raw 64-byte TCP ping-pong over loopback: "
-              + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
+        if rtt:
+            print("floor, a raw 64-byte TCP ping-pong over loopback: "
+                  + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
         if noise:
             print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
                   f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): "
