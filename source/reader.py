@@ -725,14 +725,14 @@ class _Failed:
 
 
 #: pulls in flight per queue once the broker serves fewer messages per pull than asked (see _pulls)
-_CAPPED_AHEAD = 8
+_CAPPED_AHEAD = 16
 
 #: pause between pull attempts while a broker is unreachable (seconds, doubling up to the max)
 _OUTAGE_BACKOFF_S = (0.2, 2.0)
 
 
-def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1
-           ) -> Iterator[tuple[PullResult, int]]:
+def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1,
+           start_many: Callable[[list[int]], list[Any]] | None = None) -> Iterator[tuple[PullResult, int]]:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
     flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
 
@@ -743,6 +743,8 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     the one before it ends; when one does not (a shorter answer: the byte cap, the end of the
     queue), the pulls ahead are dropped and pulling goes on from the real next offset. Only
     for reads without a tag filter (a filtered pull's next offset skips what did not match).
+    The pulls ahead go out half a window at a time through ``start_many`` when given (one
+    write for several pulls, instead of a write and a thread hand-off per answer).
 
     A broker that becomes unreachable mid-range (restart, network outage; the client's own
     quick retries spent) is asked again from the same offset with backoff for up to
@@ -804,7 +806,14 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             inflight.clear()  # the computed offsets did not hold: go on from where this pull ended
         if not inflight:
             frontier = nxt
-        while frontier < part.end and (not inflight or (step and len(inflight) < ahead)):
+        if step and start_many is not None and len(inflight) <= ahead // 2 and frontier < part.end:
+            offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
+            try:
+                inflight.extend(zip(offsets, start_many(offsets)))
+            except ConnectionFailedError as exc:
+                inflight.extend((off, _Failed(exc)) for off in offsets)
+            frontier = offsets[-1] + step
+        while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
             inflight.append((frontier, begin(frontier)))
             if not step:
                 break  # the next offset is known only from this pull's answer
@@ -846,7 +855,9 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     for res, nxt in _pulls(part,
                            lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
                                                     subscription=part.sub_expression),
-                           lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1):
+                           lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
+                           lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
+                                                          subscription=part.sub_expression)):
         if res.size:
             pulled.append(res)
             buffered += res.size

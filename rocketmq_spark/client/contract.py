@@ -141,6 +141,11 @@ class BrokerClient(Protocol):
         """Start a pull of up to ``max_nums`` messages from ``offset`` and return at once; the
         opaque pending pull is resolved by :meth:`pull_result` (several may be in flight)."""
 
+    def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
+                        subscription: str = "*") -> list[Any]:
+        """:meth:`pull_async` at several offsets of one queue at once (a transport may write
+        them together), in order; each resolved with :meth:`pull_result`."""
+
     def pull_result(self, mq: MessageQueue, pending: Any) -> PullResult:
         """Wait for a pull :meth:`pull_async` started (a broker that does not answer in time
         raises ConnectionFailedError)."""

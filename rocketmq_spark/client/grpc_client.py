@@ -350,6 +350,11 @@ class GrpcClient(SequentialManyQueueCalls):
                                            metadata=self.metadata())
         return call, offset
 
+    def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
+                        subscription: str = "*") -> list[tuple[Any, int]]:
+        """One PullMessage stream per offset (streams are not written together)."""
+        return [self.pull_async(mq, off, max_nums, group=group, subscription=subscription) for off in offsets]
+
     def pull_result(self, mq: MessageQueue, pending: tuple[Any, int]) -> PullResult:
         call, offset = pending
         addr = self._broker_endpoints.get(mq.broker, self.endpoints[self._index])

@@ -640,7 +640,14 @@ class RemotingClient:
         fut.hold_s = suspend_ms / 1000.0  # type: ignore[attr-defined]  # the broker may hold it that long
         return fut
 
-    def pull_result(self, mq: MessageQueue, pending: Future[RemotingCommand]) -> PullResult:
+    def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
+                        subscription: str = "*") -> list[Reply]:
+        """Pulls at ``offsets`` written to the broker with one ``sendall``."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self._conn(addr, f"pull of {mq}").send_many(
+            [self.pull_request(mq, off, max_nums, group=group, subscription=subscription) for off in offsets])
+
+    def pull_result(self, mq: MessageQueue, pending: Future[RemotingCommand] | Reply) -> PullResult:
         """Wait for a pull: the request timeout, plus the time a long-polling pull may be held."""
         op = f"pull of {mq}"
         wait = self.config.request_timeout_s + getattr(pending, "hold_s", 0.0)

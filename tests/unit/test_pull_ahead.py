@@ -22,6 +22,7 @@ class CappedBroker:
     def __init__(self, cap: int, max_offset: int, short: dict[int, int] | None = None) -> None:
         self.cap, self.max_offset, self.short = cap, max_offset, short or {}
         self.asked: list[int] = []
+        self.groups: list[int] = []  # sizes of the groups of pulls sent at once
         self.in_flight = self.most_in_flight = 0
 
     def start(self, offset: int) -> int:
@@ -36,26 +37,37 @@ class CappedBroker:
         return PullResult("FOUND", offset + n, 0, self.max_offset, b"m" * n)
 
 
-def _read(part: QueueRange, b: CappedBroker, ahead: int) -> list[int]:
+def _read(part: QueueRange, b: CappedBroker, ahead: int, many: bool = False) -> list[int]:
     """The planned offsets each yielded answer covers, in yield order (the last pull may go past
-    the range's end: the decoder drops those rows)."""
+    the range's end: the decoder drops those rows); ``many``: pulls ahead go out in groups."""
     got: list[int] = []
-    for res, nxt in _pulls(part, b.start, b.finish, ahead):
+
+    def start_many(offsets: list[int]) -> list[int]:
+        b.groups.append(len(offsets))
+        return [b.start(off) for off in offsets]
+
+    for res, nxt in _pulls(part, b.start, b.finish, ahead, start_many if many else None):
         got.extend(range(nxt - len(res.body), min(nxt, part.end)))
     return got
 
 
-def test_a_capped_broker_gets_pulls_ahead_and_every_offset_once() -> None:
+@pytest.mark.parametrize("many", [False, True])
+def test_a_capped_broker_gets_pulls_ahead_and_every_offset_once(many: bool) -> None:
     b = CappedBroker(cap=32, max_offset=10_000)
-    assert _read(_part(100, 5_000), b, ahead=8) == list(range(100, 5_000))
+    assert _read(_part(100, 5_000), b, ahead=8, many=many) == list(range(100, 5_000))
     assert b.most_in_flight == 8
     assert all(100 <= off < 5_000 for off in b.asked)  # nothing asked outside the planned range
+    assert len(b.asked) == len(set(b.asked)) == -(-4_900 // 32)  # each pull once
+    if many:  # half a window (or more) at a time, never one by one once the cap is known
+        assert b.groups and min(b.groups[:-1]) >= 4
 
 
+@pytest.mark.parametrize("many", [False, True])
 @pytest.mark.parametrize("short_at", [132, 164, 4_964])
-def test_an_answer_shorter_than_the_cap_drops_the_pulls_ahead_and_goes_on_from_its_end(short_at: int) -> None:
+def test_an_answer_shorter_than_the_cap_drops_the_pulls_ahead_and_goes_on_from_its_end(short_at: int,
+                                                                                      many: bool) -> None:
     b = CappedBroker(cap=32, max_offset=10_000, short={short_at: 5})
-    assert _read(_part(100, 5_000), b, ahead=8) == list(range(100, 5_000))
+    assert _read(_part(100, 5_000), b, ahead=8, many=many) == list(range(100, 5_000))
     assert short_at + 5 in b.asked  # pulled again from where the short answer ended
 
 
