@@ -45,6 +45,7 @@ from ..codec import (
     MessageRecord,
     PropertyKey,
     SysFlag,
+    TransactionType,
     body_crc,
     body_span,
     decode_record,
@@ -72,6 +73,7 @@ __all__ = [
     "tag_filter",
 ]
 
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -373,6 +375,95 @@ class MessageStore:
             for listener in self.listeners:
                 listener(q.topic, q.queue_id, q.max_offset)
         return out
+
+    def put_copies(self, items: list[tuple[bytes | None, str, int, int, bytes]], marker: NewMessage) -> None:
+        """What a run of END_TRANSACTIONs stores, in one commit-log write and one consume-queue
+        write per queue: for each ``(record, topic, queue_id, tag hash, marker body)``, the
+        committed copy of ``record`` (a half message this store wrote, given whole: it is
+        sliced, not checked) when it is not None, then ``marker`` with that body. Byte for byte
+        what :meth:`put` writes for the same messages (the copy as
+        :meth:`.Transactions.committed_copy` builds it: readdressed to ``topic``/``queue_id``,
+        transaction type COMMIT, its preparedTransactionOffset the record's position, ``tag
+        hash`` that of its properties), without building a message or a record per item."""
+        cl = self.commitlog
+        now = max(int(time.time() * 1000), self._last_ts)
+        self._last_ts = now
+        store_host = self.store_host
+        now_store = _I64.pack(now) + store_host
+        store_v6 = SysFlag.STORE_HOST_V6 if self._store_host_v6 else 0
+        keep_flags = ~(SysFlag.TRANSACTION_MASK | SysFlag.STORE_HOST_V6)
+        # the marker: one record layout but for its body and place
+        m_topic = marker.topic.encode()
+        m_props = marker.properties.encode()
+        m_flags = self._host_flags(marker.sys_flag, marker.born_host)
+        m_size = record_size(len(m_topic), len(marker.born_host), 0, len(m_props), len(store_host))
+        m_tag = tag_hash(marker.properties)
+        # per queue: (queue, its topic as a record writes it, its new entries)
+        queues: dict[tuple[str, int], tuple[ConsumeQueue, bytes, list[tuple[int, int, int, int]]]] = {}
+        m_key = (marker.topic, marker.queue_id)
+        chunks: list[bytes] = []
+        chunk_start = -1
+        chunk_len = 0
+        for raw, topic, queue_id, tag, m_body in items:
+            if raw is not None:
+                key = (topic, queue_id)
+                cq, block, entries = queues.get(key) or self._queue_of(queues, key)
+                (_, magic, _, _, flag, _, phys, sys_flag, born_ts) = HEAD.unpack_from(raw)
+                host_end = HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8)
+                p = host_end + 8 + (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8)
+                (body_len,) = _I32.unpack_from(raw, p + 12)
+                body_end = p + 16 + body_len
+                props_at = body_end + (1 + raw[body_end] if magic == MAGIC_V1
+                                       else 2 + _I16.unpack_from(raw, body_end)[0])
+                v2 = len(block) > 128  # a topic longer than 127 bytes: 2-byte length, V2 magic
+                size = record_size(len(block) - (2 if v2 else 1), host_end - HEAD.size, body_len,
+                                   len(raw) - props_at - 2, len(store_host))
+                if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
+                    cl.write(chunk_start, b"".join(chunks))
+                    chunks = []
+                    chunk_len = 0
+                if not chunks:
+                    chunk_start = cl.reserve(size)
+                pos = chunk_start + chunk_len
+                qoff = cq.max_offset + len(entries)
+                chunks += (
+                    HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, body_crc(raw[p + 16:body_end]), queue_id, flag,
+                              qoff, pos, (sys_flag & keep_flags) | TransactionType.COMMIT | store_v6, born_ts),
+                    raw[HEAD.size:host_end], now_store, raw[p:p + 4], _I64.pack(phys), raw[p + 12:body_end],
+                    block, raw[props_at:],
+                )
+                entries.append((qoff, pos, size, tag))
+                chunk_len += size
+            size = m_size + len(m_body)
+            if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
+                cl.write(chunk_start, b"".join(chunks))
+                chunks = []
+                chunk_len = 0
+            if not chunks:
+                chunk_start = cl.reserve(size)
+            pos = chunk_start + chunk_len
+            cq, _, entries = queues.get(m_key) or self._queue_of(queues, m_key)
+            qoff = cq.max_offset + len(entries)
+            chunks += record_parts(size, m_topic, marker.queue_id, marker.flag, qoff, pos, m_flags,
+                                   marker.born_timestamp, marker.born_host, now_store, marker.reconsume_times,
+                                   marker.prepared_transaction_offset, m_body, m_props, body_crc(m_body))
+            entries.append((qoff, pos, size, m_tag))
+            chunk_len += size
+        if chunks:
+            cl.write(chunk_start, b"".join(chunks))
+        for cq, _, entries in queues.values():
+            if entries:
+                cq.append_many(entries, now)
+                for listener in self.listeners:
+                    listener(cq.topic, cq.queue_id, cq.max_offset)
+
+    def _queue_of(self, queues: dict[tuple[str, int], tuple[ConsumeQueue, bytes, list[tuple[int, int, int, int]]]],
+                  key: tuple[str, int]) -> tuple[ConsumeQueue, bytes, list[tuple[int, int, int, int]]]:
+        """:meth:`put_copies`' entry of ``key`` in ``queues`` (added when missing)."""
+        topic_b = key[0].encode()
+        q = queues[key] = (self.queue(*key), (_I16.pack(len(topic_b)) if len(topic_b) > 127 else
+                                              bytes((len(topic_b),))) + topic_b, [])
+        return q
 
     def put_batch(self, topic: str, queue_id: int, layout: BatchLayout, *, sys_flag: int, born_ts: int,
                   born_host: bytes, reconsume: int, suffix: bytes) -> tuple[int, np.ndarray, int] | None:

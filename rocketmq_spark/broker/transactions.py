@@ -21,6 +21,7 @@ from ..codec import (
     offset_msg_id,
     property_of,
     split_record,
+    tag_hash,
 )
 from ..errors import ProtocolError
 from ..remoting.codes import RequestCode, ResponseCode
@@ -105,7 +106,11 @@ class Transactions:
         copy and op marker stored in one write; per end None, or the refusal (no half message
         at that position)."""
         out: list[SendRejected | None] = []
-        messages: list[NewMessage] = []
+        # per END that stores: (half record, the copy's topic and queue and tag hash, or None
+        # for a rollback; the op marker's body), and the half as read
+        items: list[tuple[bytes | None, str, int, int, bytes]] = []
+        recs: list[tuple[RecordParts, int]] = []
+        checked = False  # an END of a checked-back half: its copy says how often (the general path)
         ended: list[int] = []
         now_ms = int(time.time() * 1000)
         found: list[Pending | None] = []
@@ -137,16 +142,35 @@ class Transactions:
                          "commit" if commit else "rollback", pos)
             else:
                 ended.append(pending.half_offset)
+            marker = str(rec.queue_offset).encode()
+            checks = pending.checks if pending is not None else 0
             if commit:
-                messages.append(self.committed_copy(rec, pending.checks if pending else 0))
-            messages.append(NewMessage(OP_TOPIC, 0, str(rec.queue_offset).encode(), "TAGS\x01d\x02",
-                                       born_timestamp=now_ms, born_host=self.store.store_host))
+                props = rec.properties
+                checked = checked or checks > 0
+                items.append((raw, property_of(props, PropertyKey.REAL_TOPIC) or rec.topic,
+                              int(property_of(props, PropertyKey.REAL_QID) or "0"),
+                              tag_hash(props) if "TAGS\x01" in props else 0, marker))
+            else:
+                items.append((None, "", 0, 0, marker))
+            recs.append((rec, checks))
             out.append(None)
-        if messages:
-            self.store.put(messages)
+        if items:
+            if checked:
+                messages: list[NewMessage] = []
+                for (raw, _, _, _, marker), (rec, checks) in zip(items, recs):
+                    if raw is not None:
+                        messages.append(self.committed_copy(rec, checks))
+                    messages.append(self._op_marker(marker, now_ms))
+                self.store.put(messages)
+            else:  # the usual run: each copy as its half holds it
+                self.store.put_copies(items, self._op_marker(b"", now_ms))
         for half in ended:  # once stored (progress is saved by housekeeping)
             self.pending.pop(half, None)
         return out
+
+    def _op_marker(self, body: bytes, now_ms: int) -> NewMessage:
+        """The op marker that records the end of the half message at the half-queue offset ``body``."""
+        return NewMessage(OP_TOPIC, 0, body, "TAGS\x01d\x02", born_timestamp=now_ms, born_host=self.store.store_host)
 
     def _read_span(self, found: list[Pending | None]) -> tuple[bytes, int]:
         """The commit-log bytes from the first to the end of the last of the open half messages
@@ -189,8 +213,7 @@ class Transactions:
             if p.checks >= cfg.transaction_max_checks:
                 log.warning("transaction of group %s at half offset %d unresolved after %d checks; "
                             "rolling it back", p.producer_group, p.half_offset, p.checks)
-                self.store.put([NewMessage(OP_TOPIC, 0, str(p.half_offset).encode(), "TAGS\x01d\x02",
-                                           born_timestamp=int(now * 1000), born_host=self.store.store_host)])
+                self.store.put([self._op_marker(str(p.half_offset).encode(), int(now * 1000))])
                 del self.pending[p.half_offset]
                 continue
             producers = self.clients.producers(p.producer_group)

@@ -80,6 +80,18 @@ _PULL_STATUS: dict[int, str] = {
 _SEND_TEMPLATES: dict[tuple[str, ...], tuple[str, str, str] | None] = {}
 
 
+def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
+    """A send's header fields (in :meth:`RemotingClient.send_request`'s order) as the JSON header
+    writes them, but for the born time (``g``) and properties (``i``): what goes before, between
+    and after those two; None when a field needs escaping or the order is another."""
+    plain = {k: plain_json(v) for k, v in ext.items() if k not in ("g", "i")}
+    if any(v is None for v in plain.values()) or list(ext) != list("abcdefghijkmn"):
+        return None
+    return (",".join(f'"{k}":"{plain[k]}"' for k in "abcdef") + ',"g":"',
+            f'","h":"{plain["h"]}","i":"',
+            '",' + ",".join(f'"{k}":"{plain[k]}"' for k in "jkmn"))
+
+
 def _send_ext_json(ext: dict[str, str]) -> tuple[dict[str, str], str] | None:
     """``ext`` (a send's header fields, in :meth:`RemotingClient.send_request`'s order) as the JSON
     header writes them, from a template per queue, group and flags (a message each: writing
@@ -88,13 +100,7 @@ def _send_ext_json(ext: dict[str, str]) -> tuple[dict[str, str], str] | None:
     if key in _SEND_TEMPLATES:
         template = _SEND_TEMPLATES[key]
     else:
-        plain = {k: plain_json(v) for k, v in ext.items() if k not in ("g", "i")}
-        if any(v is None for v in plain.values()) or list(ext) != list("abcdefghijkmn"):
-            template = None
-        else:
-            template = (",".join(f'"{k}":"{plain[k]}"' for k in "abcdef") + ',"g":"',
-                        f'","h":"{plain["h"]}","i":"',
-                        '",' + ",".join(f'"{k}":"{plain[k]}"' for k in "jkmn"))
+        template = _send_template(ext)
         if len(_SEND_TEMPLATES) >= 4096:
             _SEND_TEMPLATES.clear()
         _SEND_TEMPLATES[key] = template
@@ -105,6 +111,11 @@ def _send_ext_json(ext: dict[str, str]) -> tuple[dict[str, str], str] | None:
         return None
     head, mid, tail = template
     return ext, f"{head}{ext['g']}{mid}{props}{tail}"
+
+
+#: a single send's header fields (born time and properties left to fill) and their JSON
+#: template (:func:`_send_template`), by producer group, queue, sysFlag and message flag
+_SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, str, str] | None]] = {}
 
 
 def _already_ended(code: int, remark: str | None) -> bool:
@@ -737,6 +748,27 @@ class RemotingClient:
         """A SEND_MESSAGE_V2 (one entry) or SEND_BATCH_MESSAGE (several, or an
         :class:`EncodedBatch`) request. ``batch_properties`` are the batch's own properties:
         brokers append them to each message's, and a 5.x proxy types the batch by them."""
+        if type(entries) is list and len(entries) == 1:
+            # one message (a half message each): the fields from a template per queue and flags
+            entry = entries[0]
+            key = (producer_group, mq.topic, mq.queue_id, mq.broker, sys_flag, entry.flag)
+            cached = _SINGLE_SENDS.get(key)
+            if cached is None:
+                fields = self._send_fields(mq, producer_group, sys_flag, "0", entry.flag, "", False)
+                cached = (fields, _send_template(fields))
+                if len(_SINGLE_SENDS) >= 4096:
+                    _SINGLE_SENDS.clear()
+                _SINGLE_SENDS[key] = cached
+            ext = cached[0].copy()  # the order stays: g and i are set in place
+            ext["g"] = born = str(born_ts if born_ts is not None else int(time.time() * 1000))
+            ext["i"] = props = join_properties(entry.properties, batch_properties)
+            template = cached[1]
+            ext_json = None
+            if template is not None:
+                escaped = plain_json(props)
+                if escaped is not None:
+                    ext_json = (ext, f"{template[0]}{born}{template[1]}{escaped}{template[2]}")
+            return RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=entry.body, ext_json=ext_json)
         if isinstance(entries, EncodedBatch):
             batch, flag, props, body = True, 0, batch_properties, entries.body
         else:
@@ -744,15 +776,20 @@ class RemotingClient:
             flag = entries[0].flag
             props = batch_properties if batch else join_properties(entries[0].properties, batch_properties)
             body = encode_batch(entries) if batch else entries[0].body
-        ext = {
-            "a": producer_group, "b": mq.topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
-            "e": str(mq.queue_id),
-            "f": str(sys_flag), "g": str(born_ts if born_ts is not None else int(time.time() * 1000)),
-            "h": str(flag), "i": props, "j": "0", "k": "false", "m": "true" if batch else "false",
-            "n": mq.broker,
-        }
+        ext = self._send_fields(mq, producer_group, sys_flag,
+                                str(born_ts if born_ts is not None else int(time.time() * 1000)), flag, props, batch)
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand(code, ext_fields=ext, body=body, ext_json=_send_ext_json(ext))
+
+    @staticmethod
+    def _send_fields(mq: MessageQueue, producer_group: str, sys_flag: int, born: str, flag: int, props: str,
+                     batch: bool) -> dict[str, str]:
+        """A send's header fields (SendMessageRequestHeaderV2's short names, in this order)."""
+        return {
+            "a": producer_group, "b": mq.topic, "c": AUTO_CREATE_TOPIC, "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
+            "e": str(mq.queue_id), "f": str(sys_flag), "g": born, "h": str(flag), "i": props, "j": "0",
+            "k": "false", "m": "true" if batch else "false", "n": mq.broker,
+        }
 
     def send_async(self, mq: MessageQueue, request: RemotingCommand) -> Future[RemotingCommand]:
         """Send without waiting (several sends may be in flight); see :meth:`send_results`."""
@@ -768,7 +805,9 @@ class RemotingClient:
             by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(i)
         out: list[Reply | None] = [None] * len(sends)
         for addr, idx in by_addr.items():
-            reqs = [RemotingCommand(r.code, ext_fields=r.ext_fields, body=r.body, ext_json=r.ext_json)
+            # a request not sent yet goes as it is (its opaque set); one sent before, as a copy
+            reqs = [r if not r.opaque else RemotingCommand(r.code, ext_fields=r.ext_fields, body=r.body,
+                                                           ext_json=r.ext_json)
                     for r in (sends[i][1] for i in idx)]
             try:
                 futs = self._conn(addr, f"send to {sends[idx[0]][0]}").send_many(reqs)

@@ -275,6 +275,15 @@ def test_requests_with_their_fields_written_by_the_client_encode_as_the_encoder_
                                 born_ts=1700000000000),
             RemotingClient.end_transaction_request(broker, producer_group=group, commit_log_offset=123456789,
                                                    queue_offset=queue_id, msg_id=msg_id, commit=commit)]
+    # a single send's fields come from a template per queue and flags: those of the header, in order
+    for _ in range(2):
+        again = client.send_request(mq, [BatchEntry(b"b", props)], producer_group=group, sys_flag=sys_flag,
+                                    born_ts=1700000000000)
+        assert list(again.ext_fields.items()) == [
+            ("a", group), ("b", topic), ("c", "TBW102"), ("d", "4"), ("e", str(queue_id)), ("f", str(sys_flag)),
+            ("g", "1700000000000"), ("h", "0"), ("i", props), ("j", "0"), ("k", "false"), ("m", "false"),
+            ("n", broker)]
+        again.ext_fields["i"] = "changed"  # in place, by a caller: the next request's are its own
     for req in reqs:
         req.opaque = 77
         plain = RemotingCommand(req.code, opaque=77, ext_fields=dict(req.ext_fields), body=req.body)

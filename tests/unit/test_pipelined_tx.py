@@ -6,6 +6,7 @@ agree with the general decoders and encoders."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,24 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
             return put(messages)
 
         b.store.put = counted  # type: ignore[method-assign]
+        if name == "alone":
+            # the one-by-one broker stores what an END run stores as the messages put() takes
+            # (each copy as committed_copy builds it), the other through put_copies
+            def as_messages(items: Any, marker: Any, b: Broker = b) -> None:
+                messages = []
+                for raw, _, _, _, body in items:
+                    if raw is not None:
+                        messages.append(b.transactions.committed_copy(split_record(raw)))
+                    messages.append(dataclasses.replace(marker, body=body))
+                b.store.put(messages)
+
+            b.store.put_copies = as_messages  # type: ignore[method-assign]
+        else:
+            def counted_copies(items: Any, marker: Any, put: Any = b.store.put_copies, name: str = name) -> Any:
+                writes[name] += 1
+                return put(items, marker)
+
+            b.store.put_copies = counted_copies  # type: ignore[method-assign]
     sends = [_half(i + 1, "TX_A" if i % 3 else "TX_B", i % 4, i, pgroup=i % 5 != 0) for i in range(40)]
     # a half that carries a property the broker sets (merged as a map) in the second run: the
     # run is stored in one write all the same
@@ -147,6 +166,13 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
     ends.append(_end(3000, halves[1][1], halves[1][0], TransactionType.COMMIT))  # again: a second copy
     ends.append(_end(3001, 123456789, -1, TransactionType.COMMIT))  # no half there: refused
     ends.append(_end(3002, halves[2][1], halves[2][0], TransactionType.NOT_TYPE))  # unknown yet: no answer
+    ends.append(_end(3003, halves[3][1], halves[3][0], TransactionType.ROLLBACK))  # ended before: a marker again
+    # splits the ENDs in two runs; the second holds the END of a checked-back half (its copy says
+    # so: the general path takes that run)
+    ends.insert(20, RemotingCommand(RequestCode.GET_MAX_OFFSET, opaque=998,
+                                    ext_fields={"topic": "TX_A", "queueId": "1"}))
+    for b in brokers.values():
+        b.transactions.pending[halves[25][0]].checks = 1
     for name, b in brokers.items():
         answers[name] += _feed(b, ends, together=name == "together")
         b.store.commitlog.close()
@@ -155,11 +181,11 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
         return [(c.opaque, c.code, c.remark, c.ext_fields) for c in cmds]
 
     assert seen(answers["together"]) == seen(answers["alone"])
-    # one store write per run: sends before and after GET_MAX_OFFSET, the ends (the refused
-    # topic's send is checked before the store)
-    assert writes["together"] == 3 and writes["alone"] == 41 + 41, writes  # 41 halves stored, 41 ends applied
+    # one store write per run: sends before and after GET_MAX_OFFSET, ENDs before and after it
+    # (the refused topic's send is checked before the store)
+    assert writes["together"] == 4 and writes["alone"] == 41 + 42, writes  # 41 halves stored, 42 ends applied
     codes = [a.code for a in answers["alone"]]
-    assert len(answers["alone"]) == 41 + 1 + 42 and codes.count(ResponseCode.SUCCESS) == 40 + 1 + 41
+    assert len(answers["alone"]) == 41 + 1 + 44 and codes.count(ResponseCode.SUCCESS) == 40 + 1 + 43
     assert 500 not in [a.opaque for a in answers["alone"]] and 3002 not in [a.opaque for a in answers["alone"]]
     got, want = _files(tmp_path / "together"), _files(tmp_path / "alone")
     assert {k.replace("together", "x") for k in got} == {k.replace("alone", "x") for k in want}
