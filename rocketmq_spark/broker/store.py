@@ -32,7 +32,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,6 +131,38 @@ class GetResult:
     records: list[bytes]
     count: int = 0
 
+
+
+class _Appender:
+    """Records laid out back to back in the commit log and written a run at a time: a run
+    ends where the next record would not fit the segment (segments never split a record)."""
+
+    __slots__ = ("cl", "chunks", "start", "length")
+
+    def __init__(self, cl: CommitLog) -> None:
+        self.cl = cl
+        self.chunks: list[bytes] = []
+        self.start = -1
+        self.length = 0
+
+    def place(self, size: int) -> int:
+        """The commit-log position the next record, of ``size`` bytes, gets."""
+        if self.chunks and not self.cl.fits(self.start + self.length - self.cl.segments[-1].start, size):
+            self.flush()
+        if not self.chunks:
+            self.start = self.cl.reserve(size)
+        return self.start + self.length
+
+    def add(self, parts: Iterable[bytes], size: int) -> None:
+        """The record :meth:`place` placed, as its parts."""
+        self.chunks += parts
+        self.length += size
+
+    def flush(self) -> None:
+        if self.chunks:
+            self.cl.write(self.start, b"".join(self.chunks))
+            self.chunks = []
+            self.length = 0
 
 class MessageStore:
     """Commit log + consume queues with crash recovery. See the module docstring."""
@@ -333,9 +365,7 @@ class MessageStore:
         store_host = self.store_host
         now_store = _I64.pack(now) + store_host
         out: list[Stored] = []
-        chunks: list[bytes] = []
-        chunk_start = -1
-        chunk_len = 0
+        app = _Appender(cl)
         pending: dict[ConsumeQueue, list[tuple[int, int, int, int]]] = {}
         next_offsets: dict[ConsumeQueue, int] = {}
         last_key: tuple[str, int] | None = None
@@ -353,23 +383,14 @@ class MessageStore:
             qoff = next_offsets.get(cq, cq.max_offset)
             next_offsets[cq] = qoff + 1
             size = record_size(len(topic_b), len(m.born_host), len(body), len(props_b), len(store_host))
-            # Roll the segment between records if this one does not fit.
-            if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
-                cl.write(chunk_start, b"".join(chunks))
-                chunks = []
-                chunk_len = 0
-            if not chunks:
-                chunk_start = cl.reserve(size)
-            pos = chunk_start + chunk_len
+            pos = app.place(size)
             parts = record_parts(size, topic_b, m.queue_id, m.flag, qoff, pos,
                                  self._host_flags(m.sys_flag, m.born_host), m.born_timestamp, m.born_host, now_store,
                                  m.reconsume_times, m.prepared_transaction_offset, body, props_b, body_crc(body))
-            chunks += parts
-            chunk_len += size
+            app.add(parts, size)
             pending.setdefault(cq, []).append((qoff, pos, size, tag_hash(m.properties)))
             out.append(Stored(m.queue_id, qoff, pos, size, now))
-        if chunks:
-            cl.write(chunk_start, b"".join(chunks))
+        app.flush()
         for q, entries in pending.items():
             q.append_many(entries, now)
             for listener in self.listeners:
@@ -401,9 +422,7 @@ class MessageStore:
         # per queue: (queue, its topic as a record writes it, its new entries)
         queues: dict[tuple[str, int], tuple[ConsumeQueue, bytes, list[tuple[int, int, int, int]]]] = {}
         m_key = (marker.topic, marker.queue_id)
-        chunks: list[bytes] = []
-        chunk_start = -1
-        chunk_len = 0
+        app = _Appender(cl)
         for raw, topic, queue_id, tag, m_body in items:
             if raw is not None:
                 key = (topic, queue_id)
@@ -418,39 +437,24 @@ class MessageStore:
                 v2 = len(block) > 128  # a topic longer than 127 bytes: 2-byte length, V2 magic
                 size = record_size(len(block) - (2 if v2 else 1), host_end - HEAD.size, body_len,
                                    len(raw) - props_at - 2, len(store_host))
-                if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
-                    cl.write(chunk_start, b"".join(chunks))
-                    chunks = []
-                    chunk_len = 0
-                if not chunks:
-                    chunk_start = cl.reserve(size)
-                pos = chunk_start + chunk_len
+                pos = app.place(size)
                 qoff = cq.max_offset + len(entries)
-                chunks += (
+                app.add((
                     HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, body_crc(raw[p + 16:body_end]), queue_id, flag,
                               qoff, pos, (sys_flag & keep_flags) | TransactionType.COMMIT | store_v6, born_ts),
                     raw[HEAD.size:host_end], now_store, raw[p:p + 4], _I64.pack(phys), raw[p + 12:body_end],
                     block, raw[props_at:],
-                )
+                ), size)
                 entries.append((qoff, pos, size, tag))
-                chunk_len += size
             size = m_size + len(m_body)
-            if chunks and not cl.fits(chunk_start + chunk_len - cl.segments[-1].start, size):
-                cl.write(chunk_start, b"".join(chunks))
-                chunks = []
-                chunk_len = 0
-            if not chunks:
-                chunk_start = cl.reserve(size)
-            pos = chunk_start + chunk_len
+            pos = app.place(size)
             cq, _, entries = queues.get(m_key) or self._queue_of(queues, m_key)
             qoff = cq.max_offset + len(entries)
-            chunks += record_parts(size, m_topic, marker.queue_id, marker.flag, qoff, pos, m_flags,
-                                   marker.born_timestamp, marker.born_host, now_store, marker.reconsume_times,
-                                   marker.prepared_transaction_offset, m_body, m_props, body_crc(m_body))
+            app.add(record_parts(size, m_topic, marker.queue_id, marker.flag, qoff, pos, m_flags,
+                                 marker.born_timestamp, marker.born_host, now_store, marker.reconsume_times,
+                                 marker.prepared_transaction_offset, m_body, m_props, body_crc(m_body)), size)
             entries.append((qoff, pos, size, m_tag))
-            chunk_len += size
-        if chunks:
-            cl.write(chunk_start, b"".join(chunks))
+        app.flush()
         for cq, _, entries in queues.values():
             if entries:
                 cq.append_many(entries, now)
