@@ -76,41 +76,17 @@ _PULL_STATUS: dict[int, str] = {
 }
 
 
-#: send headers' extFields as JSON but for the born time and properties, by the fields they hold
-_SEND_TEMPLATES: dict[tuple[str, ...], tuple[str, str, str] | None] = {}
-
-
 def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
-    """A send's header fields (in :meth:`RemotingClient.send_request`'s order) as the JSON header
-    writes them, but for the born time (``g``) and properties (``i``): what goes before, between
-    and after those two; None when a field needs escaping or the order is another."""
+    """A single send's header fields (in :meth:`RemotingClient.send_request`'s order) as the JSON
+    header writes them, but for the born time (``g``) and properties (``i``): what goes before,
+    between and after those two; None when a field needs escaping or the order is another.
+    (A batch send's header comes once per batch: the encoder writes it.)"""
     plain = {k: plain_json(v) for k, v in ext.items() if k not in ("g", "i")}
     if any(v is None for v in plain.values()) or list(ext) != list("abcdefghijkmn"):
         return None
     return (",".join(f'"{k}":"{plain[k]}"' for k in "abcdef") + ',"g":"',
             f'","h":"{plain["h"]}","i":"',
             '",' + ",".join(f'"{k}":"{plain[k]}"' for k in "jkmn"))
-
-
-def _send_ext_json(ext: dict[str, str]) -> tuple[dict[str, str], str] | None:
-    """``ext`` (a send's header fields, in :meth:`RemotingClient.send_request`'s order) as the JSON
-    header writes them, from a template per queue, group and flags (a message each: writing
-    14 fields was most of a half message's encoding); None: the encoder writes them."""
-    key = (ext["a"], ext["b"], ext["e"], ext["f"], ext["h"], ext["m"], ext["n"])
-    if key in _SEND_TEMPLATES:
-        template = _SEND_TEMPLATES[key]
-    else:
-        template = _send_template(ext)
-        if len(_SEND_TEMPLATES) >= 4096:
-            _SEND_TEMPLATES.clear()
-        _SEND_TEMPLATES[key] = template
-    if template is None:
-        return None
-    props = plain_json(ext["i"])
-    if props is None:
-        return None
-    head, mid, tail = template
-    return ext, f"{head}{ext['g']}{mid}{props}{tail}"
 
 
 #: a single send's header fields (born time and properties left to fill) and their JSON
@@ -779,7 +755,7 @@ class RemotingClient:
         ext = self._send_fields(mq, producer_group, sys_flag,
                                 str(born_ts if born_ts is not None else int(time.time() * 1000)), flag, props, batch)
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        return RemotingCommand(code, ext_fields=ext, body=body, ext_json=_send_ext_json(ext))
+        return RemotingCommand(code, ext_fields=ext, body=body)
 
     @staticmethod
     def _send_fields(mq: MessageQueue, producer_group: str, sys_flag: int, born: str, flag: int, props: str,
