@@ -570,28 +570,37 @@ class Broker:
             if cfg is None or not cfg.perm & 2:
                 return None
             configs[topic] = cfg
-        uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
-        if uniq is None:
-            return None
         try:
             queue_id = _write_queue(_int(ext, "e", -1), cfg)
-            sys_flag, msg_flag = _int(ext, "f", 0), _int(ext, "h", 0)
-            born_ts = _int(ext, "g", int(time.time() * 1000))
-            reconsume = _int(ext, "j", 0)
-        except ValueError:
+            message, group, uniq = self._plain_half_message(
+                topic, queue_id, body, props_s, _int(ext, "h", 0), _int(ext, "f", 0),
+                _int(ext, "g", int(time.time() * 1000)), born_host, _int(ext, "j", 0), ext.get("a", ""))
+        except (ValueError, SendRejected):
+            return None  # the general path answers it
+        if uniq is None:
             return None
+        return _Put(queue_id, [message], [None], [group], True), uniq
+
+    def _plain_half_message(self, topic: str, queue_id: int, body: bytes, props_s: str, msg_flag: int, sys_flag: int,
+                            born_ts: int, born_host: bytes, reconsume: int, producer_group: str
+                            ) -> tuple[NewMessage, str, str | None]:
+        """A half message without properties of its own to merge (the caller checked: nothing
+        to parse, none of the half's keys): the broker's and the half's properties appended to
+        its own, no map built (what the general path's map ends with). -> (the message, its
+        producer group, its UNIQ_KEY). SendRejected when the properties grow too long."""
         group = property_of(props_s, PropertyKey.PGROUP)
         extra = f"{PropertyKey.REAL_TOPIC}\x01{topic}\x02{PropertyKey.REAL_QID}\x01{queue_id}\x02"
         if group is None:
-            group = ext.get("a", "")
+            group = producer_group
             extra += f"{PropertyKey.PGROUP}\x01{group}\x02"
-        extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
+        uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
+        if uniq is not None:  # Java brokers store the transaction id with the half
+            extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
         props_s = join_properties(join_properties(props_s, self._broker_suffix), extra)
-        if len(props_s) > _MAX_PROPS_CHARS:
-            return None
-        message = NewMessage(topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag,
-                             sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume)
-        return _Put(queue_id, [message], [None], [group], True), uniq
+        _check_props_size(props_s)
+        return (NewMessage(topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag,
+                           sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume),
+                group, uniq)
 
     def _sent(self, req: RemotingCommand, msg_ids: str, queue_id: int, first_offset: int,
               transaction_id: str | None = None, *, encoded: bool = False) -> HandlerResult:
@@ -702,22 +711,9 @@ class Broker:
                 continue
             if tx_type == TransactionType.PREPARED and not needs_parsing(props_s) and \
                     not any(k in props_s for k in _HALF_KEYS):
-                # A half message without properties of its own to merge: the broker's and the
-                # half's are appended (what the map below ends with, no map built)
-                group = property_of(props_s, PropertyKey.PGROUP)
-                extra = f"{PropertyKey.REAL_TOPIC}\x01{topic}\x02{PropertyKey.REAL_QID}\x01{queue_id}\x02"
-                if group is None:
-                    group = producer_group
-                    extra += f"{PropertyKey.PGROUP}\x01{group}\x02"
-                uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
-                if uniq is not None:  # Java brokers store the transaction id with the half
-                    extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
-                props_s = join_properties(join_properties(props_s, self._broker_suffix), extra)
-                _check_props_size(props_s)
-                messages.append(NewMessage(
-                    topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag, sys_flag=sys_flag,
-                    born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume,
-                ))
+                half, group, _ = self._plain_half_message(topic, queue_id, body, props_s, msg_flag, sys_flag, born_ts,
+                                                          born_host, reconsume, producer_group)
+                messages.append(half)
                 dues.append(None)
                 groups.append(group)
                 continue
