@@ -140,7 +140,11 @@ class _Sender:
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         self._checked_topics: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
-        self._half_suffix: str | None = None  # see _half_properties
+        #: what a half message's properties end with: TRAN_MSG, its producer group and the
+        #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>`` check-backs are answered by
+        tag = (f"{batch_id if batch_id is not None else -1}:{self.partition}:{self.attempt}:"
+               f"{self.txlog.sink_id if self.txlog is not None else '-'}")
+        self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
 
     # -- queues ---------------------------------------------------------------------
 
@@ -212,25 +216,13 @@ class _Sender:
         for i in range(n):
             row_index = self.rows
             self.rows += 1
-            b = body[i]
-            if b is None:
-                raise OptionError("column body", None,
-                                  f"partition {self.partition} row {row_index}: body is null; a BINARY or STRING "
-                                  "value is required")
-            if isinstance(b, str):
-                b = b.encode()
-            if len(b) > self.opts.max_message_size:
-                raise OptionError("column body", f"{len(b)} bytes",
-                                  f"partition {self.partition} row {row_index} exceeds maxMessageSize="
-                                  f"{self.opts.max_message_size} bytes")
+            b, sys_flag = self._body(body[i], row_index)
             t = topic[i] or default_topic
             if not t:
                 raise OptionError("column topic", None,
                                   f"partition {self.partition} row {row_index}: no topic (column null and no "
                                   "option topic)")
-            if t not in self._checked_topics:  # each distinct name once, before anything of it is sent
-                topic_name("column topic", t, t)
-                self._checked_topics.add(t)
+            self._check_topic(t)
             parts = []
             tg = tag[i]
             if tg:
@@ -239,13 +231,8 @@ class _Sender:
             ks = (" ".join(x for x in k if x) if isinstance(k, list) else k) if k else ""
             if ks:
                 parts.append(f"KEYS\x01{ks}\x02")
-            self._seq += 1
-            uniq = f"{self._uniq_prefix}{self._seq:010X}"
+            uniq = self._uniq()
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
-            sys_flag = 0
-            if len(b) > self.opts.compress_threshold and self.client.compresses_bodies:
-                b = zlib.compress(b)
-                sys_flag |= SysFlag.COMPRESSED
             g = group[i]
             d = deliver[i]
             # rows that go into a batch send: their group is named once, in the batch's own
@@ -298,42 +285,44 @@ class _Sender:
         """Exactly-once rows that have only a body (:meth:`_bodies_only`), to the option topic:
         each sent as :meth:`add_batch` sends it, without the per-row look at the other columns
         (the properties are the message id's and the half message's)."""
+        self._check_topic(topic)
+        suffix = self._half_suffix
+        prepared = int(TransactionType.PREPARED)
+        next_queue, submit = self._next_queue, self._submit
+        for b in bodies:
+            b, sys_flag = self._body(b, self.rows)
+            self.rows += 1
+            uniq = self._uniq()
+            submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag | prepared,
+                   ordered=False, uniq=uniq)
+
+    def _body(self, b: Any, row_index: int) -> tuple[bytes, int]:
+        """A row's body as sent (a string UTF-8 encoded, compressed past compressThreshold) and
+        the sysFlag that says so; OptionError when null or past maxMessageSize."""
+        if b is None:
+            raise OptionError("column body", None,
+                              f"partition {self.partition} row {row_index}: body is null; a BINARY or STRING "
+                              "value is required")
+        if isinstance(b, str):
+            b = b.encode()
+        if len(b) > self.opts.max_message_size:
+            raise OptionError("column body", f"{len(b)} bytes",
+                              f"partition {self.partition} row {row_index} exceeds maxMessageSize="
+                              f"{self.opts.max_message_size} bytes")
+        if len(b) > self.opts.compress_threshold and self.client.compresses_bodies:
+            return zlib.compress(b), int(SysFlag.COMPRESSED)
+        return b, 0
+
+    def _uniq(self) -> str:
+        """The next message's UNIQ_KEY (the task's prefix and a sequence number)."""
+        self._seq += 1
+        return f"{self._uniq_prefix}{self._seq:010X}"
+
+    def _check_topic(self, topic: str) -> None:
+        """Each distinct topic name checked once, before anything of it is sent."""
         if topic not in self._checked_topics:
             topic_name("column topic", topic, topic)
             self._checked_topics.add(topic)
-        opts = self.opts
-        max_size, threshold = opts.max_message_size, opts.compress_threshold
-        compresses = self.client.compresses_bodies
-        suffix = self._half_properties()
-        prefix = self._uniq_prefix
-        prepared = int(TransactionType.PREPARED)
-        compressed = int(prepared | SysFlag.COMPRESSED)
-        next_queue, submit = self._next_queue, self._submit
-        for b in bodies:
-            if isinstance(b, str):
-                b = b.encode()
-            if len(b) > max_size:
-                raise OptionError("column body", f"{len(b)} bytes",
-                                  f"partition {self.partition} row {self.rows} exceeds maxMessageSize="
-                                  f"{max_size} bytes")
-            self.rows += 1
-            self._seq += 1
-            uniq = f"{prefix}{self._seq:010X}"
-            sys_flag = prepared
-            if len(b) > threshold and compresses:
-                b = zlib.compress(b)
-                sys_flag = compressed
-            submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag, ordered=False,
-                   uniq=uniq)
-
-    def _half_properties(self) -> str:
-        """What a half message's properties end with: TRAN_MSG, its producer group and the
-        :data:`TX_TAG` ``<batchId>:<partition>:<attempt>:<sinkId>`` check-backs are answered by."""
-        if self._half_suffix is None:
-            tag = (f"{self.batch_id if self.batch_id is not None else -1}:{self.partition}:{self.attempt}:"
-                   f"{self.txlog.sink_id if self.txlog is not None else '-'}")
-            self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{self.opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
-        return self._half_suffix
 
     def _buffer(self, topic: str, group: str | None, entry: BatchEntry) -> None:
         key = (topic, group or None)  # one batch never mixes message groups
@@ -435,7 +424,7 @@ class _Sender:
                                  f"failed after retries: {last}") from last
 
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
-        entry.properties += self._half_properties()
+        entry.properties += self._half_suffix
         q = self._group_queue(topic, group) if group else self._next_queue(topic)
         self._submit(q, [entry], sys_flag | TransactionType.PREPARED, ordered=bool(group), uniq=uniq)
 
