@@ -822,13 +822,17 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
         offset = nxt
 
 
+def _retry_asked(part: QueueRange) -> bool:
+    """Whether the rows carry the retry columns (includeRetryTopic) and the query asks for one."""
+    return part.retry_columns and (part.columns is None or bool({"retryTopic", "reconsumeTimes"} & set(part.columns)))
+
+
 def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | None:
     """The columns to decode for ``part``: those asked, plus the tag to filter by and the
     queue offset the retry columns are matched by (None: all)."""
     if part.columns is None:
         return None
-    retry = part.retry_columns and bool({"retryTopic", "reconsumeTimes"} & set(part.columns))
-    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if retry else set())
+    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if _retry_asked(part) else set())
     decoded = tuple(c for c in part.columns if c in ARROW_SCHEMA.names)
     return decoded + tuple(c for c in ARROW_SCHEMA.names if c in need and c not in decoded)
 
@@ -837,8 +841,7 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     """The rows of ``[part.start, part.end)``, several pulls decoded at once (the decoder's
     fixed cost per call is large)."""
     mq = part.mq
-    # the retry columns, when the rows carry them and they are asked for
-    retry = part.retry_columns and (part.columns is None or bool({"retryTopic", "reconsumeTimes"} & set(part.columns)))
+    retry = _retry_asked(part)
     pulled: list[PullResult] = []
     buffered = 0
     first = part.start  # offset of the first message in ``pulled``
