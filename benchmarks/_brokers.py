@@ -239,15 +239,31 @@ class MpBroker(BrokerHandle):
         self._conn.close()
 
 
+def tests_on_path() -> None:
+    """tests/ importable: real_rocketmq (Apache RocketMQ from Maven Central, its cache) and
+    java_peer (the Java client peer) are the test suite's, and benchmarks run without pytest."""
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+
+
+def java_missing() -> str | None:
+    """None when the real peers (Apache RocketMQ, the Java client, Kafka) can run here, else
+    what is missing."""
+    tests_on_path()
+    from real_rocketmq import java_available
+
+    missing: str | None = java_available()
+    return missing
+
+
 class RealBroker(BrokerHandle):
     """Apache RocketMQ (see the module docstring); ``pid`` is its broker JVM's."""
 
     launcher = "real"
 
     def __init__(self, data_dir: str) -> None:
-        tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-        if tests not in sys.path:
-            sys.path.insert(0, tests)
+        tests_on_path()
         from pathlib import Path
 
         from real_rocketmq import VERSION, RealRocketMQ, provision

@@ -26,13 +26,14 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["KAFKA_VERSION", "Kafka", "connector_jars", "kafka_available"]
+from ._brokers import tests_on_path
+
+__all__ = ["KAFKA_VERSION", "Kafka", "connector_jars"]
 
 KAFKA_VERSION = "4.1.1"
 #: the Kafka source is tried at pyspark's own version first, then at these (newest first)
@@ -41,19 +42,11 @@ _START_TIMEOUT_S = 90.0
 
 
 def _real_rocketmq() -> ModuleType:
-    """tests/real_rocketmq.py: its Maven fetch and cache (benchmarks run without pytest)."""
-    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
+    """tests/real_rocketmq.py: its Maven fetch and cache."""
+    tests_on_path()
     import real_rocketmq
 
     return real_rocketmq
-
-
-def kafka_available() -> str | None:
-    """None when java and mvn are there to fetch and run Kafka, else what is missing."""
-    missing: str | None = _real_rocketmq().java_available()
-    return missing
 
 
 def kafka_jars() -> Path:

@@ -51,7 +51,7 @@ from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.model import MessageQueue
 
 from . import _report
-from ._brokers import BrokerHandle, cli_available, start_broker
+from ._brokers import BrokerHandle, cli_available, java_missing, start_broker
 
 BODY_SIZE = 100
 BODY = bytes((i * 37 + 11) % 256 for i in range(BODY_SIZE))
@@ -742,16 +742,6 @@ def summarize_profile(st: Any, name: str, elapsed: float, top: int) -> str:
 # -- entry point ----------------------------------------------------------------------------
 
 
-def _java_missing() -> str | None:
-    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from real_rocketmq import java_available
-
-    missing: str | None = java_available()
-    return missing
-
-
 def real_ratios(rows: list[Row]) -> dict[str, float]:
     """Apache RocketMQ's msgs/s over the process broker's for each scenario both ran, by name
     (async flush; a real "pull seq 1024" gets 32 per pull, the embedded one up to 1024)."""
@@ -802,7 +792,7 @@ def run(args: argparse.Namespace) -> int:
             with open(os.path.join(RESULTS_DIR, "broker-profile.txt"), "w") as f:
                 f.write(text + "\n")
             return 0
-        placement = args.broker or ("process" if args.quick else "all" if _java_missing() is None else "both")
+        placement = args.broker or ("process" if args.quick else "all" if java_missing() is None else "both")
         placements = {"both": ["process", "thread"], "all": ["process", "thread", "real"]}.get(placement, [placement])
         load_start = os.getloadavg()
         cpu_start = _cpu_snapshot()

@@ -80,7 +80,7 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 from . import _report
-from ._brokers import BrokerHandle, cli_available, start_broker
+from ._brokers import BrokerHandle, cli_available, java_missing, start_broker, tests_on_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
@@ -427,9 +427,7 @@ def java_pull(ns: str, topic: str, n: int, body_size: int) -> Row | None:
     pinned to one core with taskset; timed by the client from assign to the last message.
     None when java, mvn or taskset is missing (the peer is built from the Maven Central jars
     the test suite provisions)."""
-    tests = os.path.join(REPO, "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
+    tests_on_path()
     import java_peer
     from real_rocketmq import cache_root, java_available, provision
 
@@ -447,17 +445,6 @@ def java_pull(ns: str, topic: str, n: int, body_size: int) -> Row | None:
                     params={"client_seconds": line["seconds"], "jvm_start_included_s": round(m.elapsed, 2)})
     row.elapsed_s = float(line["seconds"])  # the client's own loop, JVM start-up excluded
     return row
-
-
-def _java_missing() -> str | None:
-    """None when the real peers (Apache RocketMQ, the Java client, Kafka) can run here."""
-    tests = os.path.join(REPO, "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from real_rocketmq import java_available
-
-    missing: str | None = java_available()
-    return missing
 
 
 def one_core(fn: Callable[[], Row]) -> Row:
@@ -1335,7 +1322,7 @@ def run(args: argparse.Namespace) -> int:
                 f.write(text + "\n")
             return 0
         peers = args.peers == "on" or (args.peers == "auto" and not args.quick and args.launcher != "real"
-                                       and _java_missing() is None)
+                                       and java_missing() is None)
         load_start = os.getloadavg()
         with Meter() as total:
             res = run_suite(sizes, workdir, launcher=args.launcher, repeat=args.repeat, peers=peers)
