@@ -22,6 +22,8 @@ Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 #: handles the requests that arrived together, one result each, in order (see Connection)
 ManyHandler = Callable[["Connection", list[RemotingCommand]], list[HandlerResult]]
 _U32 = struct.Struct(">I")
+#: requests handled together at most before their answers are written (see data_received)
+_SLICE = 32
 
 
 class Connection(asyncio.Protocol):
@@ -31,9 +33,12 @@ class Connection(asyncio.Protocol):
     buffer for it is grown; a malformed header gets an error answer when its opaque
     can be read. Either way only this connection is closed.
 
-    The requests that arrive in one read go to ``dispatch_many`` together when it is given
-    (a client pipelining hundreds of sends or END_TRANSACTIONs gets them stored in one
-    write), else to ``dispatch`` one by one; the answers ready at once leave in one write.
+    The requests that arrive in one read go to ``dispatch_many`` together, up to ``_SLICE``
+    at a time, when it is given (a client pipelining hundreds of sends or END_TRANSACTIONs
+    gets them stored a few dozen per write), else to ``dispatch`` one by one; the answers of
+    each slice leave in one write before the next slice is handled, so the client reads them
+    while the broker goes on (answering a whole read at the end left both sides idle in turn:
+    a third of the time in an exactly-once write).
     """
 
     def __init__(
@@ -109,13 +114,25 @@ class Connection(asyncio.Protocol):
                 cmds.append(cmd)
             if pos:
                 del buf[:pos]
-            self._handle_all(cmds)
+            for i in range(0, len(cmds), _SLICE):
+                if i:  # the answers so far leave now: the client reads them while we go on
+                    if self.closed:
+                        return
+                    self._flush()
+                self._handle_all(cmds[i:i + _SLICE])
         finally:
             out, self._out = self._out, None
             if out and self.transport is not None and not self.transport.is_closing():
                 self.transport.write(b"".join(out))
 
     # -- internals ------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self._out
+        if out:
+            self._out = []
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(b"".join(out))
 
     def _reject(self, buf: bytearray, pos: int, length: int) -> None:
         reason = (

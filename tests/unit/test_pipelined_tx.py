@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from rocketmq_spark.broker import broker as broker_mod
+from rocketmq_spark.broker import connection as connection_mod
 from rocketmq_spark.broker.broker import Broker
 from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.broker.connection import Connection
+from rocketmq_spark.broker.state import HALF_TOPIC
 from rocketmq_spark.codec import (
     PropertyKey,
     TransactionType,
@@ -181,9 +183,11 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
         return [(c.opaque, c.code, c.remark, c.ext_fields) for c in cmds]
 
     assert seen(answers["together"]) == seen(answers["alone"])
-    # one store write per run: sends before and after GET_MAX_OFFSET, ENDs before and after it
-    # (the refused topic's send is checked before the store)
-    assert writes["together"] == 4 and writes["alone"] == 41 + 42, writes  # 41 halves stored, 42 ends applied
+    # one store write per run, a run ending at GET_MAX_OFFSET and where the connection's slice of
+    # 32 requests ends: sends 0-19 | 21-31 | 32-42, ENDs the same (the refused topic's send is
+    # checked before the store)
+    assert connection_mod._SLICE == 32
+    assert writes["together"] == 6 and writes["alone"] == 41 + 42, writes  # 41 halves stored, 42 ends applied
     codes = [a.code for a in answers["alone"]]
     assert len(answers["alone"]) == 41 + 1 + 44 and codes.count(ResponseCode.SUCCESS) == 40 + 1 + 43
     assert 500 not in [a.opaque for a in answers["alone"]] and 3002 not in [a.opaque for a in answers["alone"]]
@@ -191,6 +195,28 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
     assert {k.replace("together", "x") for k in got} == {k.replace("alone", "x") for k in want}
     for (k1, v1), (k2, v2) in zip(sorted(got.items()), sorted(want.items())):
         assert v1 == v2, f"{k1} differs from {k2}"
+
+
+def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
+    """70 half messages in one read: stored and answered 32, 32, then 6, each slice's answers
+    written before the next slice is stored (the client reads them meanwhile)."""
+    b = Broker(BrokerConfig(data_dir=str(tmp_path)), "127.0.0.1:10911")
+    b.create_topic("TX_A", 4)
+    conn, t = _connected(b, together=True)
+    stored_before_write: list[int] = []
+    write = t.write
+
+    def spying(data: bytes) -> None:  # how many halves were stored when each write went out
+        stored_before_write.append(b.store.max_offset(HALF_TOPIC, 0))
+        write(data)
+
+    t.write = spying  # type: ignore[method-assign]
+    conn.data_received(b"".join(_half(i + 1, "TX_A", i % 4, i).encode() for i in range(70)))
+    assert stored_before_write == [32, 64, 70]
+    answers = _answers(t)
+    assert [a.opaque for a in answers] == list(range(1, 71))
+    assert all(a.code == ResponseCode.SUCCESS for a in answers)
+    b.store.commitlog.close()
 
 
 def test_codec_shortcuts_agree_with_the_general_forms() -> None:
