@@ -6,7 +6,7 @@ a field holds a next-offset (one past the last message) its docstring says so.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["MessageQueue", "PullResult", "SendResult", "Txn"]
 
@@ -80,14 +80,17 @@ class SendResult:
     transaction_id: str = ""
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Txn:
+class Txn(NamedTuple):
     """One half message (transactional send): enough to end it with END_TRANSACTION.
 
     Over remoting a transaction is named by its positions on the broker: ``queue_offset``
     the half message's offset as its send answered (END_TRANSACTION's tranStateTableOffset),
     ``commit_log_offset`` its byte position in the broker's commit log; over gRPC by the
-    opaque ``transaction_id`` the proxy gave (``commit_log_offset`` is then 0)."""
+    opaque ``transaction_id`` the proxy gave (``commit_log_offset`` is then 0).
+
+    A named tuple rather than a frozen dataclass: a task makes one per row and the driver one
+    per row of the batch, then sorts them (a frozen dataclass costs ~1 µs to build and
+    compares through Python code)."""
 
     broker: str
     topic: str

@@ -90,7 +90,7 @@ class TxLog:
         os.makedirs(self.dir, exist_ok=True)
         ordered = sorted(txns)
         body = json.dumps({"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
-                           "txns": [t.to_list() for t in ordered]}).encode()
+                           "txns": ordered}).encode()  # each as its list (Txn is a tuple)
         atomic_write(self._path(batch_id), body)
         self._prune(batch_id)
         return ordered
