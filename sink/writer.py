@@ -78,7 +78,7 @@ class _Send(NamedTuple):
 #: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
 TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
-_TX_WINDOW = 64  # half messages in flight per task
+_TX_WINDOW = 128  # half messages in flight per task (past _TX_BURST)
 _TX_BURST = 32  # half messages written together (a request each, one write for all)
 #: A broker whose send failed for want of a connection is skipped this long (seconds).
 _BROKER_PAUSE_S = 5.0
