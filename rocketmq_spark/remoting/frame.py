@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from orjson import loads as _orjson_loads
+
 from ..errors import FrameTooLargeError, ProtocolError
 from .codes import LanguageCode
 
@@ -118,12 +120,22 @@ def send_success_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: in
 
 _I31 = 1 << 31
 _JSON = json.JSONDecoder()
+#: every digit as a 9: 19 nines in a row then mark maybe an integer past 64 bits (json.loads
+#: keeps it exact, orjson makes it a float); a translate and a find, 5x cheaper than a regex
+_DIGITS_AS_NINES = bytes.maketrans(b"012345678", b"999999999")
+_NINETEEN_DIGITS = b"9" * 19
 
 
 def _json_header(header: bytes) -> Any:
-    """``json.loads(header)``, without its encoding detection and checks for the usual header
-    (UTF-8, an object from the first byte to the last): a broker and a client decode one per
-    message."""
+    """``json.loads(header)``: orjson's (a broker and a client decode one per message; 1.2
+    against 2.5 µs for a half message's), then, for what orjson refuses, json's without its
+    encoding detection for the usual header (UTF-8, an object from the first byte to the
+    last), then json.loads itself (which words the error)."""
+    if _NINETEEN_DIGITS not in header.translate(_DIGITS_AS_NINES):  # see _DIGITS_AS_NINES
+        try:
+            return _orjson_loads(header)
+        except ValueError:
+            pass  # what orjson refuses json may take (NaN, lone surrogates) or word better
     if header[:1] == b"{" and header[-1:] == b"}" and header[1:2] != b"\x00":
         try:
             text = header.decode("utf-8", "surrogatepass")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +31,7 @@ from rocketmq_spark.codec import (
 )
 from rocketmq_spark.codec.arrow import SMALL_INPUT_BYTES, decode_to_batch, decode_to_batch_reference
 from rocketmq_spark.errors import ProtocolError
-from rocketmq_spark.remoting.frame import RemotingCommand, decode_frame
+from rocketmq_spark.remoting.frame import RemotingCommand, _json_header, decode_frame
 from rocketmq_spark.remoting.route import TopicRouteData
 
 pytestmark = [pytest.mark.reliability]
@@ -100,6 +101,39 @@ def test_json_headers_of_any_shape(header: dict) -> None:
         return
     assert -(1 << 31) <= cmd.code < (1 << 31) and -(1 << 31) <= cmd.opaque < (1 << 31)
     cmd.response_to(1).encode()
+
+
+any_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats() | st.text(max_size=8)
+    | st.sampled_from(["\ud800", "\x00", "\x01\x02", "\u00e9"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+@FUZZ
+@given(any_json, st.booleans(), st.sampled_from([b"", b" ", b"\n"]))
+def test_json_headers_decode_as_json_loads_decodes_them(value: Any, ascii_only: bool, pad: bytes) -> None:
+    """The header decoder (orjson first, json for what it refuses) gives what json.loads
+    gives, and refuses what it refuses: NaN, 70-bit integers, lone surrogates, padding."""
+    raw = pad + json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass") + pad
+    _decodes_as_json_loads(raw)
+
+
+@pytest.mark.parametrize("raw", [b"1e400", b"-1e400", b"-0", b"1.0", b"18446744073709551615",
+                                 b"18446744073709551616", b"-9223372036854775809", b'{"a":1,"a":2}',
+                                 b"\xef\xbb\xbf{}", '{"code":1}'.encode("utf-16"), b'{"k":"\\ud800"}'])
+def test_json_header_edge_numbers_and_encodings_decode_as_json_loads(raw: bytes) -> None:
+    _decodes_as_json_loads(raw)
+
+
+def _decodes_as_json_loads(raw: bytes) -> None:
+    try:
+        want = json.loads(raw)
+    except ValueError:
+        with pytest.raises(ProtocolError):
+            _json_header(raw)
+        return
+    assert json.dumps(_json_header(raw)) == json.dumps(want)  # NaN != NaN: compared as written
 
 
 @FUZZ
