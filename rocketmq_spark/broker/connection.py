@@ -23,7 +23,7 @@ Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 ManyHandler = Callable[["Connection", list[RemotingCommand]], list[HandlerResult]]
 _U32 = struct.Struct(">I")
 #: requests handled together at most before their answers are written (see data_received)
-_SLICE = 32
+_SLICE = 64
 
 
 class Connection(asyncio.Protocol):
@@ -33,7 +33,7 @@ class Connection(asyncio.Protocol):
     buffer for it is grown; a malformed header gets an error answer when its opaque
     can be read. Either way only this connection is closed.
 
-    The requests that arrive in one read go to ``dispatch_many`` together, up to ``_SLICE``
+    The requests that arrive in one read go to ``dispatch_many`` together, up to ``_SLICE`` (64)
     at a time, when it is given (a client pipelining hundreds of sends or END_TRANSACTIONs
     gets them stored a few dozen per write), else to ``dispatch`` one by one; the answers of
     each slice leave in one write before the next slice is handled, so the client reads them

@@ -183,11 +183,11 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
         return [(c.opaque, c.code, c.remark, c.ext_fields) for c in cmds]
 
     assert seen(answers["together"]) == seen(answers["alone"])
-    # one store write per run, a run ending at GET_MAX_OFFSET and where the connection's slice of
-    # 32 requests ends: sends 0-19 | 21-31 | 32-42, ENDs the same (the refused topic's send is
-    # checked before the store)
-    assert connection_mod._SLICE == 32
-    assert writes["together"] == 6 and writes["alone"] == 41 + 42, writes  # 41 halves stored, 42 ends applied
+    # one store write per run, a run ending at GET_MAX_OFFSET (and where the connection's slice of
+    # 64 requests ends: not here): sends before and after GET_MAX_OFFSET, ENDs before and after it
+    # (the refused topic's send is checked before the store)
+    assert connection_mod._SLICE == 64
+    assert writes["together"] == 4 and writes["alone"] == 41 + 42, writes  # 41 halves stored, 42 ends applied
     codes = [a.code for a in answers["alone"]]
     assert len(answers["alone"]) == 41 + 1 + 44 and codes.count(ResponseCode.SUCCESS) == 40 + 1 + 43
     assert 500 not in [a.opaque for a in answers["alone"]] and 3002 not in [a.opaque for a in answers["alone"]]
@@ -198,7 +198,7 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
 
 
 def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
-    """70 half messages in one read: stored and answered 32, 32, then 6, each slice's answers
+    """150 half messages in one read: stored and answered 64, 64, then 22, each slice's answers
     written before the next slice is stored (the client reads them meanwhile)."""
     b = Broker(BrokerConfig(data_dir=str(tmp_path)), "127.0.0.1:10911")
     b.create_topic("TX_A", 4)
@@ -211,10 +211,10 @@ def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
         write(data)
 
     t.write = spying  # type: ignore[method-assign]
-    conn.data_received(b"".join(_half(i + 1, "TX_A", i % 4, i).encode() for i in range(70)))
-    assert stored_before_write == [32, 64, 70]
+    conn.data_received(b"".join(_half(i + 1, "TX_A", i % 4, i).encode() for i in range(150)))
+    assert stored_before_write == [64, 128, 150]
     answers = _answers(t)
-    assert [a.opaque for a in answers] == list(range(1, 71))
+    assert [a.opaque for a in answers] == list(range(1, 151))
     assert all(a.code == ResponseCode.SUCCESS for a in answers)
     b.store.commitlog.close()
 
