@@ -18,6 +18,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]
+BROKERS = ("embedded", "real")
 
 DRIVER = os.path.join(os.path.dirname(__file__), "parquet_driver.py")
 PER_ROUND = 3_000
@@ -56,7 +57,7 @@ def test_driver_sigkilled_at_random_points_then_restarted_loses_and_repeats_noth
     seed = random.randrange(1 << 30)
     rnd = random.Random(seed)
     topic, group = "KILLS_T", "g_kills"
-    client.create_topic(topic, 4)
+    broker.create_topic(topic, 4)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     produced = 0
     kills = 0

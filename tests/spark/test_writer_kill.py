@@ -10,10 +10,12 @@ from collections import Counter
 
 import pytest
 
+from brokers import wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import decode_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
+BROKERS = ("embedded", "real")
 
 DRIVER = os.path.join(os.path.dirname(__file__), "eos_driver.py")
 
@@ -26,8 +28,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def _killed(broker, client, tmp_path, src: str, dst: str, rows: int, crash: str):  # type: ignore[no-untyped-def]
     """``rows`` rows in ``src`` (2 queues), then the driver copying them to ``dst`` exactly-once,
     killed at ``crash``; -> (src, dst, checkpoint location)."""
-    client.create_topic(src, queues=2)
-    client.create_topic(dst, queues=2)
+    broker.create_topic(src, queues=2)
+    broker.create_topic(dst, queues=2)
     qs = client.message_queues(src)
     for i in range(rows):
         client.send(qs[i % 2], b"row-%d" % i)
@@ -37,12 +39,15 @@ def _killed(broker, client, tmp_path, src: str, dst: str, rows: int, crash: str)
     return src, dst, ckpt
 
 
-def _written(broker, client, dst: str) -> list:  # type: ignore[no-untyped-def]
-    """Every message of ``dst``, read on a fresh client."""
+def _written(broker, client, dst: str, at_least: int) -> list:  # type: ignore[no-untyped-def]
+    """Every message of ``dst``, read on a fresh client once it holds ``at_least`` (Apache
+    RocketMQ's broker indexes a committed message a moment after answering its END)."""
     c = RemotingClient(broker.namesrv_addr)
     msgs = []
     try:
-        for q in client.message_queues(dst):
+        qs = client.message_queues(dst)
+        wait_until(lambda: sum(c.max_offset(q) for q in qs) >= at_least, timeout_s=30)
+        for q in qs:
             at, end = 0, c.max_offset(q)
             while at < end:
                 res = c.pull(q, at, 32)
@@ -60,7 +65,7 @@ def test_driver_killed_before_commit_then_restarted_writes_each_row_once(broker,
     assert before == (25 if crash == "kill-after-record" else 0) or before == 0
     done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = [r.payload() for r in _written(broker, client, dst)]
+    rows = [r.payload() for r in _written(broker, client, dst, 25)]
     assert sorted(rows) == sorted(b"row-%d" % i for i in range(25))  # each row exactly once
 
 
@@ -75,7 +80,7 @@ def test_driver_killed_part_way_through_the_commit_loses_nothing_and_doubles_at_
     assert marked == 256 and len(recorded) == 600 and not (commits / "0.ended").exists()
     done = _run(broker.namesrv_addr, src, dst, ckpt, "normal")
     assert done.returncode == 0, done.stderr[-3000:]
-    msgs = _written(broker, client, dst)
+    msgs = _written(broker, client, dst, 600)
     assert set(r.payload() for r in msgs) == {b"row-%d" % i for i in range(600)}  # nothing lost
     twice = Counter(r.properties["UNIQ_KEY"] for r in msgs)
     doubled = {k for k, n in twice.items() if n > 1}
