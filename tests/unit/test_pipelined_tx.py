@@ -219,6 +219,23 @@ def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
     b.store.commitlog.close()
 
 
+@pytest.mark.parametrize("header", [b'{"code":2.5}', b'{"code":310,"extFields":5}', b'{"code":310,"flag":"x"}',
+                                    b'{"code":12345678901234567890123}', b'{bad'])
+def test_a_malformed_header_after_good_requests_is_refused_and_closes(tmp_path: Path, header: bytes) -> None:
+    """Requests before a frame whose header is refused are answered, then the refusal, then
+    the connection closes (the decoder must not keep a view of the connection's buffer)."""
+    b = Broker(BrokerConfig(data_dir=str(tmp_path)), "127.0.0.1:10911")
+    b.create_topic("TX_A", 4)
+    conn, t = _connected(b, together=True)
+    bad = len(header).to_bytes(4, "big") + header
+    conn.data_received(b"".join(_half(i + 1, "TX_A", 0, i).encode() for i in range(3))
+                       + len(bad).to_bytes(4, "big") + bad)
+    answers = _answers(t)
+    assert [a.opaque for a in answers] == [1, 2, 3, 0] and conn.closed
+    assert answers[-1].code == ResponseCode.SYSTEM_ERROR and answers[-1].remark.startswith("malformed frame: ")
+    b.store.commitlog.close()
+
+
 def test_codec_shortcuts_agree_with_the_general_forms() -> None:
     props = {"UNIQ_KEY": "AB", "TAGS": "x", PropertyKey.REAL_TOPIC: "T", "KEYS": "k1 k2"}
     for host in ("127.0.0.1:10911", "[::1]:10911"):
