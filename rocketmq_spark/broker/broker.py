@@ -1287,8 +1287,21 @@ class Broker:
         ``encoded``: see :meth:`_success`."""
         out: list[HandlerResult] = [None] * len(reqs)
         ends: list[tuple[int, int, int, bool]] = []  # (request index, commitLogOffset, half offset, commit)
+        commit_kind, rollback_kind = TransactionType.COMMIT, TransactionType.ROLLBACK
         for k, req in enumerate(reqs):
             ext = req.ext_fields
+            # the usual END (three integers, an end it knows) read inline; anything else as _int reads it
+            try:
+                kind = int(ext["commitOrRollback"])
+                pos = int(ext["commitLogOffset"])
+                raw = ext.get("tranStateTableOffset")
+                half = int(raw) if raw else -1
+            except (KeyError, TypeError, ValueError):
+                pass
+            else:
+                if kind == commit_kind or kind == rollback_kind:
+                    ends.append((k, pos, half, kind == commit_kind))
+                    continue
             try:
                 kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
                 if kind == TransactionType.NOT_TYPE:
