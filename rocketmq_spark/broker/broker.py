@@ -129,21 +129,34 @@ class Accepted:
 
 #: the properties a half message gets from the broker (a send carrying one is merged as a map)
 _HALF_KEYS = (f"{PropertyKey.REAL_TOPIC}\x01", f"{PropertyKey.REAL_QID}\x01", f"{PropertyKey.TRANSACTION_ID}\x01")
+_REAL_TOPIC_ITEM, _REAL_QID_ITEM, _TX_ID_ITEM = _HALF_KEYS
+_PGROUP_ITEM = f"{PropertyKey.PGROUP}\x01"
+
+
+_END = int(RequestCode.END_TRANSACTION)
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND = int(RequestCode.SEND_MESSAGE)
+#: the sysFlag a prepared send carries when it says nothing else (the writer's halves)
+_PREPARED_FLAG = str(int(TransactionType.PREPARED))
 
 
 def _run_kind(req: RemotingCommand) -> str | None:
     """What :meth:`Broker.dispatch_many` stores together: "end" (END_TRANSACTION), "prepared"
     (a single prepared send), None (anything else)."""
     code = req.code
-    if code == RequestCode.END_TRANSACTION:
+    if code == _END:
         return "end"
-    if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_MESSAGE:
+    if code == _SEND_V2:
         ext = req.ext_fields
-        v2 = code == RequestCode.SEND_MESSAGE_V2
-        flag = ext.get("f" if v2 else "sysFlag", "")
-        if flag.isdigit() and int(flag) & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED and \
-                not _truthy(ext.get("m" if v2 else "batch")):
-            return "prepared"
+        flag, batch = ext.get("f", ""), ext.get("m")
+    elif code == _SEND:
+        ext = req.ext_fields
+        flag, batch = ext.get("sysFlag", ""), ext.get("batch")
+    else:
+        return None
+    if (flag == _PREPARED_FLAG or flag.isdigit() and int(flag) & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED) \
+            and (batch == "false" or not _truthy(batch)):
+        return "prepared"
     return None
 
 
@@ -336,6 +349,14 @@ class Broker:
         return out
 
     def _run(self, conn: Connection, kind: str | None, reqs: list[RemotingCommand]) -> list[HandlerResult]:
+        if not self.config.acl:  # nothing refused: the run as it came
+            try:
+                return (self._end_transactions(conn, reqs, encoded=True) if kind == "end"
+                        else self._prepared_sends(conn, reqs))
+            except Exception as exc:  # a handler bug must not take the connection down
+                log.exception("%s: %d requests (code %d) failed", conn.peer, len(reqs), reqs[0].code)
+                return [req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+                        for req in reqs]
         out: list[HandlerResult] = [None] * len(reqs)
         admitted: list[int] = []
         for k, req in enumerate(reqs):
@@ -513,54 +534,62 @@ class Broker:
         """Single prepared sends that arrived together (a writer's pipelined half messages):
         each checked as :meth:`send_message` does, all stored in one write."""
         out: list[HandlerResult] = [None] * len(reqs)
-        puts: list[tuple[int, _Put]] = []
-        uniqs: list[str | None] = []  # a half message's UNIQ_KEY when it took the short path
+        # per send to store, in order: (request index, the half when it took the short path
+        # (queue id, message, producer group, UNIQ_KEY), else its put)
+        halves: list[tuple[int, tuple[int, NewMessage, str, str] | None, _Put | None]] = []
+        general = False
         born_host = self.pack_peer(conn.peer)
         configs: dict[str, TopicConfig] = {}
+        max_size = self.config.max_message_size
         for k, req in enumerate(reqs):
-            half = self._plain_half(req, born_host, configs) if req.code == RequestCode.SEND_MESSAGE_V2 else None
+            half = self._plain_half(req, born_host, configs, max_size) if req.code == _SEND_V2 else None
             if half is not None:
-                puts.append((k, half[0]))
-                uniqs.append(half[1])
+                halves.append((k, half, None))
                 continue
             ext = {_V2_KEYS.get(key, key): v for key, v in req.ext_fields.items()}
             try:
-                puts.append((k, self._send_put(conn, req, ext, False)))
-                uniqs.append(None)
+                halves.append((k, None, self._send_put(conn, req, ext, False)))
+                general = True
             except SendRejected as exc:
                 out[k] = req.response_to(exc.code, remark=exc.remark)
             except ValueError as exc:  # malformed header fields, as dispatch answers them
                 out[k] = req.response_to(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-        if all(u is not None for u in uniqs):  # the usual run: one message, no delay each
-            stored = self.store.put([p.messages[0] for _, p in puts])
-            self.transactions.opened(stored, [p.groups[0] for _, p in puts])
+        if not general:  # the usual run: one message, no delay each
+            plain = [h for _, h, _ in halves]
+            stored = self.store.put([h[1] for h in plain])  # type: ignore[index]
+            self.transactions.opened(stored, [h[2] for h in plain])  # type: ignore[index]
             direct = self.config.flush != "sync"
             prefix = self._msg_id_prefix
-            for (k, p), st, uniq in zip(puts, stored, uniqs):
+            for (k, h, _), st in zip(halves, stored):
                 req = reqs[k]
-                frame = (send_success_frame(req.opaque, f"{prefix}{st.physical_offset:016X}", p.queue_id,
-                                            st.queue_offset, REGION, uniq)  # type: ignore[arg-type]
+                queue_id, message, _, uniq = h  # type: ignore[misc]
+                frame = (send_success_frame(req.opaque, f"{prefix}{st.physical_offset:016X}", queue_id,
+                                            st.queue_offset, REGION, uniq)
                          if direct and req.serialize_type == SERIALIZE_JSON else None)
                 out[k] = frame if frame is not None else self._send_answer(
-                    req, Accepted(p.queue_id, p.messages, [st], True), False, encoded=True)
+                    req, Accepted(queue_id, [message], [st], True), False, encoded=True)
             return out
-        for (k, _), acc in zip(puts, self._store_puts([p for _, p in puts])):
+        puts = [p if h is None else _Put(h[0], [h[1]], [None], [h[2]], True) for _, h, p in halves]
+        for (k, _, _), acc in zip(halves, self._store_puts(puts)):  # type: ignore[arg-type]
             out[k] = self._send_answer(reqs[k], acc, False, encoded=True)
         return out
 
-    def _plain_half(self, req: RemotingCommand, born_host: bytes, configs: dict[str, TopicConfig]
-                    ) -> tuple[_Put, str] | None:
+    def _plain_half(self, req: RemotingCommand, born_host: bytes, configs: dict[str, TopicConfig], max_size: int
+                    ) -> tuple[int, NewMessage, str, str] | None:
         """A SEND_MESSAGE_V2 half message with a UNIQ_KEY and no properties of its own to
-        merge, to a topic that takes it: its records built as :meth:`_prepare_put` builds them
+        merge, to a topic that takes it: its record built as :meth:`_prepare_put` builds it
         (read straight from the short header fields, the topic looked up once per run in
-        ``configs``), and its UNIQ_KEY; None: anything else (:meth:`_send_put` then checks,
-        builds or refuses it)."""
+        ``configs``) -> (queue id, message, producer group, UNIQ_KEY); None: anything else
+        (:meth:`_send_put` then checks, builds or refuses it). A writer sends thousands a
+        second: the fields are read inline, as ``_int`` reads them."""
         ext = req.ext_fields
-        topic = ext.get("b", "")
         props_s = ext.get("i", "")
+        if "UNIQ_KEY\x01" not in props_s or needs_parsing(props_s) or _REAL_TOPIC_ITEM in props_s or \
+                _REAL_QID_ITEM in props_s or _TX_ID_ITEM in props_s:
+            return None
+        topic = ext.get("b", "")
         body = req.body
-        if topic.startswith(RETRY_PREFIX) or "UNIQ_KEY\x01" not in props_s or needs_parsing(props_s) or \
-                any(k in props_s for k in _HALF_KEYS) or len(body) > self.config.max_message_size:
+        if topic.startswith(RETRY_PREFIX) or len(body) > max_size:
             return None
         cfg = configs.get(topic)
         if cfg is None:
@@ -570,33 +599,52 @@ class Broker:
             if cfg is None or not cfg.perm & 2:
                 return None
             configs[topic] = cfg
+        # the fields in the order the general path reads them ("" or missing: the default)
+        raw = ext.get("e")
         try:
-            queue_id = _write_queue(_int(ext, "e", -1), cfg)
-            message, group, uniq = self._plain_half_message(
-                topic, queue_id, body, props_s, _int(ext, "h", 0), _int(ext, "f", 0),
-                _int(ext, "g", int(time.time() * 1000)), born_host, _int(ext, "j", 0), ext.get("a", ""))
-        except (ValueError, SendRejected):
+            queue_id = _write_queue(int(raw) if raw else -1, cfg)
+            raw = ext.get("h")
+            msg_flag = int(raw) if raw else 0
+            raw = ext.get("f")
+            sys_flag = int(raw) if raw else 0
+            raw = ext.get("g")
+            born_ts = int(raw) if raw else int(time.time() * 1000)
+            raw = ext.get("j")
+            reconsume = int(raw) if raw else 0
+        except ValueError:
             return None  # the general path answers it
-        if uniq is None:
-            return None
-        return _Put(queue_id, [message], [None], [group], True), uniq
+        props_s, group, uniq = self._half_properties(props_s, topic, queue_id, ext.get("a", ""))
+        if uniq is None or len(props_s) > _MAX_PROPS_CHARS and len(props_s.encode()) > MAX_PROPERTIES_BYTES:
+            return None  # the general path answers it (see _check_props_size)
+        return queue_id, NewMessage(HALF_TOPIC, 0, body, props_s, msg_flag, sys_flag, born_ts, born_host,
+                                    reconsume), group, uniq
+
+    def _half_properties(self, props_s: str, topic: str, queue_id: int, producer_group: str
+                         ) -> tuple[str, str, str | None]:
+        """A half message's properties when it has none of its own to merge (the caller
+        checked: nothing to parse, none of the half's keys): the broker's and the half's
+        appended to its own, no map built (what the general path's map ends with). -> (the
+        properties, its producer group, its UNIQ_KEY)."""
+        group = property_of(props_s, PropertyKey.PGROUP)
+        uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
+        extra = f"{_REAL_TOPIC_ITEM}{topic}\x02{_REAL_QID_ITEM}{queue_id}\x02"
+        if group is None:
+            group = producer_group
+            extra = f"{extra}{_PGROUP_ITEM}{group}\x02"
+        if uniq is not None:  # Java brokers store the transaction id with the half
+            extra = f"{extra}{_TX_ID_ITEM}{uniq}\x02"
+        # join_properties(join_properties(props_s, suffix), extra): the broker's suffix ends with \x02
+        if props_s and not props_s.endswith("\x02"):
+            props_s += "\x02"
+        return f"{props_s}{self._broker_suffix}{extra}", group, uniq
 
     def _plain_half_message(self, topic: str, queue_id: int, body: bytes, props_s: str, msg_flag: int, sys_flag: int,
                             born_ts: int, born_host: bytes, reconsume: int, producer_group: str
                             ) -> tuple[NewMessage, str, str | None]:
-        """A half message without properties of its own to merge (the caller checked: nothing
-        to parse, none of the half's keys): the broker's and the half's properties appended to
-        its own, no map built (what the general path's map ends with). -> (the message, its
-        producer group, its UNIQ_KEY). SendRejected when the properties grow too long."""
-        group = property_of(props_s, PropertyKey.PGROUP)
-        extra = f"{PropertyKey.REAL_TOPIC}\x01{topic}\x02{PropertyKey.REAL_QID}\x01{queue_id}\x02"
-        if group is None:
-            group = producer_group
-            extra += f"{PropertyKey.PGROUP}\x01{group}\x02"
-        uniq = property_of(props_s, PropertyKey.UNIQ_KEY)
-        if uniq is not None:  # Java brokers store the transaction id with the half
-            extra += f"{PropertyKey.TRANSACTION_ID}\x01{uniq}\x02"
-        props_s = join_properties(join_properties(props_s, self._broker_suffix), extra)
+        """A half message without properties of its own to merge (see :meth:`_half_properties`)
+        -> (the message, its producer group, its UNIQ_KEY). SendRejected when the properties
+        grow too long."""
+        props_s, group, uniq = self._half_properties(props_s, topic, queue_id, producer_group)
         _check_props_size(props_s)
         return (NewMessage(topic=HALF_TOPIC, queue_id=0, body=body, properties=props_s, flag=msg_flag,
                            sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, reconsume_times=reconsume),
@@ -1239,8 +1287,21 @@ class Broker:
         ``encoded``: see :meth:`_success`."""
         out: list[HandlerResult] = [None] * len(reqs)
         ends: list[tuple[int, int, int, bool]] = []  # (request index, commitLogOffset, half offset, commit)
+        commit_kind, rollback_kind = TransactionType.COMMIT, TransactionType.ROLLBACK
         for k, req in enumerate(reqs):
             ext = req.ext_fields
+            # the usual END (three integers, an end it knows) read inline; anything else as _int reads it
+            try:
+                kind = int(ext["commitOrRollback"])
+                pos = int(ext["commitLogOffset"])
+                raw = ext.get("tranStateTableOffset")
+                half = int(raw) if raw else -1
+            except (KeyError, TypeError, ValueError):
+                pass
+            else:
+                if kind == commit_kind or kind == rollback_kind:
+                    ends.append((k, pos, half, kind == commit_kind))
+                    continue
             try:
                 kind = _int(ext, "commitOrRollback")  # required: a missing one is answered as malformed
                 if kind == TransactionType.NOT_TYPE:

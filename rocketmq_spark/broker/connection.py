@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from ..errors import ProtocolError
 from ..remoting.codes import ResponseCode
-from ..remoting.frame import DEFAULT_MAX_FRAME, FLAG_ONEWAY, RemotingCommand
+from ..remoting.frame import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -177,15 +177,14 @@ class Connection(asyncio.Protocol):
     def _handle_all(self, cmds: list[RemotingCommand]) -> None:
         """Answers to our calls resolve them; requests go to ``dispatch_many`` together (when
         several arrived and it is given) or to ``dispatch`` one by one, until the connection closes."""
-        requests = []
-        for cmd in cmds:
-            if cmd.is_response:
-                # an answer to :meth:`call`; those to our oneway pushes (clients may reply anyway) are dropped
-                fut = self._calls.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            else:
-                requests.append(cmd)
+        requests = [cmd for cmd in cmds if not cmd.flag & FLAG_RESPONSE]
+        if len(requests) < len(cmds):
+            for cmd in cmds:
+                if cmd.flag & FLAG_RESPONSE:
+                    # an answer to :meth:`call`; those to our oneway pushes (clients may reply anyway) are dropped
+                    fut = self._calls.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
         if len(requests) > 1 and self._dispatch_many is not None:
             try:
                 results = self._dispatch_many(self, requests)
@@ -194,8 +193,14 @@ class Connection(asyncio.Protocol):
                 for cmd in requests:
                     self.send(cmd.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}"))
                 return
+            out = self._out
             for cmd, result in zip(requests, results, strict=True):
-                self._deliver(cmd, result)
+                # an encoded answer (what a run of sends or ENDs gets) joins the read's at once
+                if type(result) is bytes and out is not None:
+                    if not cmd.flag & FLAG_ONEWAY:
+                        out.append(result)
+                else:
+                    self._deliver(cmd, result)
             return
         for cmd in requests:
             if self.closed:

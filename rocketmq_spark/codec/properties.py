@@ -151,7 +151,12 @@ BROKER_PROPERTY_KEYS = ("MSG_REGION", "CLUSTER", "TRACE_ON")
 PER_MESSAGE_MARKERS = ("DELAY\x01", "TIMER_", *(f"{k}\x01" for k in BROKER_PROPERTY_KEYS))
 
 
+#: the markers one by one (unpacking fails loudly when their number changes: see needs_parsing)
+_M0, _M1, _M2, _M3, _M4 = PER_MESSAGE_MARKERS
+
+
 def needs_parsing(props: str) -> bool:
     """Whether a broker must parse these properties per message (see PER_MESSAGE_MARKERS)
-    rather than append its own to them as they are."""
-    return any(m in props for m in PER_MESSAGE_MARKERS)
+    rather than append its own to them as they are. (One ``in`` per marker, written out: a
+    generator over them costs twice as much, and a broker asks once per message.)"""
+    return _M0 in props or _M1 in props or _M2 in props or _M3 in props or _M4 in props

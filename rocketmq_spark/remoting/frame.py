@@ -322,11 +322,10 @@ class RemotingCommand:
             raise ProtocolError(
                 f"header length {header_len} exceeds the frame's {len(data) - 4} bytes"
             )
-        header = bytes(data[4 : 4 + header_len])
         if ser == SERIALIZE_JSON:
-            cmd = cls._decode_json_header(header)
+            cmd = cls._decode_json_header(data[4 : 4 + header_len])
         elif ser == SERIALIZE_ROCKETMQ:
-            cmd = cls._decode_binary_header(header)
+            cmd = cls._decode_binary_header(bytes(data[4 : 4 + header_len]))
             cmd.serialize_type = ser
         else:
             raise ProtocolError(f"unknown serialize type {ser} (accepted: 0 JSON, 1 ROCKETMQ)")
@@ -335,7 +334,39 @@ class RemotingCommand:
         return cmd
 
     @classmethod
-    def _decode_json_header(cls, header: bytes) -> RemotingCommand:
+    def _decode_json_header(cls, header: bytes | memoryview) -> RemotingCommand:
+        """The command of a JSON header. The usual header (four 32-bit ints, string extFields,
+        remark and language) is read from orjson's parse straight away, without the guard
+        :func:`_json_header` keeps against integers of 19 digits or more: orjson makes those
+        floats, and a float in a field read here sends the header the general way
+        (:meth:`_decode_json_fields`), while one in a field not read changes nothing. The
+        broker and the client decode a header per message (~1 µs less this way)."""
+        try:
+            obj = _orjson_loads(header)
+        except ValueError:
+            obj = None
+        if type(obj) is dict:
+            get = obj.get
+            code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
+            ext, remark, language = get("extFields"), get("remark"), get("language", "JAVA")
+            if (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+                    and -_I31 <= code < _I31 and -_I31 <= opaque < _I31 and -_I31 <= flag < _I31
+                    and -_I31 <= version < _I31 and type(language) is str and (remark is None or type(remark) is str)):
+                if ext is None:
+                    return cls(code, opaque, flag, {}, b"", remark, language, version)
+                if type(ext) is dict:
+                    try:  # JSON keys are always strings; values usually are: one C pass tells
+                        "".join(ext.values())
+                    except TypeError:
+                        pass
+                    else:
+                        return cls(code, opaque, flag, ext, b"", remark, language, version)
+        header = bytes(header)  # a refusal's traceback must not hold a view of the connection's buffer
+        return cls._decode_json_fields(header)
+
+    @classmethod
+    def _decode_json_fields(cls, header: bytes) -> RemotingCommand:
+        """:meth:`_decode_json_header` of any header: each field checked, the errors worded."""
         obj = _json_header(header)
         if not isinstance(obj, dict):
             raise ProtocolError("JSON header is not an object")

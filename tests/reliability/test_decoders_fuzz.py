@@ -16,7 +16,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rocketmq_spark.codec import (
@@ -134,6 +134,51 @@ def _decodes_as_json_loads(raw: bytes) -> None:
             _json_header(raw)
         return
     assert json.dumps(_json_header(raw)) == json.dumps(want)  # NaN != NaN: compared as written
+
+
+header_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+#: what a field may hold instead of what clients write: 19-digit and 33-bit integers, floats ...
+odd_values = (st.sampled_from([1 << 31, -(1 << 31) - 1, 12345678901234567890123, -(10 ** 19), 1.0, 2.5, True,
+                               None, "7", [], {}, [1], {"k": 2.5}]) | st.integers(-(1 << 70), 1 << 70)
+              | st.floats(allow_nan=False, allow_infinity=False))
+_int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+#: a header as clients write it (each field may be absent), then up to two fields holding anything
+header_fields = st.builds(
+    lambda usual, odd: {**usual, **odd},
+    st.fixed_dictionaries({}, optional={
+        "code": _int32, "opaque": _int32, "flag": _int32, "version": _int32, "language": st.text(max_size=8),
+        "remark": st.text(max_size=8), "other": header_values,
+        "extFields": st.dictionaries(st.text(max_size=4), st.text(max_size=4) | odd_values, max_size=3)}),
+    st.dictionaries(st.sampled_from(["code", "opaque", "flag", "version", "language", "remark", "extFields"]),
+                    odd_values, max_size=2))
+
+
+@FUZZ
+@given(header_fields, st.sampled_from([b"", b" "]))
+@example({"code": 2.5}, b"").via("a float in a field read")
+@example({"code": 1, "remark": 12345678901234567890123}, b"").via("a 23-digit integer orjson makes a float")
+@example({"code": 1, "extFields": {"k": 10 ** 19}}, b"").via("a 20-digit integer orjson makes a float")
+@example({"code": 1, "other": 10 ** 19}, b"").via("a 20-digit integer in a field not read")
+def test_json_headers_read_directly_decode_as_field_by_field(header: dict, pad: bytes) -> None:
+    """_decode_json_header reads the usual header straight from orjson's parse: whatever the
+    header (19-digit integers orjson makes floats included), it gives what the field by field
+    decoder gives, or refuses with the same words."""
+    raw = pad + json.dumps(header).encode() + pad
+    try:
+        want = RemotingCommand._decode_json_fields(raw)
+    except ProtocolError as exc:
+        with pytest.raises(ProtocolError) as got:
+            RemotingCommand._decode_json_header(memoryview(raw))
+        assert str(got.value) == str(exc)
+        return
+    cmd = RemotingCommand._decode_json_header(memoryview(raw))
+    assert cmd == want
+    assert [type(v) for v in (cmd.code, cmd.opaque, cmd.flag, cmd.version, cmd.remark, cmd.language)] == \
+           [type(v) for v in (want.code, want.opaque, want.flag, want.version, want.remark, want.language)]
+    assert [type(v) for v in cmd.ext_fields.values()] == [type(v) for v in want.ext_fields.values()]
 
 
 @FUZZ

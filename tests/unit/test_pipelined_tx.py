@@ -197,6 +197,44 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
         assert v1 == v2, f"{k1} differs from {k2}"
 
 
+def test_half_header_fields_missing_empty_or_malformed_in_a_run(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run path reads a half's short header fields itself: missing or empty ones take the
+    defaults, malformed ones the general path's answer, queue ids map onto the writable queues,
+    byte for byte as the halves one by one."""
+    monkeypatch.setattr(time, "time", lambda: NOW)
+    changes: list[dict[str, str | None]] = [
+        {}, {"h": None, "j": None, "g": None, "e": None}, {"h": "", "j": "", "g": "", "e": ""}, {"e": "-1"},
+        {"e": "9"}, {"h": "x"}, {"j": "2", "h": "3"}, {"g": "abc"}, {"e": "1.5"}, {"f": "5"}, {"a": None},
+        {"h": "12", "g": "1700000000123"}, {"i": "TAGS\x01t\x02UNIQ_KEY\x01v"}, {"b": "%RETRY%pg"},
+        {"i": "UNIQ_KEY\x01u\x02"},
+    ]
+    sends = []
+    for i, change in enumerate(changes * 2):
+        req = _half(i + 1, "TX_A", i % 4, i, pgroup=i % 2 == 0)
+        for key, value in change.items():
+            if value is None:
+                req.ext_fields.pop(key, None)
+            else:
+                req.ext_fields[key] = value
+        sends.append(req)
+    answers = {}
+    appending = broker_mod.needs_parsing
+    for name in ("alone", "together"):
+        b = Broker(BrokerConfig(data_dir=str(tmp_path / name)), "127.0.0.1:10911")
+        b.create_topic("TX_A", 4)
+        # the one-by-one broker builds half properties as a map, the other appends them
+        monkeypatch.setattr(broker_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
+        answers[name] = [(a.opaque, a.code, a.remark, a.ext_fields)
+                         for a in _feed(b, sends, together=name == "together")]
+        b.store.commitlog.close()
+    assert answers["together"] == answers["alone"]
+    assert sum(a[1] == ResponseCode.SUCCESS for a in answers["alone"]) >= 20
+    got, want = _files(tmp_path / "together"), _files(tmp_path / "alone")
+    assert [k.replace("together", "x") for k in got] == [k.replace("alone", "x") for k in want]
+    assert list(got.values()) == list(want.values())
+
+
 def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
     """150 half messages in one read: stored and answered 64, 64, then 22, each slice's answers
     written before the next slice is stored (the client reads them meanwhile)."""
@@ -216,6 +254,23 @@ def test_answers_leave_a_slice_at_a_time(tmp_path: Path) -> None:
     answers = _answers(t)
     assert [a.opaque for a in answers] == list(range(1, 151))
     assert all(a.code == ResponseCode.SUCCESS for a in answers)
+    b.store.commitlog.close()
+
+
+@pytest.mark.parametrize("header", [b'{"code":2.5}', b'{"code":310,"extFields":5}', b'{"code":310,"flag":"x"}',
+                                    b'{"code":12345678901234567890123}', b'{bad'])
+def test_a_malformed_header_after_good_requests_is_refused_and_closes(tmp_path: Path, header: bytes) -> None:
+    """Requests before a frame whose header is refused are answered, then the refusal, then
+    the connection closes (the decoder must not keep a view of the connection's buffer)."""
+    b = Broker(BrokerConfig(data_dir=str(tmp_path)), "127.0.0.1:10911")
+    b.create_topic("TX_A", 4)
+    conn, t = _connected(b, together=True)
+    bad = len(header).to_bytes(4, "big") + header
+    conn.data_received(b"".join(_half(i + 1, "TX_A", 0, i).encode() for i in range(3))
+                       + len(bad).to_bytes(4, "big") + bad)
+    answers = _answers(t)
+    assert [a.opaque for a in answers] == [1, 2, 3, 0] and conn.closed
+    assert answers[-1].code == ResponseCode.SYSTEM_ERROR and answers[-1].remark.startswith("malformed frame: ")
     b.store.commitlog.close()
 
 
