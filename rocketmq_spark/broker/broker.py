@@ -95,10 +95,21 @@ def _check_props_size(props: str) -> None:
 
 
 def _write_queue(queue_id: int, cfg: TopicConfig) -> int:
-    """A send's queue id mapped onto the topic's writable queues (a negative one: any)."""
+    """A send's queue id as Java brokers take it (AbstractSendMessageProcessor.msgCheck): one
+    below the topic's queue count (the larger of its write and read queues) is kept, a negative
+    one means any writable queue; SendRejected for a larger one (INVALID_PARAMETER) or a
+    negative one when the topic has no writable queue (SYSTEM_ERROR)."""
     if 0 <= queue_id < cfg.writeQueueNums:
         return queue_id
-    return (queue_id if queue_id >= 0 else int(time.time() * 1000)) % cfg.writeQueueNums
+    if queue_id >= max(cfg.writeQueueNums, cfg.readQueueNums):
+        raise SendRejected(ResponseCode.INVALID_PARAMETER,
+                           f"request queueId[{queue_id}] is illegal: topic {cfg.topicName} has "
+                           f"{cfg.writeQueueNums} write and {cfg.readQueueNums} read queues")
+    if queue_id >= 0:
+        return queue_id
+    if cfg.writeQueueNums <= 0:
+        raise SendRejected(ResponseCode.SYSTEM_ERROR, f"topic {cfg.topicName} has no write queues")
+    return int(time.time() * 1000) % cfg.writeQueueNums
 
 
 def _int(ext: dict[str, str], key: str, default: int | None = None) -> int:
@@ -611,7 +622,7 @@ class Broker:
             born_ts = int(raw) if raw else int(time.time() * 1000)
             raw = ext.get("j")
             reconsume = int(raw) if raw else 0
-        except ValueError:
+        except (ValueError, SendRejected):
             return None  # the general path answers it
         props_s, group, uniq = self._half_properties(props_s, topic, queue_id, ext.get("a", ""))
         if uniq is None or len(props_s) > _MAX_PROPS_CHARS and len(props_s.encode()) > MAX_PROPERTIES_BYTES:
@@ -693,7 +704,10 @@ class Broker:
         layout = parse_batch(req.body, self.config.max_message_size)
         if layout is None:
             return None
-        queue_id = _write_queue(_int(ext, "queueId", -1), cfg)
+        try:
+            queue_id = _write_queue(_int(ext, "queueId", -1), cfg)
+        except SendRejected:
+            return None  # the per-message path answers it
         done = self.store.put_batch(
             topic, queue_id, layout, sys_flag=sys_flag,
             born_ts=_int(ext, "bornTimestamp", int(time.time() * 1000)), born_host=self.pack_peer(conn.peer),

@@ -25,6 +25,8 @@ from real_rocketmq import VERSION_4, RealRocketMQ, java_available, provision
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient, connect
 from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties, java_string_hash
+from rocketmq_spark.errors import BrokerError
+from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting import RemotingCommand, RequestCode, ResponseCode
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.sink.txlog import TxLog
@@ -97,6 +99,20 @@ def test_a_tag_whose_hash_collides_is_delivered_by_the_broker_and_dropped_by_the
 
 
 # -- a new consumer group on a young topic ----------------------------------------------
+
+
+def test_a_send_to_a_queue_id_past_the_topics_queues_is_refused(broker, client) -> None:
+    """Brokers keep a send's queue id below the topic's queue count and refuse a larger one
+    (INVALID_PARAMETER, "request queueId[N] is illegal"), a single send and a batch alike; nothing is
+    stored."""
+    topic = broker.create_topic("PARITY_QID_" + broker.kind.upper(), 4)
+    (mq, *_) = client.message_queues(topic)
+    past = MessageQueue(topic, mq.broker, 9)
+    for entries in ([BatchEntry(b"one", "")], [BatchEntry(b"a", ""), BatchEntry(b"b", "")]):
+        with pytest.raises(BrokerError) as err:
+            client.send_batch(past, entries)
+        assert err.value.code == ResponseCode.INVALID_PARAMETER and "queueId[9] is illegal" in str(err.value), err.value
+    assert sum(client.max_offset(q) for q in client.message_queues(topic)) == 0
 
 
 def test_a_new_group_with_consume_from_latest_starts_at_the_latest_offsets(spark, broker, client, tmp_path) -> None:

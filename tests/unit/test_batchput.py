@@ -105,12 +105,24 @@ def _random_entries(rng: random.Random, n: int, *, same_size: bool = False) -> l
 def test_random_batches_store_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     rng = random.Random(seed)
     topic = "T" * 127 if seed == 5 else f"bp-{seed}"  # the longest topic name accepted
-    reqs = [_request(topic, rng.randrange(-2, 6), _random_entries(rng, rng.randrange(1, 300), same_size=seed == 0),
+    reqs = [_request(topic, rng.randrange(-2, 4), _random_entries(rng, rng.randrange(1, 300), same_size=seed == 0),
                      sys_flag=SysFlag.COMPRESSED if seed == 3 else 0)
             for _ in range(5)]
     taken, answers = _same(tmp_path, monkeypatch, reqs)
     assert taken == [True] * len(reqs)
     assert all(a.code == ResponseCode.SUCCESS for a in answers)
+
+
+def test_a_queue_id_past_the_topics_queues_is_refused_on_both_paths(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Java brokers refuse it (msgCheck: queueId >= max(write, read queues)), where the broker
+    once took it modulo the write queues; a negative one still means any queue."""
+    rng = random.Random(5)
+    reqs = [_request("bp-q", q, _random_entries(rng, 3)) for q in (4, 7, -1, 3)]
+    taken, answers = _same(tmp_path, monkeypatch, reqs)
+    assert [a.code for a in answers] == [ResponseCode.INVALID_PARAMETER] * 2 + [ResponseCode.SUCCESS] * 2
+    assert answers[0].remark is not None and "queueId[4] is illegal" in answers[0].remark
+    assert taken == [False, False, True, True]
 
 
 def test_a_batchs_own_properties_are_appended_to_each_message_on_both_paths(

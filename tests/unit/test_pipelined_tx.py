@@ -143,7 +143,8 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
                 return put(items, marker)
 
             b.store.put_copies = counted_copies  # type: ignore[method-assign]
-    sends = [_half(i + 1, "TX_A" if i % 3 else "TX_B", i % 4, i, pgroup=i % 5 != 0) for i in range(40)]
+    sends = [_half(i + 1, "TX_A" if i % 3 else "TX_B", i % 4 if i % 3 else i % 2, i, pgroup=i % 5 != 0)
+             for i in range(40)]
     # a half that carries a property the broker sets (merged as a map) in the second run: the
     # run is stored in one write all the same
     sends[30] = _half(31, "TX_A", 2, 30, own=f"{PropertyKey.REAL_QID}\x017\x02")
