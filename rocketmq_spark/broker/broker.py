@@ -165,7 +165,9 @@ def _run_kind(req: RemotingCommand) -> str | None:
         flag, batch = ext.get("sysFlag", ""), ext.get("batch")
     else:
         return None
-    if (flag == _PREPARED_FLAG or flag.isdigit() and int(flag) & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED) \
+    # isascii: "²" is a digit to isdigit and not to int() (one such send failed the whole read)
+    if (flag == _PREPARED_FLAG or flag.isascii() and flag.isdigit()
+            and int(flag) & SysFlag.TRANSACTION_MASK == TransactionType.PREPARED) \
             and (batch == "false" or not _truthy(batch)):
         return "prepared"
     return None

@@ -201,14 +201,14 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
 def test_half_header_fields_missing_empty_or_malformed_in_a_run(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The run path reads a half's short header fields itself: missing or empty ones take the
-    defaults, malformed ones the general path's answer, queue ids map onto the writable queues,
-    byte for byte as the halves one by one."""
+    defaults, malformed ones the general path's answer (only theirs: the rest of the run is
+    stored), queue ids past the topic's queues refused, byte for byte as the halves one by one."""
     monkeypatch.setattr(time, "time", lambda: NOW)
     changes: list[dict[str, str | None]] = [
         {}, {"h": None, "j": None, "g": None, "e": None}, {"h": "", "j": "", "g": "", "e": ""}, {"e": "-1"},
         {"e": "9"}, {"h": "x"}, {"j": "2", "h": "3"}, {"g": "abc"}, {"e": "1.5"}, {"f": "5"}, {"a": None},
         {"h": "12", "g": "1700000000123"}, {"i": "TAGS\x01t\x02UNIQ_KEY\x01v"}, {"b": "%RETRY%pg"},
-        {"i": "UNIQ_KEY\x01u\x02"},
+        {"i": "UNIQ_KEY\x01u\x02"}, {"f": "\u00b2"},  # a digit to str.isdigit, not to int()
     ]
     sends = []
     for i, change in enumerate(changes * 2):
