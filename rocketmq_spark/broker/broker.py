@@ -85,11 +85,15 @@ def _truthy(value: str | None) -> bool:
 _MAX_PROPS_CHARS = MAX_PROPERTIES_BYTES // 3  # fewer characters cannot exceed it in UTF-8
 
 
+def _props_too_long(props: str) -> bool:
+    """Whether ``props`` exceed what a record's int16 length holds (short enough in any
+    encoding: no encode)."""
+    return len(props) > _MAX_PROPS_CHARS and len(props.encode()) > MAX_PROPERTIES_BYTES
+
+
 def _check_props_size(props: str) -> None:
-    if len(props) <= _MAX_PROPS_CHARS:  # short enough in any encoding: skip the encode
-        return
-    size = len(props.encode())
-    if size > MAX_PROPERTIES_BYTES:
+    if _props_too_long(props):
+        size = len(props.encode())
         raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message properties of {size} bytes exceed the "
                                                          f"maximum of {MAX_PROPERTIES_BYTES} bytes")
 
@@ -627,7 +631,7 @@ class Broker:
         except (ValueError, SendRejected):
             return None  # the general path answers it
         props_s, group, uniq = self._half_properties(props_s, topic, queue_id, ext.get("a", ""))
-        if uniq is None or len(props_s) > _MAX_PROPS_CHARS and len(props_s.encode()) > MAX_PROPERTIES_BYTES:
+        if uniq is None or _props_too_long(props_s):
             return None  # the general path answers it (see _check_props_size)
         return queue_id, NewMessage(HALF_TOPIC, 0, body, props_s, msg_flag, sys_flag, born_ts, born_host,
                                     reconsume), group, uniq
