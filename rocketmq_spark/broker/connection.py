@@ -121,13 +121,13 @@ class Connection(asyncio.Protocol):
                     self._flush()
                 self._handle_all(cmds[i:i + _SLICE])
         finally:
-            out, self._out = self._out, None
-            if out and self.transport is not None and not self.transport.is_closing():
-                self.transport.write(b"".join(out))
+            self._flush()
+            self._out = None
 
     # -- internals ------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Write the answers gathered so far (see :meth:`data_received`) in one write."""
         out = self._out
         if out:
             self._out = []
@@ -168,9 +168,7 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         self._buf.clear()
         self.closed = True
-        if self._out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(self._out))  # the answers so far, the error last
-            self._out.clear()
+        self._flush()  # the answers so far, the error last
         if self.transport is not None:
             self.transport.close()
 
