@@ -1,49 +1,53 @@
 """The durable record behind exactly-once writes.
 
 Under ``<checkpointLocation>/rocketmq-sink/commits/<batchId>.json`` the driver's
-``commit()`` records which transactions (half messages) make up batch ``batchId``
-BEFORE ending any of them. From then on the record is the truth:
+``commit()`` records which transactions (half messages) make up batch ``batchId``, and where
+each destination queue ended before any of them was committed (its *marks*), BEFORE ending
+any of them. From then on the record is the truth:
 
-- a replayed ``batchId`` (Spark re-runs a batch whose sink commit it did not see
-  finish) rolls back the replay's new transactions and commits those recorded ones the
-  first commit may not have ended: none once ``<batchId>.ended`` marks that it finished,
-  else those past ``<batchId>.progress`` (how many of the record's transactions, in its
-  order, had their ENDs answered). A Java broker commits a half message again on every
-  END_TRANSACTION commit it gets (it does not remember that the half was ended), so a
-  second commit is a duplicate: only the ENDs in flight when the first commit stopped
-  (at most the writer's END window) can be sent twice;
-- a check-back (CHECK_TRANSACTION_STATE) for a half message is answered commit if
-  it is in its batch's record, rollback if the batch is recorded without it (or a
-  later batch is recorded), and not at all while the batch is still undecided or
-  once its ENDs were answered (the broker asks again later);
-- a check-back answered commit and a replay's END would commit the half twice, so the
-  two take turns on ``<batchId>.lock`` (an flock): the answer is written to
-  ``<batchId>.checked`` before it is sent, unless ``<batchId>.ending`` says a replay
-  has begun (then the replay ends it, and the check-back is not answered); a replay
-  writes that mark, reads what check-backs committed, and leaves those out;
+- only the driver's commit of a recorded batch commits its transactions (END_TRANSACTION):
+  a Java broker commits a half message again on every commit it is sent (it does not remember
+  that the half was ended), so two committers, or one sending an END twice, store a row twice;
+- ``<batchId>.progress`` counts how many of the record's transactions, in its order, are
+  known to be committed (their ENDs were answered, or their messages were seen in the
+  destination), ``<batchId>.ended`` that all are;
+- a replayed ``batchId`` (Spark re-runs a batch whose sink commit it did not see finish) rolls
+  back the replay's new transactions, and of the recorded ones past the progress mark it
+  commits only those whose message is not in the destination queues past the marks (see
+  :func:`~rocketmq_spark.sink.writer.commit_batch`): an END the first commit had in flight
+  when it stopped either was applied (its message is there) or was not (it is sent now);
+- a check-back (CHECK_TRANSACTION_STATE) for a half message is answered rollback when its
+  batch is recorded without it (or a later batch is recorded while its own is not), and not
+  at all otherwise (the broker asks again later; the driver's commit ends it). Answering
+  commit from a check-back would race the driver's END for the same half, and a check-back
+  can come for a half whose END was applied (a broker records ended halves in batches, and
+  a broker restarted before recording one asks again);
 - half messages carry the sink's identity (:attr:`TxLog.sink_id`, from the checkpoint
   location), so a writer of another query in the same producer group, which a broker
   may ask about them, does not answer from a record that is not theirs.
+
+Records written by earlier versions have no marks: their replays commit the transactions past
+the progress mark without looking (the ENDs in flight when the first commit stopped may then be
+applied twice), and their ``.checked`` lists (check-backs answered commit) are left out.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from ..files import atomic_write
-from ..model import Txn
+from ..model import MessageQueue, Txn
+from ..offsets import Offsets
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TxLog", "Txn"]
 
-#: what a batch leaves under the directory (pruned with its record)
+#: what a batch leaves under the directory (pruned with its record); "checked", "ending" and
+#: "lock" are what earlier versions left
 _PRUNED = ("json", "ended", "progress", "checked", "ending", "lock")
 
 
@@ -54,9 +58,7 @@ class TxLog:
     relative local path. ``keep``: how many batch ids back records are kept (see
     :meth:`record`). Files are replaced atomically (:func:`~rocketmq_spark.files.atomic_write`),
     so readers in other processes or threads (check-backs on executors) see a whole record
-    or none. The driver writes the records and marks; a check-back answered commit adds its
-    message id to the batch's ``.checked`` list (:meth:`commit_by_check`).
-    """
+    or none. Only the driver writes here."""
 
     def __init__(self, checkpoint_location: str, keep: int = 200) -> None:
         path = checkpoint_location
@@ -73,32 +75,50 @@ class TxLog:
     def _path(self, batch_id: int) -> str:
         return os.path.join(self.dir, f"{batch_id}.json")
 
-    def read(self, batch_id: int) -> set[str] | None:
-        """Message ids (UNIQ_KEY) recorded for the batch, or None when it is not recorded."""
+    def _load(self, batch_id: int) -> dict | None:
         try:
             with open(self._path(batch_id), "rb") as fh:
                 obj = json.load(fh)
         except FileNotFoundError:
             return None
-        return {str(m) for m in obj["msgIds"]}
+        if not isinstance(obj, dict):
+            raise ValueError(f"{self._path(batch_id)}: not a batch record")
+        return obj
 
-    def record(self, batch_id: int, txns: list[Txn]) -> list[Txn]:
-        """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, replacing any
-        earlier record of it, and delete the records, end and progress marks of batch ids below
-        ``batch_id - keep``. Returns them in the record's order (:meth:`txns`, which
-        :meth:`mark_progress` counts in). OSError when the directory cannot be written."""
+    def read(self, batch_id: int) -> set[str] | None:
+        """Message ids (UNIQ_KEY) recorded for the batch, or None when it is not recorded."""
+        obj = self._load(batch_id)
+        return None if obj is None else {str(m) for m in obj["msgIds"]}
+
+    def record(self, batch_id: int, txns: list[Txn], marks: dict[MessageQueue, int] | None = None) -> list[Txn]:
+        """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, with ``marks``:
+        each destination queue's max offset before any of them was committed (where their
+        messages will be found). Replaces any earlier record of the batch and deletes the
+        records and marks of batch ids below ``batch_id - keep``. Returns ``txns`` in the
+        record's order (:meth:`txns`, which :meth:`mark_progress` counts in). OSError when the
+        directory cannot be written."""
         os.makedirs(self.dir, exist_ok=True)
         ordered = sorted(txns)
-        body = json.dumps({"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
-                           "txns": ordered}).encode()  # each as its list (Txn is a tuple)
-        atomic_write(self._path(batch_id), body)
+        rec: dict[str, object] = {"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
+                                  "txns": ordered}  # each as its list (Txn is a tuple)
+        if marks is not None:
+            rec["marks"] = Offsets(marks).to_json()
+        atomic_write(self._path(batch_id), json.dumps(rec).encode())
         self._prune(batch_id)
         return ordered
 
+    def marks(self, batch_id: int) -> Offsets | None:
+        """The destination queues' max offsets recorded with the batch (see :meth:`record`);
+        None when the batch is not recorded or its record has none (an earlier version's)."""
+        obj = self._load(batch_id)
+        if obj is None or "marks" not in obj:
+            return None
+        return Offsets.from_json(obj["marks"])
+
     def mark_progress(self, batch_id: int, ended: int) -> None:
-        """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) had
-        their ENDs answered. Not fsynced: a mark lost in a crash only makes a replay send
-        more ENDs again, never fewer."""
+        """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) are
+        committed. Not fsynced: a mark lost in a crash only makes a replay look at more of the
+        record again, never at fewer."""
         atomic_write(os.path.join(self.dir, f"{batch_id}.progress"), str(ended).encode(), fsync=False)
 
     def progress(self, batch_id: int) -> int:
@@ -109,8 +129,19 @@ class TxLog:
         except (FileNotFoundError, ValueError):
             return 0
 
+    def last_written(self, batch_id: int) -> float:
+        """When the batch's record or progress mark was last written (epoch seconds, 0 when
+        neither exists): a commit that stopped then may have had ENDs in flight until then."""
+        when = 0.0
+        for name in (f"{batch_id}.json", f"{batch_id}.progress"):
+            try:
+                when = max(when, os.stat(os.path.join(self.dir, name)).st_mtime)
+            except FileNotFoundError:
+                pass
+        return when
+
     def mark_ended(self, batch_id: int) -> None:
-        """Every transaction of the recorded batch has been ended (the brokers answered)."""
+        """Every transaction of the recorded batch is committed."""
         atomic_write(os.path.join(self.dir, f"{batch_id}.ended"), b"")
 
     def ended(self, batch_id: int) -> bool:
@@ -119,8 +150,19 @@ class TxLog:
 
     def txns(self, batch_id: int) -> list[Txn]:
         """The transactions recorded for the batch; FileNotFoundError when it is not recorded."""
-        with open(self._path(batch_id), "rb") as fh:
-            return [Txn.from_list(t) for t in json.load(fh)["txns"]]
+        obj = self._load(batch_id)
+        if obj is None:
+            raise FileNotFoundError(self._path(batch_id))
+        return [Txn.from_list(t) for t in obj["txns"]]
+
+    def legacy_checked(self, batch_id: int) -> set[str]:
+        """Message ids an earlier version's check-backs answered commit for (its ``.checked``
+        list); a replay of a record without marks leaves them out, as that version did."""
+        try:
+            with open(os.path.join(self.dir, f"{batch_id}.checked")) as fh:
+                return {ln.strip() for ln in fh if ln.strip()}
+        except FileNotFoundError:
+            return set()
 
     def latest(self) -> int | None:
         """The highest recorded batch id, None when none is."""
@@ -131,58 +173,19 @@ class TxLog:
         return max(ids) if ids else None
 
     def decide(self, batch_id: int, msg_id: str) -> bool | None:
-        """Check-back answer: True commit, False rollback, None no answer (the broker asks again).
+        """Check-back answer: False roll back, None no answer (the broker asks again); never
+        commit (the driver's commit ends every recorded transaction, see the module docstring).
 
-        None while the batch is undecided, and for a message of the record once the batch is
-        ended: its END was answered, but a broker records ended transactions in batches
-        (transactionOpBatchInterval, 3 s) and may check one in between; answering commit again
-        would store the message twice. None too once a replay of the batch has begun (it sends
-        the END itself). A message not in the record is rolled back at any time."""
+        A half message not in its batch's record is rolled back at any time (a failed task
+        attempt's, or one a replay sent again); one of a batch not recorded while a later batch
+        is recorded is rolled back too (its batch was aborted or replaced)."""
         recorded = self.read(batch_id)
         if recorded is not None:
-            if msg_id not in recorded:
-                return False
-            return None if self.ended(batch_id) or not self.commit_by_check(batch_id, msg_id) else True
+            return None if msg_id in recorded else False
         latest = self.latest()
         if latest is not None and latest > batch_id:
             return False
         return None
-
-    @contextmanager
-    def _turn(self, batch_id: int) -> Iterator[None]:
-        """Exclusive use of the batch's check-back marks among processes (flock)."""
-        os.makedirs(self.dir, exist_ok=True)
-        fd = os.open(os.path.join(self.dir, f"{batch_id}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
-
-    def commit_by_check(self, batch_id: int, msg_id: str) -> bool:
-        """Whether a check-back may answer commit for a recorded message: True once its id is
-        written to ``<batch>.checked`` (a replay then leaves it out); False once a replay has
-        begun (:meth:`begin_ending`: the replay commits it)."""
-        with self._turn(batch_id):
-            if os.path.exists(os.path.join(self.dir, f"{batch_id}.ending")):
-                return False
-            with open(os.path.join(self.dir, f"{batch_id}.checked"), "a") as fh:
-                fh.write(msg_id + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            return True
-
-    def begin_ending(self, batch_id: int) -> set[str]:
-        """A replay of a recorded batch is about to end its transactions: from now on check-backs
-        are not answered commit (:meth:`commit_by_check`); returns the message ids they already
-        committed (not to be committed again)."""
-        with self._turn(batch_id):
-            atomic_write(os.path.join(self.dir, f"{batch_id}.ending"), b"")
-            try:
-                with open(os.path.join(self.dir, f"{batch_id}.checked")) as fh:
-                    return {ln.strip() for ln in fh if ln.strip()}
-            except FileNotFoundError:
-                return set()
 
     def _prune(self, newest: int) -> None:
         cutoff = newest - self.keep

@@ -19,7 +19,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -45,7 +45,16 @@ from ..codec import (
     java_string_hash,
     offset_msg_id,
 )
-from ..errors import BrokerError, ConnectionFailedError, DataLossError, OptionError, RocketMQSparkError
+from ..errors import (
+    BrokerError,
+    ConnectionFailedError,
+    DataLossError,
+    NoPermissionError,
+    OptionError,
+    RequestNotSupportedError,
+    RocketMQSparkError,
+    TopicNotFoundError,
+)
 from ..model import MessageQueue
 from ..names import retry_topic
 from ..options import topic_name
@@ -606,19 +615,129 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         abort_batch(self.opts, _txns(messages), batchId)
 
 
-def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
-    """Record the batch (once), then end its transactions.
+#: how long a broker may still apply an END it received before its sender stopped (in its
+#: sockets and END thread pool, then its consume queues): the destination queues are looked at
+#: only this long after the last END of a stopped commit went out (seconds)
+_SETTLE_S = 3.0
+#: how often one commit sends the ENDs still missing again after a fault (each time after
+#: looking at the destination), before the batch fails (a replay goes on from there)
+_END_ROUNDS = 3
+#: messages asked per pull while looking at the destination queues (brokers cap it lower)
+_SCAN_PULL = 1024
 
-    First time: ``txns`` are recorded under the checkpoint (:class:`TxLog`), committed in the
+
+def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[MessageQueue, int] | None:
+    """The max offset of every queue the committed messages of ``txns`` can land in (each
+    (broker, topic) pair's readable queues), asked before any is committed: where a later look
+    for them starts. None when the destination cannot be read back (a 5.x proxy over gRPC serves
+    no offsets; a write-only topic): replays of the batch then commit without looking."""
+    pairs = {(t.broker, t.topic) for t in txns}
+    try:
+        queues = [q for topic in sorted({t for _, t in pairs}) for q in client.message_queues(topic)
+                  if (q.broker, q.topic) in pairs]
+        return client.max_offsets(queues)
+    except (RequestNotSupportedError, NoPermissionError, TopicNotFoundError) as exc:
+        log.warning("exactly-once: the destination queues of %s cannot be read back (%s); a replay of an "
+                    "interrupted commit will commit its ENDs in flight without looking (a row may be stored twice)",
+                    sorted(pairs), exc)
+        return None
+
+
+def committed_ids(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]]
+                  ) -> set[str]:
+    """The message ids (UNIQ_KEY) stored past ``marks`` in the queues of the (broker, topic)
+    ``pairs`` (the whole of a queue the marks lack): what a batch's committed transactions put
+    there. Raises the client's errors;
+    DataLossError when retention deleted messages past a mark (they can no longer be looked at)."""
+    queues = {mq for mq in marks if (mq.broker, mq.topic) in pairs}
+    for topic in sorted({t for _, t in pairs}):  # a queue added since the marks: looked at whole
+        queues.update(q for q in client.message_queues(topic, refresh=True) if (q.broker, q.topic) in pairs)
+    ends = client.offset_ranges(sorted(queues)) if queues else {}
+    seen: set[str] = set()
+    for mq in sorted(queues):
+        lo, end = ends[mq]
+        at = marks.get(mq, lo)
+        while at < end:
+            res = client.pull(mq, at, _SCAN_PULL)
+            if res.status == "OFFSET_ILLEGAL" and res.next_offset > at:
+                raise DataLossError(f"{mq}: offsets [{at}, {res.next_offset}) were deleted before the commit of "
+                                    "an exactly-once batch could look at them")
+            if res.status != "FOUND" or res.next_offset <= at:
+                break
+            ids = client.rows(mq, [res], end, ["messageId"]).column(0).to_pylist()
+            seen.update(i for i in ids if i)
+            at = res.next_offset
+    return seen
+
+
+def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> None:
+    """Until the brokers of ``queues`` answer a request again (the client's bounded retries;
+    its error when they do not), then :data:`_SETTLE_S` for ENDs they received before."""
+    if queues:
+        client.max_offsets(list(queues))
+    time.sleep(_SETTLE_S)
+
+
+def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
+                  done: int, marks: Mapping[MessageQueue, int] | None, *, look_first: bool) -> None:
+    """Commit the record's transactions from index ``done`` on, each once.
+
+    With ``marks``, a transaction whose END may have been applied is committed only if its
+    message is not in the destination past the marks: before the first round when
+    ``look_first`` (a replay: the commit before it may have had ENDs in flight), and after any
+    round a fault stopped (an END whose answer was lost may have been applied). Without marks
+    (the destination cannot be read back) a failed END is retried alone, as ever."""
+    pending = list(range(done, len(record)))
+    if marks is None:
+        client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
+                                on_progress=lambda n: txlog.mark_progress(batch_id, pending[n - 1] + 1))
+        return
+    pairs = {(t.broker, t.topic) for t in record}
+    for round_ in range(_END_ROUNDS):
+        if look_first or round_:
+            seen = committed_ids(client, marks, pairs)
+            already = [i for i in pending if record[i].msg_id in seen]
+            pending = [i for i in pending if record[i].msg_id not in seen]
+            log.info("batch %d: %d of its transactions past %d are committed already (seen in the destination), "
+                     "%d to commit", batch_id, len(already), done, len(pending))
+        if not pending:
+            return
+        first = pending[0]
+        answered = 0
+
+        def progress(n: int, todo: list[int] = pending) -> None:
+            nonlocal answered
+            answered = n
+            # every transaction of the record before todo[n - 1] is committed: seen, or answered
+            txlog.mark_progress(batch_id, todo[n - 1] + 1)
+
+        try:
+            client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
+                                    on_progress=progress, retry_failed=False)
+            return
+        except RocketMQSparkError as exc:
+            if not exc.retriable or round_ == _END_ROUNDS - 1:
+                raise
+            log.warning("batch %d: committing its transactions from %d stopped after %d answered (%s); looking "
+                        "at the destination before sending the rest again", batch_id, first, answered, exc)
+            pending = pending[answered:]
+            _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
+
+
+def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
+    """Record the batch (once), then commit its transactions, each once.
+
+    First time: the destination queues' max offsets are taken (:func:`destination_marks`) and
+    ``txns`` recorded with them under the checkpoint (:class:`TxLog`), then committed in the
     record's order with the progress marked as their ENDs are answered, and the batch marked
     ended. A replay of a recorded batch rolls back the ``txns`` not in the record and commits
-    again the recorded ones past the marked progress that no check-back committed meanwhile
-    (:meth:`TxLog.begin_ending`), none once the batch was marked ended.
-    If the first commit stopped part-way (its driver died), the ENDs it had in flight then are
-    sent again: a broker that had applied one stores its message twice (at most the END
-    window, 256). Raises OptionError without a checkpointLocation, OSError when the record
-    cannot be written, the client's errors when an END_TRANSACTION fails after retries (the
-    batch is then not marked ended)."""
+    the recorded ones past the marked progress whose messages are not in the destination past
+    the marks (an END the first commit had in flight was applied, or is sent now), waiting
+    first until :data:`_SETTLE_S` after the first commit's last write; none once the batch was
+    marked ended. A fault part-way (a lost answer) is handled the same way within the commit
+    (:func:`_end_recorded`). Raises OptionError without a checkpointLocation, OSError when the
+    record cannot be written, the client's errors when ENDs still fail (the batch is then not
+    marked ended; its replay goes on from the progress mark)."""
     if not opts.checkpoint_location:
         raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
     txlog = TxLog(opts.checkpoint_location)
@@ -626,27 +745,30 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
-            to_commit, to_rollback, done = txlog.record(batch_id, txns), [], 0
+            taken = destination_marks(client, txns) if txns else {}
+            record = txlog.record(batch_id, txns, taken)
+            _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
         else:
             to_rollback = [t for t in txns if t.msg_id not in recorded]
-            # a broker commits a half again on every commit it is sent: once ended, never again
             done = txlog.progress(batch_id)
-            to_commit = [] if txlog.ended(batch_id) else txlog.txns(batch_id)[done:]
-            checked: set[str] = set()
-            if to_commit:
-                # check-backs may have committed some since the first commit stopped: not again
-                checked = txlog.begin_ending(batch_id)
-                to_commit = [t for t in to_commit if t.msg_id not in checked]
-            log.info("batch %d was already recorded: committing %d of its transactions again (%s; %d committed "
-                     "by check-backs meanwhile), rolling back %d from the replay", batch_id, len(to_commit),
-                     "its first commit had finished" if txlog.ended(batch_id) else
-                     f"its first commit had ended {done} when it stopped", len(checked), len(to_rollback))
-
-        def progress(n: int) -> None:
-            txlog.mark_progress(batch_id, done + n)
-
-        client.end_transactions(to_commit, commit=True, producer_group=opts.producer_group, on_progress=progress)
-        client.end_transactions(to_rollback, commit=False, producer_group=opts.producer_group)
+            if txlog.ended(batch_id):
+                log.info("batch %d was already recorded and committed: rolling back the %d transactions of its "
+                         "replay", batch_id, len(to_rollback))
+            else:
+                record = txlog.txns(batch_id)
+                marks = txlog.marks(batch_id)
+                if marks is None:  # an earlier version's record: its check-backs' commits are left out
+                    checked = txlog.legacy_checked(batch_id)
+                    record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
+                else:
+                    wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
+                    if wait > 0:
+                        time.sleep(wait)
+                log.info("batch %d was already recorded; its first commit had committed %d of %d transactions when "
+                         "it stopped: committing the rest once each, rolling back %d from the replay", batch_id,
+                         done, len(record), len(to_rollback))
+                _end_recorded(client, opts, txlog, batch_id, record, done, marks, look_first=True)
+            client.end_transactions(to_rollback, commit=False, producer_group=opts.producer_group)
         txlog.mark_ended(batch_id)
     finally:
         client.close()

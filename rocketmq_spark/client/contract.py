@@ -203,9 +203,13 @@ class BrokerClient(Protocol):
         answers a second into transactions); a refusal raises the broker's error."""
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
-                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
+                         window: int = 256, on_progress: Callable[[int], None] | None = None,
+                         retry_failed: bool = True) -> None:
         """Commit or roll back every half message, up to ``window`` requests in flight; one
-        the broker no longer holds (ended before) is fine; a failed one is retried alone.
-        ``on_progress(n)``: the first ``n`` of ``txns`` had their ENDs answered (called as
-        that grows, at most once per ``window // 2``)."""
+        the broker no longer holds (ended before) is fine; a failed one is retried alone, or,
+        with ``retry_failed=False``, not: no more are sent, those in flight are waited for and
+        the first failure is raised (a commit whose answer was lost may have been applied: a
+        second one would store its message twice). ``on_progress(n)``: the first ``n`` of
+        ``txns`` had their ENDs answered (called as that grows, at most once per
+        ``window // 2``; never past a failure)."""
 

@@ -613,37 +613,58 @@ class GrpcClient(SequentialManyQueueCalls):
         return True
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "",
-                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
+                         window: int = 256, on_progress: Callable[[int], None] | None = None,
+                         retry_failed: bool = True) -> None:
         """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
-        are fine; a failed one is retried alone (with the client's bounded retries). The
-        producer group is the client's (its settings name it), so ``producer_group`` is not sent."""
-        pending: deque[tuple[Txn, Future[Any]]] = deque()
+        are fine; a failed one is retried alone (with the client's bounded retries), or with
+        ``retry_failed=False`` not: no more are sent, those in flight are waited for, and the
+        first failure is raised. The producer group is the client's (its settings name it),
+        so ``producer_group`` is not sent."""
+        pending: deque[tuple[int, Txn, Future[Any]]] = deque()
+        failed: list[RocketMQSparkError] = []
+        what = f"{'commit' if commit else 'rollback'} of transaction"
 
-        def settle(t: Txn, fut: Future[Any]) -> None:
+        def settle(t: Txn, fut: Future[Any]) -> bool:
+            addr = self._broker_endpoints.get(t.broker, "?")
             try:
                 resp = fut.result(self.config.request_timeout_s)
                 if resp.status.code in (pb.OK, pb.INVALID_TRANSACTION_ID):
-                    return
-            except grpc.RpcError:
-                pass
+                    return True
+                err: RocketMQSparkError = _status_error(resp.status, address=addr, operation=f"{what} {t.msg_id}")
+            except grpc.RpcError as exc:
+                err = _rpc_error(exc, address=addr, operation=f"{what} {t.msg_id}", rpc="EndTransaction")
+            except TimeoutError:
+                err = RequestTimeoutError(addr, f"{what} {t.msg_id}",
+                                          f"no answer within {self.config.request_timeout_s:g}s")
+            if not retry_failed:
+                failed.append(err)
+                return False
             self.end_transaction(t.broker, topic=t.topic, msg_id=t.msg_id, transaction_id=t.transaction_id,
                                  commit=commit)
+            return True
+
+        def settle_to(keep: int, *, report: bool) -> None:
+            done = -1
+            while len(pending) > keep:
+                i, t, fut = pending.popleft()
+                if settle(t, fut) and not failed:
+                    done = i
+            if on_progress is not None and done >= 0 and report:
+                on_progress(done + 1)
 
         step = max(1, window // 2)
         for i, t in enumerate(txns):
+            if failed:
+                break
             stub = self.stub(self.broker_addr(t.broker, t.topic))
             req = self._end_request(t.topic, t.msg_id, t.transaction_id, commit, False)
-            pending.append((t, stub.EndTransaction.future(req, timeout=self.config.request_timeout_s,
-                                                          metadata=self.metadata())))
+            pending.append((i, t, stub.EndTransaction.future(req, timeout=self.config.request_timeout_s,
+                                                             metadata=self.metadata())))
             if len(pending) > window:
-                settle(*pending.popleft())
-                answered = i + 1 - len(pending)
-                if on_progress is not None and answered % step == 0:
-                    on_progress(answered)
-        for t, fut in pending:
-            settle(t, fut)
-        if on_progress is not None and txns:
-            on_progress(len(txns))
+                settle_to(window, report=(i + 1 - window) % step == 0)
+        settle_to(0, report=True)
+        if failed:
+            raise failed[0]
 
     def transaction(self, result: SendResult, msg_id: str) -> Txn:
         """A half message is named by the transaction id the proxy gave (commit-log position 0)."""

@@ -837,35 +837,51 @@ class RemotingClient:
         return True
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
-                         window: int = 256, on_progress: Callable[[int], None] | None = None) -> None:
+                         window: int = 256, on_progress: Callable[[int], None] | None = None,
+                         retry_failed: bool = True) -> None:
         """END_TRANSACTION for every ``txns``, written a chunk (``window // 2``) per broker at a
         time, up to ``window`` in flight; already-ended ones are fine; a failed one is retried
-        alone. ``on_progress``: see the client contract."""
+        alone, or with ``retry_failed=False`` not: no more are sent, those in flight are
+        waited for, and the first failure is raised. ``on_progress``: see the client contract."""
         pending: deque[tuple[int, Txn, Reply]] = deque()
         what = f"{'commit' if commit else 'rollback'} of transactions"
+        failed: list[RocketMQSparkError] = []
 
-        def settle(t: Txn, fut: Reply) -> None:
+        def settle(t: Txn, fut: Reply) -> bool:
             try:
                 resp = fut.result(self.config.request_timeout_s)
                 if resp.code == ResponseCode.SUCCESS or _already_ended(resp.code, resp.remark):
-                    return
-            except RocketMQSparkError:
-                pass
+                    return True
+                err: RocketMQSparkError = broker_error(resp.code, resp.remark,
+                                                       address=self._broker_addrs.get(t.broker, "?"),
+                                                       operation=f"{what} ({t.msg_id})")
+            except TimeoutError:
+                err = RequestTimeoutError(self._broker_addrs.get(t.broker, "?"), f"{what} ({t.msg_id})",
+                                          f"no response within {self.config.request_timeout_s:g}s")
+            except RocketMQSparkError as exc:
+                err = exc
+            if not retry_failed:
+                failed.append(err)
+                return False
             self.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
                                  queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
+            return True
 
         def settle_to(keep: int) -> None:
-            # answers are settled in the order of txns: the prefix answered grows with each
+            # answers are settled in the order of txns: the prefix answered grows with each, up
+            # to the first failure
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                settle(t, fut)
-                done = i
+                if settle(t, fut) and not failed:
+                    done = i
             if on_progress is not None and done >= 0:
                 on_progress(done + 1)
 
         chunk = max(1, window // 2)
         for start in range(0, len(txns), chunk):
+            if failed:
+                break
             by_addr: dict[str, list[tuple[int, Txn]]] = {}
             sent: list[tuple[int, Txn, Reply]] = []
             for i in range(start, min(start + chunk, len(txns))):
@@ -873,9 +889,9 @@ class RemotingClient:
                 try:
                     by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append((i, t))
                 except RocketMQSparkError as exc:  # no route now: retried alone by settle
-                    failed = Reply()
-                    failed.set_exception(exc)
-                    sent.append((i, t, failed))
+                    no_route = Reply()
+                    no_route.set_exception(exc)
+                    sent.append((i, t, no_route))
             for addr, its in by_addr.items():
                 reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
                                                      commit_log_offset=t.commit_log_offset,
@@ -892,6 +908,8 @@ class RemotingClient:
             if len(pending) > window:
                 settle_to(window - chunk)
         settle_to(0)
+        if failed:
+            raise failed[0]
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,

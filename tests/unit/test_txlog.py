@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from rocketmq_spark.model import Txn
+import pyarrow as pa
+import pytest
+
+from rocketmq_spark.errors import RequestTimeoutError
+from rocketmq_spark.model import MessageQueue, PullResult, Txn
 from rocketmq_spark.sink.txlog import TxLog
 
 
@@ -11,15 +15,14 @@ def test_check_back_answers_follow_the_record(tmp_path) -> None:
     a = Txn("broker-a", "T", 0, 100, "ID-A")
     assert log.decide(3, "ID-A") is None  # undecided: no answer, the broker asks again
     log.record(3, [a])
-    assert (log.decide(3, "ID-A"), log.decide(3, "ID-B")) == (True, False)  # in the record or not
+    # a recorded message is committed by the driver alone (a check-back's commit could race its
+    # END, or come for a half whose END was applied); one left out of the record is rolled back
+    assert (log.decide(3, "ID-A"), log.decide(3, "ID-B")) == (None, False)
     assert log.decide(2, "ID-OLD") is False  # an older batch never recorded: a later one is
     assert not log.ended(3)
     log.mark_ended(3)
-    # once its ENDs were answered a check of a recorded message is not answered: the broker may not
-    # have recorded the END yet (op messages go out in batches) and a second commit would store the
-    # message twice; a stray half message (a dead task attempt's) is still rolled back at once
     assert log.ended(3) and log.decide(3, "ID-A") is None and log.decide(3, "ID-B") is False
-    assert log.read(3) == {"ID-A"} and log.txns(3) == [a]
+    assert log.read(3) == {"ID-A"} and log.txns(3) == [a] and log.marks(3) is None
 
 
 def test_old_records_and_their_end_marks_are_pruned(tmp_path) -> None:
@@ -43,16 +46,6 @@ def test_a_batch_writes_check_back_is_left_to_its_driver(tmp_path) -> None:
     assert check_decision(log, {"other": "x"}, "ID-X") is None  # not one of ours
 
 
-def test_a_check_back_commit_and_a_replay_take_turns(tmp_path) -> None:
-    log = TxLog(str(tmp_path))
-    a, b = Txn("broker-a", "T", 0, 100, "ID-A"), Txn("broker-a", "T", 1, 200, "ID-B")
-    log.record(4, [a, b])
-    assert log.decide(4, "ID-A") is True  # the driver died before ending it: a check-back commits it
-    assert log.begin_ending(4) == {"ID-A"}  # the replay leaves that one out ...
-    assert log.decide(4, "ID-B") is None  # ... and, once begun, sends every other END itself
-    assert log.begin_ending(4) == {"ID-A"}  # a second replay (the first died too) sees the same
-
-
 def test_a_check_back_for_another_sinks_half_message_is_not_answered(tmp_path) -> None:
     # two queries in one producer group: a broker may ask either about the other's half messages
     from rocketmq_spark.sink.writer import TX_TAG, check_decision
@@ -64,29 +57,111 @@ def test_a_check_back_for_another_sinks_half_message_is_not_answered(tmp_path) -
     assert check_decision(ours, {TX_TAG: f"2:0:0:{theirs.sink_id}"}, "ID-T") is None  # ... not theirs
 
 
-def test_a_replay_does_not_commit_again_what_check_backs_committed(tmp_path, monkeypatch) -> None:
+class FakeBroker:
+    """A broker as the commit sees it, without sockets: each committed half message becomes a
+    message in queue 0 of its topic; ``lose_after`` makes an END past that many applied but its
+    answer lost (a timeout), once."""
+
+    def __init__(self) -> None:
+        self.stored: dict[MessageQueue, list[str]] = {}
+        self.ends: list[list[str]] = []
+        self.lose_after: int | None = None
+
+    def apply(self, txns) -> None:  # noqa: ANN001
+        for t in txns:
+            self.stored.setdefault(MessageQueue(t.topic, t.broker, 0), []).append(t.msg_id)
+
+    def message_queues(self, topic: str, **_: object) -> list[MessageQueue]:
+        return [mq for mq in self.stored if mq.topic == topic] or [MessageQueue(topic, "broker-a", 0)]
+
+    def max_offsets(self, mqs) -> dict:  # noqa: ANN001
+        return {mq: len(self.stored.get(mq, [])) for mq in mqs}
+
+    def offset_ranges(self, mqs) -> dict:  # noqa: ANN001
+        return {mq: (0, len(self.stored.get(mq, []))) for mq in mqs}
+
+    def pull(self, mq: MessageQueue, at: int, n: int) -> PullResult:
+        ids = self.stored.get(mq, [])[at:at + n]
+        return PullResult("FOUND" if ids else "NO_NEW_MSG", at + len(ids), 0, len(self.stored.get(mq, [])),
+                          messages=tuple(ids))
+
+    def rows(self, mq, results, end, columns):  # noqa: ANN001
+        return pa.RecordBatch.from_pydict({"messageId": [m for r in results for m in r.messages]})
+
+    def end_transactions(self, txns, *, commit, producer_group, on_progress=None, retry_failed=True):  # noqa: ANN001
+        txns = list(txns)
+        self.ends.append([t.msg_id for t in txns])
+        if commit and self.lose_after is not None and len(txns) > self.lose_after:
+            k, self.lose_after = self.lose_after, None
+            self.apply(txns[:k + 1])  # the END at k was applied, its answer lost
+            if on_progress is not None and k:
+                on_progress(k)
+            raise RequestTimeoutError("127.0.0.1:10911", "commit of transactions", "no response within 10s")
+        if commit:
+            self.apply(txns)
+        if on_progress is not None and txns:
+            on_progress(len(txns))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def fake(monkeypatch, tmp_path):  # noqa: ANN201
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
-    ended: list[tuple[list[str], bool]] = []
-
-    class Client:
-        def end_transactions(self, txns, *, commit, producer_group, on_progress=None):  # noqa: ANN001
-            ended.append(([t.msg_id for t in txns], commit))
-            if on_progress is not None:
-                on_progress(len(txns))
-
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(writer, "connect", lambda *a, **k: Client())
+    broker = FakeBroker()
+    monkeypatch.setattr(writer, "connect", lambda *a, **k: broker)
+    monkeypatch.setattr(writer, "_SETTLE_S", 0.0)
     opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
-    txns = [Txn("broker-a", "T", 0, 100 * i, f"ID-{i}") for i in range(5)]
+    return broker, opts, writer
+
+
+def _txns(n: int) -> list[Txn]:
+    return [Txn("broker-a", "T", i, 100 * i, f"ID-{i}") for i in range(n)]
+
+
+def test_a_first_commit_records_the_destination_marks_then_commits_each_once(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    broker.apply([Txn("broker-a", "T", 0, 0, "OTHER")])  # a message of another producer: mark 1
+    writer.commit_batch(opts, _txns(3), 9)
     log = TxLog(str(tmp_path))
-    log.record(9, txns)
-    log.mark_progress(9, 2)  # the first commit's driver died with ID-0 and ID-1 ended
-    assert log.decide(9, "ID-3") is True  # then a check-back committed ID-3
+    assert log.marks(9) == {MessageQueue("T", "broker-a", 0): 1} and log.ended(9) and log.progress(9) == 3
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == ["OTHER", "ID-0", "ID-1", "ID-2"]
+
+
+def test_a_replay_commits_only_the_transactions_the_destination_lacks(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns = _txns(6)
+    log = TxLog(str(tmp_path))
+    log.record(9, txns, {MessageQueue("T", "broker-a", 0): 0})
+    broker.apply(txns[:4])  # the first commit's driver died with ID-0..3 applied ...
+    log.mark_progress(9, 2)  # ... and only the first two answered and marked
+    writer.commit_batch(opts, txns + [Txn("broker-a", "T", 9, 900, "REPLAY-9")], 9)
+    assert broker.ends == [["ID-4", "ID-5"], ["REPLAY-9"]]  # the replay's own half rolled back
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(6)]
+    assert log.ended(9) and log.progress(9) == 6
+
+
+def test_an_end_whose_answer_was_lost_is_looked_up_not_sent_again(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    broker.lose_after = 3  # ENDs of ID-0..3 applied, ID-3's answer lost
+    writer.commit_batch(opts, _txns(6), 4)
+    assert broker.ends == [[f"ID-{i}" for i in range(6)], ["ID-4", "ID-5"]]
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(6)]  # each once
+    assert TxLog(str(tmp_path)).ended(4)
+
+
+def test_a_replay_of_an_earlier_versions_record_leaves_out_what_its_check_backs_committed(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns = _txns(5)
+    log = TxLog(str(tmp_path))
+    log.record(9, txns)  # no marks: written by an earlier version
+    log.mark_progress(9, 2)
+    with open(tmp_path / "rocketmq-sink" / "commits" / "9.checked", "w") as fh:
+        fh.write("ID-3\n")  # that version's check-back committed ID-3
     writer.commit_batch(opts, txns, 9)
-    assert ended[0] == (["ID-2", "ID-4"], True)
+    assert broker.ends[0] == ["ID-2", "ID-4"]
     assert log.ended(9) and log.decide(9, "ID-2") is None
