@@ -165,8 +165,23 @@ class _Sender:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
             if self.opts.exactly_once:
+                self._refuse_proxy_port(topic, qs)
                 self.client.start_producer(self.opts.producer_group, [topic], self._on_check)
         return qs
+
+    def _refuse_proxy_port(self, topic: str, queues: list[MessageQueue]) -> None:
+        """A 5.x proxy's remoting port routes every broker to itself and drops the
+        END_TRANSACTIONs it did not relay a check-back for (answering SUCCESS), and check-backs
+        never commit here: exactly-once through it would commit nothing. Refused before any
+        half message is sent."""
+        namesrvs = set(getattr(self.client, "namesrv_addrs", ()))
+        through = sorted({self.client.broker_addr(q.broker, topic) for q in queues} & namesrvs)
+        if through:
+            raise OptionError("namesrvAddr", ";".join(self.opts.namesrv_addr or ()),
+                              f"the route of topic {topic!r} sends its brokers' requests to {', '.join(through)}, "
+                              "the address given as a name server: a 5.x proxy's remoting port, which does not pass "
+                              "a commit (END_TRANSACTION) on to the broker. delivery=exactly-once needs the name "
+                              "servers' addresses, or the proxy's gRPC endpoint in the option endpoints")
 
     def _next_queue(self, topic: str, avoid: str | None = None) -> MessageQueue:
         """Round-robin over the writable queues, skipping ``avoid`` and paused brokers while

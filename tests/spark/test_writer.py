@@ -136,6 +136,22 @@ def test_exactly_once_failed_task_shows_nothing_then_retry_once(broker, client, 
     assert _bodies(client, qs) == want + [b"c0"]
 
 
+@pytest.mark.brokers("real")
+def test_exactly_once_through_a_proxys_remoting_port_is_refused_before_sending(broker, client, tmp_path) -> None:
+    import pyarrow as pa
+
+    from rocketmq_spark.errors import OptionError
+
+    topic = broker.create_topic("W_EOS_PROXY_PORT", queues=2, message_type="TRANSACTION")
+    port = broker.real.proxy_remoting_addr
+    opts = WriterOptions.parse({"namesrvAddr": port, "topic": topic, "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+    with pytest.raises(OptionError, match=r"namesrvAddr.*proxy's remoting port.*endpoints") as err:
+        write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"x"]})]), 0)
+    assert port in str(err.value)
+    assert sum(client.max_offset(q) for q in client.message_queues(topic)) == 0
+
+
 @EOS_TRANSPORTS
 def test_streaming_exactly_once_round_trip(spark, broker, client, tmp_path, transport) -> None:
     src = broker.create_topic(transport("W_EOS_SRC"), queues=2)
