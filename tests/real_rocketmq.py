@@ -16,6 +16,11 @@ Facts this relies on, read from the broker's sources and checked here:
   (``rmq.<role>.logback.xml``, shipped in the role's jar) or it loads the proxy's;
 - a broker also listens on listenPort-2 (the "fast" remoting port) and on its HA port, which
   binds every interface: all three must be free, and listenPort is never 0;
+- the listen and fast ports bind ``bindAddress`` (the fast port's server config is a clone of
+  the main one), the HA port ignores it (DefaultHAService binds the port alone); the broker
+  registers and stamps records with ``brokerIP1:listenPort``, so a proxy in front of it must
+  forward listenPort (and listenPort-2 for Java clients with vipChannelEnabled, off by default
+  in 5.x);
 - 4.9.x has no proxy and reads its logback XML from ``$ROCKETMQ_HOME/conf`` (written here);
 - ``mqadmin`` exits 0 on errors: callers read its output.
 """
@@ -240,6 +245,10 @@ class RealRocketMQ:
     proxy_remoting_port: int = 0
     broker_name: str = "broker-a"
     cluster: str = "DefaultCluster"
+    #: the address the broker's listen port and its fast port (listenPort - 2) bind (bindAddress);
+    #: it still advertises 127.0.0.1 (brokerIP1). Another loopback address (127.0.0.2) leaves
+    #: 127.0.0.1:broker_port to a proxy in front of the broker (see tests/faults/)
+    broker_bind: str = "127.0.0.1"
     _jvms: dict[str, _Jvm] = field(default_factory=dict)
 
     @property
@@ -253,6 +262,11 @@ class RealRocketMQ:
     @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def broker_bind_addr(self) -> str:
+        """Where the broker's listen port is bound (its advertised address is broker_addr)."""
+        return f"{self.broker_bind}:{self.broker_port}"
 
     @property
     def grpc_endpoint(self) -> str:
@@ -279,15 +293,20 @@ class RealRocketMQ:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self, timeout_s: float = 120) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proxy = self.proxy and not self.is_4x
+    def assign_ports(self) -> None:
+        """Picks a free port for each port left at 0 (start() calls it; call it first to know
+        ``broker_port`` before the broker runs, e.g. to put a proxy on it)."""
         taken: set[int] = set()
         for name in ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port"):
             if not getattr(self, name):
                 port = _broker_port(taken) if name == "broker_port" else _free_port(avoid=taken)
                 setattr(self, name, port)
             taken |= {getattr(self, name), getattr(self, name) - 2}
+
+    def start(self, timeout_s: float = 120) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proxy = self.proxy and not self.is_4x
+        self.assign_ports()
         self._write_configs()
         env = self._env()
         deadline = time.monotonic() + timeout_s
@@ -390,7 +409,7 @@ class RealRocketMQ:
             "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": "0",
             "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
             "namesrvAddr": self.namesrv_addr, "listenPort": self.broker_port, "haListenPort": self.ha_port,
-            "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
+            "bindAddress": self.broker_bind, "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
             "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
             "mappedFileSizeCommitLog": 64 * 1024 * 1024, "mappedFileSizeConsumeQueue": 600_000,
             "maxHashSlotNum": 50_000, "maxIndexNum": 200_000,

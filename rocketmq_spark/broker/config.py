@@ -14,7 +14,14 @@ class BrokerConfig:
     """Settings of one embedded broker. Times in milliseconds, sizes in bytes."""
 
     data_dir: str
+    #: the address the broker's ports bind (Java's bindAddress)
     host: str = "127.0.0.1"
+    #: the address the broker gives out (Java's brokerIP1): registered with name servers, in
+    #: gRPC routes, in stored records' store host and message ids. None: ``host``. A different
+    #: one puts something else in front of the broker, e.g. a TCP proxy on
+    #: ``advertise_host:<broker port>`` forwarding to ``host:<broker port>`` (ports are not
+    #: translated: the proxy listens on the port the broker binds)
+    advertise_host: str | None = None
     broker_name: str = "broker-a"
     cluster: str = "DefaultCluster"
     flush: str = "async"  # async | sync
@@ -49,6 +56,11 @@ class BrokerConfig:
     #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by
     #: one of these keys or is answered NO_PERMISSION (16). Left out of the repr (secrets).
     acl: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def advertised_host(self) -> str:
+        """The host clients are told to connect to (``advertise_host``, else ``host``)."""
+        return self.advertise_host or self.host
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(segment_size=self.segment_size, max_message_size=self.max_message_size)

@@ -738,9 +738,11 @@ class _ParseGuard(grpc.aio.ServerInterceptor):
         return make(unary, None, handler.response_serializer)
 
 
-async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int, *,
+                            advertise_host: str | None = None) -> tuple[grpc.aio.Server, int]:
     """Serve :class:`MessagingService` for ``broker`` on ``host:port`` (0: ephemeral) on the
-    running loop; returns the started server and its port."""
+    running loop; routes name ``advertise_host`` (default ``host``) and the bound port.
+    Returns the started server and its port."""
     interceptors: list[grpc.aio.ServerInterceptor] = [_ParseGuard()]
     if broker.config.acl:
         interceptors.append(_AclInterceptor(broker.config.acl))
@@ -753,6 +755,6 @@ async def start_grpc_server(broker: Broker, host: str, port: int, max_message: i
     bound = server.add_insecure_port(bind)
     if bound == 0:
         raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
-    pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, host, bound), server)
+    pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, advertise_host or host, bound), server)
     await server.start()
     return server, bound

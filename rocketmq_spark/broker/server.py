@@ -145,12 +145,19 @@ class BrokerServer(_Listeners):
 
     @property
     def broker_addr(self) -> str:
+        """The address the broker gives out (registered with name servers): its advertised
+        host (``config.advertise_host``, else the bind host) and its port."""
+        return _fmt(self.config.advertised_host, self.broker_port)
+
+    @property
+    def bind_addr(self) -> str:
+        """Where the broker's remoting port listens (``config.host``)."""
         return _fmt(self.host, self.broker_port)
 
     @property
     def grpc_endpoint(self) -> str | None:
-        """``host:port`` of the gRPC (RocketMQ 5 proxy) endpoint, None when it is off."""
-        return None if self.grpc_port is None else _fmt(self.host, self.grpc_port)
+        """Advertised ``host:port`` of the gRPC (RocketMQ 5 proxy) endpoint, None when it is off."""
+        return None if self.grpc_port is None else _fmt(self.config.advertised_host, self.grpc_port)
 
     async def start(self) -> None:
         # Bind the broker first: its address goes into every stored record.
@@ -166,10 +173,11 @@ class BrokerServer(_Listeners):
         if self.grpc_port is not None:
             from .grpc_service import start_grpc_server
 
-            self._grpc_server, self.grpc_port = await start_grpc_server(self.broker, self.host, self.grpc_port,
-                                                                        self.max_frame)
+            self._grpc_server, self.grpc_port = await start_grpc_server(
+                self.broker, self.host, self.grpc_port, self.max_frame, advertise_host=self.config.advertised_host)
         log.info("embedded RocketMQ broker %s on %s (gRPC %s), name server %s, data %s", self.config.broker_name,
-                 self.broker_addr, self.grpc_endpoint or "off", self.namesrv_addr or "?", self.config.data_dir)
+                 self.broker_addr if self.config.advertise_host is None else f"{self.broker_addr} (bound to "
+                 f"{self.bind_addr})", self.grpc_endpoint or "off", self.namesrv_addr or "?", self.config.data_dir)
 
     def _dispatch(self, conn: Connection, req: Any) -> Any:
         assert self.broker is not None
@@ -509,11 +517,11 @@ class EmbeddedCluster(_LoopThread):
     @property
     def broker_addrs(self) -> dict[str, str]:
         """Broker name -> address, for every broker (running or not)."""
-        return {n: _fmt(self.host, self._ports[n][0]) for n in self.names}
+        return {n: _fmt(self.configs[n].advertised_host, self._ports[n][0]) for n in self.names}
 
     @property
     def grpc_endpoints(self) -> dict[str, str]:
-        return {n: _fmt(self.host, p) for n, (_, p) in self._ports.items() if p is not None}
+        return {n: _fmt(self.configs[n].advertised_host, p) for n, (_, p) in self._ports.items() if p is not None}
 
     def broker(self, name: str) -> Broker:
         server = self._servers.get(name)

@@ -31,6 +31,10 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
 def _add_broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="where the store lives (default: ~/.rocketmq-spark/broker)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind and advertise (default 127.0.0.1)")
+    p.add_argument("--advertise-host", metavar="HOST",
+                   help="address the brokers give out (registered with the name server, in gRPC routes) instead "
+                        "of --host, which they still bind (Java's brokerIP1 vs bindAddress): for a TCP proxy on "
+                        "HOST:<port> forwarding to --host:<port>. The name server is not affected")
     p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 = ephemeral (default 9876)")
     p.add_argument("--broker-port", type=int, default=10911,
                    help="broker port, 0 = ephemeral (default 10911; with --brokers N, broker i gets this + 10*i)")
@@ -126,7 +130,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     servers = []
     for i, name in enumerate(names):
         config = BrokerConfig(data_dir=data_dir if len(names) == 1 else os.path.join(data_dir, name), host=args.host,
-                              flush=args.flush, broker_name=name, auto_create_topics=not args.no_auto_create, **extra)
+                              advertise_host=args.advertise_host, flush=args.flush, broker_name=name,
+                              auto_create_topics=not args.no_auto_create, **extra)
         servers.append(BrokerServer(
             config, namesrv_port=None, broker_port=_offset_port(args.broker_port, i, 10),
             grpc_port=None if args.grpc_port < 0 else _offset_port(args.grpc_port, i, 1),
@@ -150,13 +155,15 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     def first_line() -> dict[str, Any]:
         head = servers[0]
         return {"namesrv": ns_addr(), "broker": head.broker_addr, "grpc": head.grpc_endpoint,
-                "brokerName": head.config.broker_name, "dataDir": data_dir,
-                "brokers": {s.config.broker_name: {"broker": s.broker_addr, "grpc": s.grpc_endpoint} for s in servers}}
+                "bind": head.bind_addr, "brokerName": head.config.broker_name, "dataDir": data_dir,
+                "brokers": {s.config.broker_name: {"broker": s.broker_addr, "grpc": s.grpc_endpoint,
+                                                   "bind": s.bind_addr} for s in servers}}
 
     def human() -> str:
         lines = [f"name server {'listening on' if namesrv is not None else 'at'} {ns_addr()}"]
         for s in servers:
-            lines.append(f"broker {s.config.broker_name} listening on {s.broker_addr}; gRPC endpoint (RocketMQ 5 "
+            where = s.broker_addr if s.bind_addr == s.broker_addr else f"{s.bind_addr} (advertised as {s.broker_addr})"
+            lines.append(f"broker {s.config.broker_name} listening on {where}; gRPC endpoint (RocketMQ 5 "
                          f"proxy) on {s.grpc_endpoint or 'off'}")
         if acl:
             lines.append(f"ACL on: requests must be signed by access key {', '.join(sorted(acl))} (the name server "

@@ -90,6 +90,35 @@ def test_broker_command_prints_addresses_as_json_first_and_stops_on_sigterm(tmp_
             proc.wait()
 
 
+def test_broker_command_binds_host_and_gives_out_advertise_host(tmp_path) -> None:
+    """--advertise-host: registered with the name server and printed; --host: where it listens
+    (nothing listens on the advertised address until something, a proxy, is put there)."""
+    import socket
+
+    proc = subprocess.Popen([*CLI, "broker", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.2",
+                             "--advertise-host", "127.0.0.1", "--namesrv-port", "0", "--broker-port", "0",
+                             "--grpc-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        port = int(info["broker"].rsplit(":", 1)[1])
+        assert (info["broker"], info["bind"]) == (f"127.0.0.1:{port}", f"127.0.0.2:{port}")
+        assert info["grpc"].startswith("127.0.0.1:") and info["namesrv"].startswith("127.0.0.2:")
+        client = RemotingClient(info["namesrv"])
+        try:
+            assert client.cluster_brokers() == {"broker-a": f"127.0.0.1:{port}"}
+        finally:
+            client.close()
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+        human = proc.stdout.readline() + proc.stdout.readline()  # the name server's line, then the broker's
+        assert f"listening on 127.0.0.2:{port} (advertised as 127.0.0.1:{port})" in human
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # -- topic --------------------------------------------------------------------------
 
 

@@ -66,6 +66,21 @@ def test_route_lists_read_write_queues_of_broker_zero_with_endpoints(broker, stu
     assert "expected type is FIFO, but actual type is NORMAL" in sent.status.message
 
 
+def test_routes_name_the_advertised_host_not_the_bound_one() -> None:
+    """advertise_host (a proxy in front): gRPC routes send clients there, not to the bind host."""
+    with EmbeddedBroker(host="127.0.0.2", advertise_host="127.0.0.1") as mq:
+        port = int(str(mq.grpc_endpoint).rsplit(":", 1)[1])
+        assert mq.grpc_endpoint == f"127.0.0.1:{port}"
+        channel = grpc.insecure_channel(f"127.0.0.2:{port}")  # nothing listens on the advertised one
+        try:
+            resp = pb_grpc.MessagingServiceStub(channel).QueryRoute(
+                pb.QueryRouteRequest(topic=pb.Resource(name="G_ADVERTISED")))
+        finally:
+            channel.close()
+        a = resp.message_queues[0].broker.endpoints.addresses[0]
+        assert (a.host, a.port) == ("127.0.0.1", port)
+
+
 def test_telemetry_answers_settings_with_body_size_and_backoff(broker, stub) -> None:
     settings = pb.Settings(client_type=pb.PRODUCER)
     settings.publishing.topics.add(name="G_TELE")

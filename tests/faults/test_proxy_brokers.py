@@ -1,0 +1,154 @@
+"""A broker behind the fault proxy: it binds 127.0.0.2:P and advertises 127.0.0.1:P, where
+the proxy listens, so every client that learns the broker from the name server goes through
+the proxy. Run on the embedded broker (``advertise_host``) and on Apache RocketMQ 5.3.3
+(``bindAddress`` 127.0.0.2, ``brokerIP1`` 127.0.0.1)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from brokers import skip_or_fail, wait_until
+from real_rocketmq import RealRocketMQ, java_available, provision
+from rocketmq_spark.broker import EmbeddedBroker
+from rocketmq_spark.client import ClientConfig, RemotingClient
+from rocketmq_spark.codec import BatchEntry, decode_records
+from rocketmq_spark.errors import RequestTimeoutError
+from rocketmq_spark.model import MessageQueue
+
+from .proxy import FaultProxy
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+
+@dataclass
+class Proxied:
+    """A broker reachable only through ``proxy`` (its name server is reached directly)."""
+
+    kind: str
+    namesrv_addr: str
+    broker_name: str
+    proxy: FaultProxy
+
+
+@contextlib.contextmanager
+def _embedded() -> Iterator[Proxied]:
+    # the proxy first, on a port free on 127.0.0.1; the broker then binds that port on 127.0.0.2
+    with FaultProxy(target=("127.0.0.2", 0)) as proxy, \
+            EmbeddedBroker(host="127.0.0.2", advertise_host="127.0.0.1", broker_port=proxy.port,
+                           grpc_port=None) as mq:
+        assert mq.broker_addr == proxy.address
+        yield Proxied("embedded", mq.namesrv_addr, mq.broker_name, proxy)
+
+
+@contextlib.contextmanager
+def _real(workdir: Path) -> Iterator[Proxied]:
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
+    rmq = RealRocketMQ(provision(), workdir, proxy=False, broker_bind="127.0.0.2")
+    rmq.assign_ports()
+    with FaultProxy(target=("127.0.0.2", rmq.broker_port), listen=("127.0.0.1", rmq.broker_port)) as proxy:
+        rmq.start()
+        try:
+            assert rmq.broker_addr == proxy.address
+            yield Proxied("real", rmq.namesrv_addr, rmq.broker_name, proxy)
+        finally:
+            rmq.stop(grace_s=5)
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("real", marks=pytest.mark.slow)])
+def proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+    with (_embedded() if request.param == "embedded" else _real(tmp_path_factory.mktemp("real-proxied"))) as p:
+        yield p
+
+
+@pytest.fixture()
+def proxy(proxied: Proxied) -> Iterator[FaultProxy]:
+    try:
+        yield proxied.proxy
+    finally:
+        proxied.proxy.heal()
+
+
+def _client(proxied: Proxied, **config: float) -> RemotingClient:
+    return RemotingClient(proxied.namesrv_addr, ClientConfig(**config))  # type: ignore[arg-type]
+
+
+def _read_all(client: RemotingClient, mq: MessageQueue, group: str) -> list[bytes]:
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        res = client.pull(mq, offset, 32, group=group)
+        if res.status != "FOUND":
+            return bodies
+        bodies += [r.body for r in decode_records(res.body)]
+        offset = res.next_offset
+
+
+def test_clients_read_and_write_through_the_proxy(proxied: Proxied, proxy: FaultProxy) -> None:
+    client = _client(proxied)
+    try:
+        assert client.cluster_brokers() == {proxied.broker_name: proxy.address}
+        topic = f"FaultsThrough_{proxied.kind}"
+        client.create_topic(topic, queues=1)
+        mq = MessageQueue(topic, proxied.broker_name, 0)
+        before = proxy.stats()
+        sent = [b"m%04d" % i for i in range(200)]
+        for i in range(0, len(sent), 50):
+            client.send_batch(mq, [BatchEntry(b) for b in sent[i:i + 50]])
+        assert _read_all(client, mq, "faults_through") == sent
+        after = proxy.stats()
+        # every send and pull went through the proxy, as whole messages each way
+        assert after.bytes_up - before.bytes_up > sum(map(len, sent))
+        assert after.bytes_down - before.bytes_down > sum(map(len, sent))
+    finally:
+        client.close()
+
+
+def test_a_blackholed_broker_times_requests_out_naming_the_proxy_then_heals(proxied: Proxied,
+                                                                           proxy: FaultProxy) -> None:
+    client = _client(proxied, request_timeout_s=1.0, retries=1)
+    try:
+        topic = f"FaultsBlackhole_{proxied.kind}"
+        client.create_topic(topic, queues=1)
+        mq = MessageQueue(topic, proxied.broker_name, 0)
+        client.send_batch(mq, [BatchEntry(b"before")])
+        proxy.blackhole()
+        with pytest.raises(RequestTimeoutError) as failed:
+            client.max_offset(mq)
+        assert failed.value.address == proxy.address and proxy.address in str(failed.value)
+        proxy.heal()
+
+        def works() -> bool:
+            try:
+                return client.max_offset(mq) == 1
+            except RequestTimeoutError:
+                raise
+            except Exception:  # the held request's connection was reset by the heal: a new one comes
+                return False
+
+        assert wait_until(works, 15)
+        client.send_batch(mq, [BatchEntry(b"after")])
+        assert _read_all(client, mq, "faults_blackhole") == [b"before", b"after"]
+    finally:
+        client.close()
+
+
+def test_reset_connections_are_reopened_by_the_client(proxied: Proxied, proxy: FaultProxy) -> None:
+    client = _client(proxied)
+    try:
+        topic = f"FaultsReset_{proxied.kind}"
+        client.create_topic(topic, queues=1)
+        mq = MessageQueue(topic, proxied.broker_name, 0)
+        client.send_batch(mq, [BatchEntry(b"one")])
+        assert proxy.reset_all() >= 1
+        client.send_batch(mq, [BatchEntry(b"two")])  # bounded retries on a fresh connection
+        assert _read_all(client, mq, "faults_reset") == [b"one", b"two"]
+        assert proxy.stats().resets >= 1
+    finally:
+        client.close()
