@@ -70,8 +70,9 @@ def _itself(target: str) -> frozenset[str]:
 
 def _wait_running(run: Run, timeout_s: float = 90.0) -> bool:
     """Until the driver started last has finished a batch of some query (a fault then lands on
-    a pipeline at work, not on one still starting)."""
-    deadline = time.monotonic() + timeout_s
+    a pipeline at work, not on one still starting); False after ``timeout_s`` or once the
+    schedule's time is up."""
+    deadline = min(time.monotonic() + timeout_s, run.schedule_end)
     while time.monotonic() < deadline:
         since = run.driver.started_at
         if run.driver.pid is not None and any(run.driver.progressed_since(since, (q,)) for q in QUERIES):
@@ -82,6 +83,8 @@ def _wait_running(run: Run, timeout_s: float = 90.0) -> bool:
 
 def _kill_driver(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     working = _wait_running(run)
+    if not working and time.monotonic() >= run.schedule_end:
+        return {"skipped": "the driver finished no batch since its last start before the schedule's end"}
     time.sleep(rng.uniform(0.0, 2.0))  # a random point of a batch: planning, tasks, the sink's commit
     down = round(rng.uniform(0.0, 2.0), 2)
     with run.driver.lock:
@@ -93,6 +96,8 @@ def _kill_driver(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
 
 def _pause_driver(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     working = _wait_running(run)
+    if not working and time.monotonic() >= run.schedule_end:
+        return {"skipped": "the driver finished no batch since its last start before the schedule's end"}
     hold = _hold(run, rng)
     with run.driver.lock:
         pid = run.driver.pid
@@ -108,7 +113,7 @@ def _pause_driver(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
 def _a_worker(run: Run, rng: random.Random, timeout_s: float = 30.0) -> int | None:
     """A task worker of the driver chosen at random (waiting for one to exist)."""
     _wait_running(run)
-    deadline = time.monotonic() + timeout_s
+    deadline = min(time.monotonic() + timeout_s, run.schedule_end)
     while time.monotonic() < deadline:
         pids = sorted(w.pid for w in run.driver.task_workers())
         if pids:
@@ -120,7 +125,7 @@ def _a_worker(run: Run, rng: random.Random, timeout_s: float = 30.0) -> int | No
 def _kill_worker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     pid = _a_worker(run, rng)
     if pid is None:
-        return {"skipped": "no Python worker of the driver found"}
+        return {"skipped": "no Python worker of the driver found before the schedule's end"}
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -132,7 +137,7 @@ def _pause_worker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     hold = _hold(run, rng)
     pid = _a_worker(run, rng)
     if pid is None:
-        return {"skipped": "no Python worker of the driver found"}
+        return {"skipped": "no Python worker of the driver found before the schedule's end"}
     stopped = run.suspender.stop(pid, tree=False)
     time.sleep(hold)
     for p in stopped:
@@ -323,7 +328,7 @@ def run_schedule(run: Run, kinds: list[str], duration_s: float, concurrency: int
     every kind of the lane once in a shuffled order (so a short run covers them all), then
     kinds at random; a gap of ``cfg.gap_s`` between two faults of a lane. A fault running at
     the end finishes (and heals) first."""
-    end = time.monotonic() + duration_s
+    end = run.schedule_end = time.monotonic() + duration_s
     claimed: set[str] = set()
     lock = threading.Lock()
     lane_kinds = lanes_of(kinds, concurrency)

@@ -115,6 +115,8 @@ class Run:
         self.wipes: list[dict[str, Any]] = []
         self.wiped: dict[str, list[Copy]] = {t: [] for t in self.topics}
         self.wiped_unread: set[int] = set()
+        #: time.monotonic() when no fault may start any more (faults waiting for the driver give up)
+        self.schedule_end = float("inf")
         self.cluster: Cluster
         self.producer: Producer
         self.driver: Driver
