@@ -641,6 +641,10 @@ _END_ROUNDS = 3
 _SCAN_PULL = 1024
 
 
+#: destinations already warned about (see destination_marks): once per driver process
+_UNMARKED: set[tuple[str, str]] = set()
+
+
 def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[MessageQueue, int] | None:
     """The max offset of every queue the committed messages of ``txns`` can land in (each
     (broker, topic) pair's readable queues), asked before any is committed: where a later look
@@ -652,6 +656,9 @@ def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[Message
                   if (q.broker, q.topic) in pairs]
         return client.max_offsets(queues)
     except (RequestNotSupportedError, NoPermissionError, TopicNotFoundError) as exc:
+        if pairs <= _UNMARKED:
+            return None
+        _UNMARKED.update(pairs)
         log.warning("exactly-once: the destination queues of %s cannot be read back (%s); a replay of an "
                     "interrupted commit will commit its ENDs in flight without looking (a row may be stored twice)",
                     sorted(pairs), exc)
