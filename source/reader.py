@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..names import RETRY_PREFIX
-from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
+from ..offsets import EARLIEST, LATEST, Mark, Offsets, batch_end_json, marks_of, split_batch_end
 from .options import ReaderOptions
 from .pushdown import Pushed, pushed_of
 
@@ -66,9 +67,24 @@ _POLL_S = 1.0
 _OWN_KEPT = 256
 #: A broker known to be down is asked again at most this often (seconds).
 _REPROBE_S = 2.0
+#: A queue's mark (see Planner._marks) is taken again after this long (seconds), when the queue
+#: has new messages: retention then never leaves it behind
+_MARK_EVERY_S = 600.0
+#: A mark that could not be taken is tried again after this long (seconds)
+_MARK_RETRY_S = 60.0
+#: Queues are looked over for marks to take at most this often (seconds; a queue restarted at its
+#: earliest offset at once)
+_MARK_SCAN_S = 5.0
+#: Marks taken per trigger at most: one pull each, pipelined (many queues get theirs over a few triggers)
+_MARKS_PER_TRIGGER = 256
 # how often the "broker unavailable" warning repeats while the broker stays down (triggers
 # come every few milliseconds when the other queues are busy; DEBUG in between)
 _WARN_EVERY_S = 10.0
+
+
+def _iso(ms: int) -> str:
+    """Epoch millis as ISO-8601 UTC (for messages)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
@@ -144,6 +160,24 @@ class Planner:
         self._stale: set[MessageQueue] = set()
         #: queues a batch read's pushed filters leave (None: every queue of the topics)
         self.keep: Callable[[MessageQueue], bool] | None = None
+        #: per queue, the mark of one message this query planned past: its offset and store time.
+        #: A broker that lost its store (or whose topic was deleted and re-created) serves other
+        #: messages at the same offsets once new ones arrive; whenever there is a reason to doubt a
+        #: broker (see _note_doubts) the message at the mark is pulled again and compared before the
+        #: queue is planned on. Kept in each batch's offsets (MARKS_KEY): a restarted query compares too
+        self._marks: dict[MessageQueue, Mark] = {}
+        self._marked_at: dict[MessageQueue, float] = {}  # when its mark was taken or last tried
+        self._marks_scanned = -1e18  # when the queues were last looked over for marks to take
+        self._marks_refused = False  # warned that a broker refuses the pulls marks are taken with
+        #: queues whose marks are compared before they are planned on again
+        self._doubts: set[MessageQueue] = set()
+        #: broker -> its connection epoch when last seen (see BrokerClient.connection_epoch)
+        self._epochs: dict[str, tuple[str, int]] = {}
+        #: min offsets of the latest data-loss check (a mark below its queue's is gone by retention)
+        self._lows: dict[MessageQueue, int] = {}
+        #: queues the next batch reads again from their min offset: their broker no longer has
+        #: what the query planned past (see take_restarts)
+        self._restarts: QueueOffsets = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -210,8 +244,15 @@ class Planner:
     def _lows_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """Min offsets of one broker's queues, from one offset-range round (GET_TOPIC_STATS_INFO
         per topic); the max offsets it also brought are kept for the :meth:`latest` call of the
-        same trigger (:meth:`_highs_of`), so a trigger asks each broker once."""
-        ranges = self.client.offset_ranges(mqs)
+        same trigger (:meth:`_highs_of`), so a trigger asks each broker once. A broker that
+        answers without a topic the query reads (deleted, or its store lost, and not created
+        again yet) counts as unavailable: its queues wait for the topic like a down broker's."""
+        try:
+            ranges = self.client.offset_ranges(mqs)
+        except TopicNotFoundError as exc:
+            raise ConnectionFailedError(exc.address, exc.operation,
+                                        f"the broker does not have the topic now ({exc.remark}): deleted, or its "
+                                        "store lost? Its queues wait until it is there again") from None
         self._highs.update({mq: hi for mq, (_lo, hi) in ranges.items()})
         return {mq: lo for mq, (lo, _hi) in ranges.items()}
 
@@ -330,17 +371,26 @@ class Planner:
         return self._start_for(mq, o.starting)
 
     def check_data_loss(self, start: QueueOffsets) -> QueueOffsets:
-        """Starts below a queue's min offset: fail (DataLossError), or skip (logged) with
-        failOnDataLoss=false. Returns ``start`` with the skipped ones moved up to the min
-        offset (a down broker's queues unchanged)."""
+        """Starts whose messages the broker no longer has: below a queue's min offset (deleted
+        by retention), or lost (:meth:`_lost_queues`: above its max offset, or past a message
+        that is not the one this query planned past). With failOnDataLoss=true, DataLossError;
+        else logged, and ``start`` is returned with the retention gaps skipped (moved up to the
+        min offset) and the lost queues moved back to their min offset (:meth:`take_restarts`),
+        a down broker's queues unchanged."""
         fixed = dict(start)
         self._highs.clear()
+        was_down = set(self._down)
         lows = self._ask_brokers(sorted(start), self._lows_of)
+        self._lows = lows
+        self._note_doubts(start, was_down)
+        suspect = [mq for mq in self._doubts if mq in lows]
         for mq, off in start.items():
             low = lows.get(mq)
             if low is None:
                 continue  # its broker is down: next_end keeps the offset
-            if off < low:
+            if off > self._highs.get(mq, off):
+                suspect.append(mq)
+            elif off < low:
                 if self.options.fail_on_data_loss:
                     raise DataLossError(
                         f"{mq}: offsets [{off}, {low}) were deleted by retention before they were read; "
@@ -348,7 +398,228 @@ class Planner:
                 log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
                             mq, off, low)
                 fixed[mq] = low
+        ranges = {mq: (lows[mq], self._highs[mq]) for mq in suspect if mq in self._highs}
+        fixed.update(self._lost_queues(start, ranges))
         return fixed
+
+    # -- a broker that lost what the query planned past ---------------------------------
+
+    def _note_doubts(self, queues: Iterable[MessageQueue], was_down: set[str]) -> None:
+        """Queues of ``queues`` whose broker may have changed under the query are doubted (their
+        marks are compared before they are planned on, see :meth:`_lost_queues`): those of a
+        broker that did not answer (down, or its queues gone from the routes; ``was_down``: the
+        brokers noted down before the call that just asked them) and those of a broker the
+        client had to connect to anew (it restarted or was replaced between two triggers).
+        Costs no request: both are known from the planner's usual calls."""
+        changed = was_down | set(self._down)
+        for broker in {mq.broker for mq in queues}:
+            epoch = self.client.connection_epoch(broker)
+            if epoch is None:
+                continue
+            before = self._epochs.get(broker)
+            if before is not None and before != epoch:
+                log.info("broker %s: connection %s replaced by %s; its queues' marks are compared", broker,
+                         before, epoch)
+                changed.add(broker)
+            self._epochs[broker] = epoch
+        if changed:
+            self._doubts.update(mq for mq in queues if mq.broker in changed)
+
+    def doubt(self, mq: MessageQueue) -> None:
+        """Compare ``mq``'s mark before it is planned on (the broker lost the group's offset of
+        it, say: a broker that lost its store lost those too)."""
+        self._doubts.add(mq)
+
+    def _lost_queues(self, start: QueueOffsets, ranges: dict[MessageQueue, tuple[int, int]]) -> QueueOffsets:
+        """Queues of ``start`` with ``ranges`` (their min and max offsets now: those above their
+        max and the doubted ones are enough) whose broker no longer has what the query planned
+        past: a start above the max offset, or a doubted queue whose mark is no longer there
+        (:meth:`_compare_marks`). With failOnDataLoss=true, DataLossError naming
+        each queue, where the query stands and what the broker holds; else each is logged and
+        restarted at its min offset (returned; :meth:`take_restarts`). A doubted queue whose
+        mark cannot be read now (its broker does not answer the pull) stays doubted."""
+        lost: dict[MessageQueue, str] = {}
+        for mq, (_lo, hi) in ranges.items():
+            off = start.get(mq)
+            if off is not None and off > hi:
+                lost[mq] = f"the query's next offset is {off}, the queue's max offset {hi}"
+        doubted = sorted(mq for mq in self._doubts if mq in start and mq in ranges)
+        for mq in doubted:
+            if mq in lost:
+                self._doubts.discard(mq)
+        lost.update(self._compare_marks([mq for mq in doubted if mq not in lost], start, ranges))
+        if not lost:
+            return {}
+        listed = "; ".join(f"{mq}: {why}; it holds offsets [{ranges[mq][0]}, {ranges[mq][1]}) now"
+                           for mq, why in sorted(lost.items()))
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"the broker no longer has messages this query read or planned to read, and their offsets are "
+                f"taken by other messages ({listed}). The broker lost its store (a replaced disk, a re-provisioned "
+                f"broker) or the topic was deleted and re-created. To read these queues again from their earliest "
+                f"offset, start the query on a new checkpoint with startingOffsets=earliest, or set "
+                f"failOnDataLoss=false (they are then read from their earliest offset at once)")
+        out: QueueOffsets = {}
+        for mq, why in sorted(lost.items()):
+            lo = ranges[mq][0]
+            log.warning("%s: the broker no longer has messages this query read or planned to read (%s; it holds "
+                        "offsets [%d, %d) now: its store was lost, or the topic deleted and re-created); "
+                        "failOnDataLoss=false: reading the queue again from its earliest offset %d",
+                        mq, why, lo, ranges[mq][1], lo)
+            self._restart(mq, lo)
+            out[mq] = lo
+        return out
+
+    def _compare_marks(self, mqs: list[MessageQueue], start: QueueOffsets,
+                       ranges: dict[MessageQueue, tuple[int, int]]) -> dict[MessageQueue, str]:
+        """Of doubted ``mqs``, those whose mark the broker serves as another message (another
+        store time), with why. A queue without a mark inside its range (none taken, or gone by
+        retention) has nothing to compare and is no longer doubted; one whose pull fails on the
+        connection stays doubted."""
+        due: dict[MessageQueue, Mark] = {}
+        for mq in mqs:
+            mark = self._marks.get(mq)
+            lo, hi = ranges[mq]
+            if mark is not None and lo <= mark[0] < min(hi, start[mq]):
+                due[mq] = mark
+                continue
+            self._doubts.discard(mq)
+            if mark is not None and mark[0] < lo:
+                self._marks.pop(mq, None)  # retention took it: a new one is taken
+        if not due:
+            return {}
+        times, failed = self._store_times({mq: m[0] for mq, m in due.items()})
+        lost: dict[MessageQueue, str] = {}
+        refused: list[MessageQueue] = []
+        for mq, (off, ts) in sorted(due.items()):
+            exc = failed.get(mq)
+            if isinstance(exc, (ConnectionFailedError, TopicNotFoundError)):  # not now: asked again later
+                log.info("%s: mark at offset %d not compared now: %s", mq, off, exc)
+                continue
+            self._doubts.discard(mq)
+            if exc is not None:
+                refused.append(mq)
+                continue
+            now = times.get(mq)
+            if now is not None and now != ts:
+                lost[mq] = (f"the query's next offset is {start[mq]}, and offset {off}, stored at {_iso(ts)} when "
+                            f"the query planned past it, holds a message stored at {_iso(now)}")
+        if refused:
+            log.warning("%s (and %d more queues): the marked message cannot be pulled to compare it (%s); read on "
+                        "without", refused[0], len(refused) - 1, failed[refused[0]])
+        return lost
+
+    def _store_times(self, offsets: dict[MessageQueue, int]
+                     ) -> tuple[dict[MessageQueue, int | None], dict[MessageQueue, RocketMQSparkError]]:
+        """Store time (epoch ms) of the message at each queue's offset, None where there is
+        none, the pulls in flight together; and the queues whose pull failed, with the error."""
+        pending: list[tuple[MessageQueue, Any]] = []
+        failed: dict[MessageQueue, RocketMQSparkError] = {}
+        for mq, off in sorted(offsets.items()):
+            try:
+                pending.append((mq, self.client.pull_async(mq, off, 1)))
+            except RocketMQSparkError as exc:
+                failed[mq] = exc
+        out: dict[MessageQueue, int | None] = {}
+        for mq, p in pending:
+            try:
+                res = self.client.pull_result(mq, p)
+                out[mq] = self._store_time_in(mq, offsets[mq], res)
+            except RocketMQSparkError as exc:
+                failed[mq] = exc
+        return out, failed
+
+    def _store_time_in(self, mq: MessageQueue, offset: int, res: PullResult) -> int | None:
+        if res.status != "FOUND":
+            return None
+        rows = self.client.rows(mq, [res], offset + 1, ["queueOffset", "storeTimestamp"])
+        offs = rows.column(0).to_pylist()
+        if offset not in offs:
+            return None
+        us = rows.column(1).cast(pa.int64()).to_pylist()[offs.index(offset)]
+        return None if us is None else int(us) // 1000
+
+    def _restart(self, mq: MessageQueue, offset: int) -> None:
+        """The queue is read again from ``offset`` (below where the query stood): what was
+        planned or done before no longer counts for its commits (Spark's commit of the batch
+        planned before is dropped, see :meth:`commit`), and its mark is taken anew."""
+        self.tracker.reset(mq, offset)
+        self._stale.add(mq)
+        if self._store is not None:
+            self._store.forget(mq)
+        self._marks.pop(mq, None)
+        self._marked_at.pop(mq, None)
+        self._marks_scanned = -1e18  # its new store is marked in this trigger's planning
+        self._doubts.discard(mq)
+        self._restarts[mq] = offset
+
+    def take_restarts(self) -> QueueOffsets:
+        """The queues restarted at their min offset since the last call (their broker lost what
+        the query planned past, failOnDataLoss=false), with that offset: a stream's batch names
+        them as reset starts, so its partitions begin there."""
+        out, self._restarts = self._restarts, {}
+        return out
+
+    def adopt_marks(self, marks: dict[MessageQueue, Mark]) -> None:
+        """Marks from a batch's start offsets: those this planner did not take (a restarted
+        query's, from Spark's checkpoint) are kept and compared before their queues are planned
+        on (the broker may have lost its store while the query was stopped)."""
+        now = time.monotonic()
+        for mq, mark in marks.items():
+            if self._marks.get(mq) != mark:
+                self._marks[mq] = mark
+                self._marked_at[mq] = now
+                self._doubts.add(mq)
+
+    def marks_of(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, Mark]:
+        """The marks of ``queues`` that have one (for a batch's offsets)."""
+        return {mq: self._marks[mq] for mq in queues if mq in self._marks}
+
+    def _take_marks(self, begin: QueueOffsets, end: QueueOffsets) -> None:
+        """Marks the last message of each queue's batch ``[begin, end)`` (the next batch starts
+        past it) where the queue has no mark, or one outside [its min offset, ``end``), or, when
+        the batch has new messages, one older than ``_MARK_EVERY_S``: so a trigger asks nothing
+        more but these rare pulls, and idle triggers leave the batch offsets as they were. At
+        most ``_MARKS_PER_TRIGGER`` per trigger; one that cannot be taken is tried again after
+        ``_MARK_RETRY_S``. The queues are looked over every ``_MARK_SCAN_S`` (a few dict
+        lookups per queue: not every trigger)."""
+        now = time.monotonic()
+        if now - self._marks_scanned < _MARK_SCAN_S:
+            return
+        self._marks_scanned = now
+        due: dict[MessageQueue, int] = {}
+        for mq in end:
+            e, lo = end[mq], self._lows.get(mq, 0)
+            if e <= lo:
+                continue  # no message before the end
+            mark = self._marks.get(mq)
+            since = now - self._marked_at.get(mq, -1e18)
+            if mark is not None and lo <= mark[0] < e:
+                if e == begin[mq] or since < _MARK_EVERY_S:
+                    continue
+            elif since < _MARK_RETRY_S:
+                continue
+            due[mq] = e - 1
+            if len(due) >= _MARKS_PER_TRIGGER:
+                break
+        if not due:
+            return
+        times, failed = self._store_times(due)
+        for mq, off in due.items():
+            self._marked_at[mq] = now
+            ts = times.get(mq)
+            if ts is not None:
+                self._marks[mq] = (off, ts)
+        refused = {mq: e for mq, e in failed.items() if not isinstance(e, ConnectionFailedError)}
+        if refused and not self._marks_refused:
+            self._marks_refused = True
+            mq, exc = next(iter(sorted(refused.items())))
+            log.warning("%s: the message at offset %d cannot be pulled to mark the queue (%s; %d queues alike): a "
+                        "broker that loses its store is noticed by such queues only once the query's offset lies "
+                        "above their max offset", mq, due[mq], exc, len(refused))
+        if failed:
+            log.debug("marks not taken now (tried again later): %s",
+                      "; ".join(f"{mq}: {e}" for mq, e in failed.items()))
 
     def next_end(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:
         """The end offsets of the next batch (registered as in flight).
@@ -358,7 +629,9 @@ class Planner:
         else left to read waits for such a broker (polling every ``_POLL_S``) rather than
         end with its queues unread."""
         while True:
+            was_down = set(self._down)
             latest = self.latest()
+            start = self._checked(start, latest, was_down)
             missing = [mq for mq in start if mq not in latest]
             if missing:
                 self._unavailable(missing)  # raises once the broker has been away too long
@@ -376,6 +649,7 @@ class Planner:
             self._sleep(_POLL_S)
         if isinstance(limit, ReadMaxRows):
             end = self._admit(begin, end, limit.max_rows)
+        self._take_marks(begin, end)
         now = int(time.time() * 1000)
         for mq in end:
             self.tracker.register(mq, begin[mq], end[mq])
@@ -385,6 +659,28 @@ class Planner:
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
+
+    def _checked(self, start: QueueOffsets, latest: QueueOffsets, was_down: set[str]) -> QueueOffsets:
+        """``start`` with the lost queues among those ``latest`` answered for restarted (see
+        :meth:`_lost_queues`; a broker that answers again here, after the data-loss check of
+        this trigger, is doubted now). Doubted queues that cannot be compared now are taken out
+        of ``latest``: they wait like a down broker's (their broker noted down)."""
+        self._note_doubts(start, was_down)
+        doubted = sorted(mq for mq in self._doubts if mq in latest and mq in start)
+        if not doubted:
+            return start
+        try:
+            ranges = self.client.offset_ranges(doubted)
+        except (ConnectionFailedError, TopicNotFoundError) as exc:
+            ranges, why = {}, str(exc)
+        else:
+            why = "its queues' marks could not be compared"
+        moved = self._lost_queues({mq: start[mq] for mq in doubted}, ranges)
+        for mq in doubted:
+            if mq in self._doubts:
+                latest.pop(mq, None)
+                self._down.setdefault(mq.broker, (time.monotonic(), why))
+        return {**start, **moved}
 
     @staticmethod
     def _sleep(seconds: float) -> None:
@@ -579,6 +875,7 @@ class Planner:
             if now_held is None:
                 if st.committed >= 0:  # the broker lost an offset it took (see BrokerOffsetStore.commit)
                     self.store.forget(mq)
+                    self.doubt(mq)  # as a broker that lost its store does: compare the queue's mark
                 continue
             if st.committed < 0:  # first look in this run
                 st.committed = now_held
@@ -700,6 +997,24 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
                  "reads its planned range [%d, %d), the next one follows onOffsetReset", mq, part.group, offset,
                  res.next_offset, part.start, part.end)
         return True
+    past_end = (res.status == "NO_NEW_MSG" or (res.status == "OFFSET_ILLEGAL" and res.next_offset < offset)
+                or (res.status == "OFFSET_ILLEGAL" and 0 <= res.max_offset <= offset))
+    if past_end:
+        # planned below the queue's max offset, now at or past it: the broker lost messages
+        # (its store, or the topic deleted and re-created); new ones would take these offsets
+        hi = "?" if res.max_offset < 0 else res.max_offset
+        lo = "?" if res.min_offset < 0 else res.min_offset
+        if part.fail_on_data_loss:
+            raise DataLossError(
+                f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker: the queue holds offsets "
+                f"[{lo}, {hi}) now. The broker lost messages this query planned to read (its store was lost, or "
+                f"the topic deleted and re-created), and new messages take their offsets. To read the queue again "
+                f"from its earliest offset, start the query on a new checkpoint with startingOffsets=earliest, or "
+                f"set failOnDataLoss=false")
+        log.warning("%s: planned offsets [%d, %d) are not on the broker (it holds [%s, %s) now: its store was "
+                    "lost, or the topic deleted and re-created); failOnDataLoss=false: not read, the next batch "
+                    "reads the queue from its earliest offset", mq, offset, part.end, lo, hi)
+        raise _RangeGone
     if res.status == "OFFSET_ILLEGAL":
         if res.next_offset > offset and not part.fail_on_data_loss:
             log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
@@ -709,10 +1024,12 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
             hi = "?" if res.max_offset < 0 else res.max_offset
             raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
                                 f"range [{lo}, {hi}) (deleted by retention?)")
-    elif res.status == "NO_NEW_MSG":
-        raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
-                            f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
     return False
+
+
+class _RangeGone(Exception):
+    """The rest of a task's range is past the queue's end (failOnDataLoss=false: logged by
+    :func:`_check_pull`): the task ends its range there."""
 
 
 class _Failed:
@@ -855,12 +1172,13 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
 
     unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
-    for res, nxt in _pulls(part,
-                           lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                                    subscription=part.sub_expression),
-                           lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
-                           lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                          subscription=part.sub_expression)):
+    pulls = _pulls(part,
+                   lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
+                                            subscription=part.sub_expression),
+                   lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
+                   lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
+                                                  subscription=part.sub_expression))
+    for res, nxt in _until_gone(pulls):
         if res.size:
             pulled.append(res)
             buffered += res.size
@@ -875,6 +1193,14 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
         batch = decode(part.end)
         if batch.num_rows:
             yield batch
+
+
+def _until_gone(pulls: Iterator[tuple[PullResult, int]]) -> Iterator[tuple[PullResult, int]]:
+    """``pulls`` until the range's rest is gone from the broker (see :class:`_RangeGone`)."""
+    try:
+        yield from pulls
+    except _RangeGone:
+        return
 
 
 def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[PullResult]) -> pa.RecordBatch:
@@ -945,11 +1271,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         keep their offset; BrokerUnavailableError past brokerDownTimeoutMs."""
         self._started()
         ends = dict(split_batch_end(start)[0])
+        self.planner.adopt_marks(marks_of(start))
         self.planner.find_resets(ends)
         restarted = self.planner.follow_resets(ends)
         begin = self.planner.check_data_loss({**ends, **restarted})
         end = self.planner.next_end(begin, limit)
-        return batch_end_json(end, {mq: begin[mq] for mq in restarted if mq in begin})
+        starts = {mq: begin[mq] for mq in restarted if mq in begin}
+        starts.update(self.planner.take_restarts())
+        return batch_end_json(end, starts, self.planner.marks_of(end))
 
     def reportLatestOffset(self) -> dict | None:
         """Every queue's max offset now (one past its last message), for Spark's progress;

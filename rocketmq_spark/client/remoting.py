@@ -147,6 +147,7 @@ class RemotingClient:
         self._producer_addrs: set[str] = set()
         self._conns: dict[str, RemotingConnection] = {}
         self._conn_lock = threading.Lock()
+        self._opened: dict[str, int] = {}  # address -> connections opened to it (see connection_epoch)
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
         self._broker_addrs: dict[str, str] = {}
         self._ns_index = random.randrange(len(self.namesrv_addrs))
@@ -179,7 +180,15 @@ class RemotingClient:
                                           on_request=self._on_broker_request,
                                           signer=self._sign if self.config.credentials is not None else None)
                 self._conns[address] = conn
+                self._opened[address] = self._opened.get(address, 0) + 1
             return conn
+
+    def connection_epoch(self, broker: str) -> tuple[str, int] | None:
+        """(address, connections opened to it) of ``broker``; None before the first one."""
+        addr = self._broker_addrs.get(broker)
+        with self._conn_lock:
+            n = self._opened.get(addr, 0) if addr is not None else 0
+        return (addr, n) if addr is not None and n else None
 
     def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """A request a broker sent on one of our connections: a transaction check-back is
