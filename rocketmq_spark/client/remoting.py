@@ -49,7 +49,7 @@ from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler
 from .membership import GroupMember, GroupPresence, QueueStatus
-from .retry import ClientConfig, retrying
+from .retry import ClientConfig, may_retry, retrying
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -207,9 +207,12 @@ class RemotingClient:
         return retrying(fn, self.config)
 
     def invoke(self, address: str, cmd: RemotingCommand, operation: str,
-               timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+               timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+               started: float | None = None) -> RemotingCommand:
         """One request to ``address`` with bounded retries on transient faults; an answer
-        whose code is not in ``ok`` raises the broker's error (:func:`~rocketmq_spark.errors.broker_error`)."""
+        whose code is not in ``ok`` raises the broker's error (:func:`~rocketmq_spark.errors.broker_error`).
+        ``started``: when a first attempt of this request went out elsewhere (its retry budget
+        counts from then, see :func:`~.retry.retrying`)."""
         timeout = timeout_s or self.config.request_timeout_s
 
         def once() -> RemotingCommand:
@@ -220,7 +223,7 @@ class RemotingClient:
                 raise broker_error(resp.code, resp.remark, address=address, operation=operation)
             return resp
 
-        return self._retrying(once)
+        return retrying(once, self.config, started=started)
 
     # -- name server ----------------------------------------------------------------
 
@@ -345,10 +348,10 @@ class RemotingClient:
     # -- broker operations ----------------------------------------------------------
 
     def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
-                 ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+                 ok: tuple[int, ...] = (ResponseCode.SUCCESS,), started: float | None = None) -> RemotingCommand:
         addr = self.broker_addr(mq.broker, mq.topic)
         return self.invoke(addr, RemotingCommand(code, ext_fields={**ext, "bname": mq.broker}),
-                           f"{operation} of {mq}", ok=ok)
+                           f"{operation} of {mq}", ok=ok, started=started)
 
     def _mq_calls(self, calls: Sequence[tuple[MessageQueue, int, dict[str, str]]], operation: str,
                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> list[RemotingCommand | RocketMQSparkError]:
@@ -360,30 +363,37 @@ class RemotingClient:
         that way its remaining calls fail with the same error instead of each paying the retry
         budget again."""
         out: list[RemotingCommand | RocketMQSparkError | None] = [None] * len(calls)
-        inflight: list[tuple[int, str, Reply]] = []
+        inflight: list[tuple[int, str, Reply, float]] = []
         dead: dict[str, RocketMQSparkError] = {}
+        timeout = self.config.request_timeout_s
 
-        def settle(i: int, addr: str, fut: Reply) -> None:
+        def settle(i: int, addr: str, fut: Reply, sent: float) -> None:
             mq, code, ext = calls[i]
             op = f"{operation} of {mq}"
+            if addr in dead and not fut.done():
+                out[i] = dead[addr]  # its broker stopped answering: no wait per request
+                return
             try:
-                resp = fut.result(self.config.request_timeout_s)
+                # the requests of a chunk went out together: each waits until the chunk's deadline
+                resp = fut.result(sent + timeout - time.monotonic())
                 if resp.code in ok:
                     out[i] = resp
                     return
                 err: RocketMQSparkError = broker_error(resp.code, resp.remark, address=addr, operation=op)
             except TimeoutError:
-                err = RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s")
+                err = RequestTimeoutError(addr, op, f"no response within {timeout:g}s")
             except RocketMQSparkError as exc:
                 err = exc
-            if not err.retriable:
-                out[i] = err
-                return
             if addr in dead:
-                out[i] = dead[addr]
+                out[i] = dead[addr] if err.retriable else err
                 return
-            try:
-                out[i] = self._mq_call(mq, code, ext, operation, ok)
+            if not may_retry(err, self.config, sent):
+                out[i] = err
+                if isinstance(err, ConnectionFailedError):
+                    dead[addr] = err
+                return
+            try:  # the pipelined request was the first attempt: the retry budget counts from it
+                out[i] = self._mq_call(mq, code, ext, operation, ok, started=sent)
             except RocketMQSparkError as exc:
                 out[i] = exc
                 if isinstance(exc, ConnectionFailedError):
@@ -405,6 +415,7 @@ class RemotingClient:
                         out[i] = dead[addr]
                 if not chunk:
                     continue
+                sent = time.monotonic()
                 try:
                     conn = self._conn(addr, f"{operation} of {calls[chunk[0]][0]}")
                     futs = conn.send_many([
@@ -418,7 +429,7 @@ class RemotingClient:
                         futs.append(f)
                 for item in inflight:
                     settle(*item)
-                inflight = [(i, addr, fut) for i, fut in zip(chunk, futs)]
+                inflight = [(i, addr, fut, sent) for i, fut in zip(chunk, futs)]
         for item in inflight:
             settle(*item)
         return [r for r in out if r is not None]
@@ -529,12 +540,13 @@ class RemotingClient:
             addr = self.broker_addr(broker, topic)
             sent.append((addr, self._conn(addr, f"topic stats of {topic!r}").send(
                 RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))))
+        deadline = time.monotonic() + self.config.request_timeout_s  # they went out together
         out: dict[MessageQueue, tuple[int, int]] = {}
         for (broker, topic), (addr, fut) in zip(keys, sent):
             wanted = groups[(broker, topic)]
             op = f"topic stats of {topic!r}"
             try:
-                resp = fut.result(self.config.request_timeout_s)
+                resp = fut.result(max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s") from None
             except ConnectionFailedError as exc:
