@@ -63,6 +63,10 @@ class BrokerClient(Protocol):
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         """The address requests for ``broker`` go to (for messages that name it)."""
 
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        """Requests for ``broker`` go to ``addr`` (one another client's route gave) without a
+        route lookup, until a route lookup of this client says otherwise."""
+
     # -- offsets ----------------------------------------------------------------------
 
     def min_offset(self, mq: MessageQueue) -> int:

@@ -150,6 +150,8 @@ class RemotingClient:
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
         self._broker_addrs: dict[str, str] = {}
         self._ns_index = random.randrange(len(self.namesrv_addrs))
+        #: (since when, until when) the name servers are not asked while a known route serves
+        self._ns_down: tuple[float, float] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv_addrs": self.namesrv_addrs, "config": self.config}
@@ -250,13 +252,30 @@ class RemotingClient:
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
         """The topic's route from the name servers, cached for ``route_refresh_s`` seconds
-        unless ``refresh``; TopicNotFoundError when they have none."""
+        unless ``refresh``; TopicNotFoundError when they have none. When they do not answer
+        and the topic's route is known, the known route is returned (see :meth:`_cached_route`);
+        a first lookup retries (bounded) and raises their ConnectionFailedError."""
         cached = self._routes.get(topic)
         now = time.monotonic()
         if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
             return cached[1]
+        if cached and self._ns_down is not None and now < self._ns_down[1]:
+            return cached[1]  # the name servers did not answer lately: see _cached_route
         cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
-        resp = self._retrying(lambda: self._invoke_namesrv(cmd, f"route lookup of topic {topic!r}"))
+        operation = f"route lookup of topic {topic!r}"
+        try:
+            if cached is None:
+                resp = self._retrying(lambda: self._invoke_namesrv(cmd, operation))
+            else:  # one round of the name servers: the route known serves meanwhile
+                resp = self._invoke_namesrv(cmd, operation)
+        except ConnectionFailedError as exc:
+            if cached is None:
+                raise
+            return self._cached_route(topic, cached, exc)
+        except BrokerError:  # an answer all the same
+            self._ns_answered()
+            raise
+        self._ns_answered()
         if not resp.body:
             raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, f"empty route for topic {topic!r}",
                                      address=self.namesrv_addrs[self._ns_index], operation="route lookup")
@@ -266,6 +285,32 @@ class RemotingClient:
             if b.master_addr:
                 self._broker_addrs[b.broker_name] = b.master_addr
         return route
+
+    def _cached_route(self, topic: str, cached: tuple[float, TopicRouteData],
+                      exc: ConnectionFailedError) -> TopicRouteData:
+        """The name servers did not answer a route lookup of a topic whose route is known: as the
+        Java client does, the known route serves (brokers keep serving while name servers are
+        down), and the name servers are asked again only after ``route_refresh_s``, so each
+        lookup does not wait for them."""
+        now = time.monotonic()
+        first = self._ns_down is None
+        since = now if self._ns_down is None else self._ns_down[0]
+        self._ns_down = (since, now + self.config.route_refresh_s)
+        log.log(logging.WARNING if first else logging.INFO,
+                "%s; using the route of topic %s known since %.0fs ago, asking the name servers again in %.0fs",
+                exc, topic, now - cached[0], self.config.route_refresh_s)
+        return cached[1]
+
+    def _ns_answered(self) -> None:
+        if self._ns_down is not None:
+            log.warning("the name servers %s answer again (after %.0fs)", ";".join(self.namesrv_addrs),
+                        time.monotonic() - self._ns_down[0])
+            self._ns_down = None
+
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        """Requests for ``broker`` go to ``addr`` (e.g. the address the planner's route gave a
+        read task) without a route lookup, until a route lookup says otherwise."""
+        self._broker_addrs.setdefault(broker, addr)
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
         """The topic's readable queues, or with ``writable`` the ones to send to. A producer
