@@ -1009,10 +1009,12 @@ class RemotingClient:
         member.start()
         return member
 
-    def unregister_consumer(self, group: str, client_id: str, broker_addr: str) -> None:
-        """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker."""
+    def unregister_consumer(self, group: str, client_id: str, broker_addr: str, *,
+                            timeout_s: float | None = None) -> None:
+        """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker
+        (``timeout_s``: the request timeout, default the config's)."""
         self.invoke(broker_addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
-            "clientID": client_id, "consumerGroup": group}), f"unregister from group {group!r}")
+            "clientID": client_id, "consumerGroup": group}), f"unregister from group {group!r}", timeout_s)
 
     def consumer_ids(self, group: str, broker_addr: str, broker_name: str = "") -> list[str]:
         """Client ids of the group's online consumers on one broker ([] when none: brokers
