@@ -136,6 +136,10 @@ class BrokerOffsetStore:
             self._unreachable.pop(broker, None)
         return failed
 
+    def answered(self, broker: str) -> None:
+        """``broker`` was heard from (e.g. by the reader's planner): the next commit asks it again."""
+        self._unreachable.pop(broker, None)
+
     def forget(self, mq: MessageQueue) -> None:
         """The broker's offset of ``mq`` changed behind this store (a reset): the next commit
         writes whatever it is given, even a value written before."""

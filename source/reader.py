@@ -287,6 +287,8 @@ class Planner:
         for broker in {mq.broker for mq in out}:
             if self._down.pop(broker, None) is not None:
                 self._warned.pop(broker, None)
+                if self._store is not None:  # its commits need not wait any longer
+                    self._store.answered(broker)
                 log.warning("broker %s answers again; reading its queues", broker)
         return out
 

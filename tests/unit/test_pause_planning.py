@@ -217,3 +217,33 @@ def test_a_task_of_a_broker_the_planner_found_silent_counts_from_then(clock: Clo
     with pytest.raises(BrokerUnavailableError, match=r"unreachable for 35s"):
         list(_pulls(part, lambda off: off, finish))
     assert len(attempts) == 1  # 25 s silent before the task, 10 s more: past the 30 s bound
+
+
+def test_commits_leave_an_unreachable_broker_alone_until_retry_after_or_until_it_answers(clock: Clock) -> None:
+    from rocketmq_spark.checkpoints import BrokerOffsetStore
+    from rocketmq_spark.client.many import SequentialManyQueueCalls
+
+    asked: list[MessageQueue] = []
+    stored: dict[MessageQueue, int] = {}
+    paused = [True]
+
+    class Client(SequentialManyQueueCalls):
+        def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+            asked.append(mq)
+            if paused[0] and mq.broker == "broker-b":
+                clock.t += TIMEOUT_S
+                raise RequestTimeoutError(B_ADDR, f"update offset of {mq}", "no response within 10s")
+            stored[mq] = offset
+
+    a0, b0 = Q(0), Q(0, "broker-b")
+    store = BrokerOffsetStore(Client(), "g", retry_after_s=5.0)
+    assert set(store.commit({a0: 1, b0: 1})) == {b0}
+    assert set(store.commit({a0: 2, b0: 2})) == {b0}  # every batch: broker-b is not waited for again
+    assert asked.count(b0) == 1 and stored == {a0: 2} and store.pending == {b0: 2}
+    clock.t += 5.0
+    assert set(store.commit({a0: 3})) == {b0}  # asked again once retry_after_s passed
+    assert asked.count(b0) == 2
+    paused[0] = False
+    store.answered("broker-b")  # the planner heard from it: the next commit goes at once
+    assert store.commit({a0: 4}) == {}
+    assert stored == {a0: 4, b0: 2} and store.pending == {}
