@@ -257,7 +257,7 @@ class Planner:
         that stopped answering neither slows every trigger down nor stretches the wait
         brokerDownTimeoutMs bounds. With ``fail``, a down broker is said (:meth:`_unavailable`:
         a warning when it is found, BrokerUnavailableError once it has been down for longer
-        than brokerDownTimeoutMs, before it would be asked again)."""
+        than brokerDownTimeoutMs and did not answer the last time it was asked)."""
         out: dict[MessageQueue, V] = {}
         now = time.monotonic()
         by_broker: dict[str, list[MessageQueue]] = {}
@@ -265,9 +265,9 @@ class Planner:
             by_broker.setdefault(mq.broker, []).append(mq)
         for b, mqs in by_broker.items():
             down = self._down.get(b)
-            if down is not None and fail:
-                self._unavailable(mqs)
             if down is not None and now - self._probed.get(b, 0.0) < _REPROBE_S:
+                if fail:
+                    self._unavailable(mqs)
                 continue
             asked = time.monotonic()
             try:

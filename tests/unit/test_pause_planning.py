@@ -247,3 +247,17 @@ def test_commits_leave_an_unreachable_broker_alone_until_retry_after_or_until_it
     store.answered("broker-b")  # the planner heard from it: the next commit goes at once
     assert store.commit({a0: 4}) == {}
     assert stored == {a0: 4, b0: 2} and store.pending == {}
+
+
+def test_a_broker_back_in_the_routes_just_past_the_bound_is_asked_before_failing(clock: Clock) -> None:
+    from test_reader_planning import FlakyBrokerClient
+
+    a0, b0 = Q(0), Q(0, "broker-b")
+    client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
+    p = _planner(client, brokerDownTimeoutMs="5000")
+    end = p.next_end({a0: 0, b0: 0}, ReadAllAvailable())
+    client.routed = False  # restarting: gone from the routes
+    assert p.next_end(end, ReadAllAvailable()) == end
+    clock.t += 5.1
+    client.routed = True  # registered again: it answers
+    assert p.next_end(end, ReadAllAvailable()) == end
