@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +32,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
-from ..client import BrokerClient, Credentials, connect
+from ..checkpoints.offset_store import RETRY_AFTER_S
+from ..client import BrokerClient, ClientConfig, Credentials, connect
 from ..client.membership import GroupPresence, QueueStatus
+from ..client.retry import bounded
 from ..codec import PropertyKey, property_of, split_record, subscribed_tags
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
 from ..errors import (
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
 
 QueueOffsets = dict[MessageQueue, int]
+V = TypeVar("V")
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
@@ -77,6 +80,10 @@ _MARK_RETRY_S = 60.0
 _MARK_SCAN_S = 5.0
 #: Marks taken per trigger at most: one pull each, pipelined (many queues get theirs over a few triggers)
 _MARKS_PER_TRIGGER = 256
+#: the retry budget of asking a broker known to be down again (seconds): quick faults (a
+#: refused connection) are retried within it, a request that times out is not asked again
+#: (brokerDownTimeoutMs bounds the wait for the broker, not a chain of timeouts per trigger)
+_REPROBE_BUDGET_S = 1.0
 # how often the "broker unavailable" warning repeats while the broker stays down (triggers
 # come every few milliseconds when the other queues are busy; DEBUG in between)
 _WARN_EVERY_S = 10.0
@@ -117,6 +124,19 @@ class QueueRange(InputPartition):
     retry_columns: bool = False
     #: only these columns, in this order (a user-given schema); None: all
     columns: tuple[str, ...] | None = None
+    #: the broker's address as the planner's route gave it (remoting): the task asks no name
+    #: server for it (one that does not answer must not stop the read; see read_range)
+    broker_addr: str | None = None
+    #: how long the broker had not answered the planner when the range was planned (seconds;
+    #: 0: it answered): a task that gets no answer either counts its wait from then (see _pulls)
+    broker_silent_s: float = 0.0
+
+
+def _client_config(broker_down_timeout_ms: int) -> ClientConfig:
+    """The config of a reader's clients (planner and tasks): a call's retries end within
+    brokerDownTimeoutMs, the bound of the reader's own wait for a broker that does not answer."""
+    base = ClientConfig()
+    return ClientConfig(retry_budget_s=min(base.retry_budget_s, broker_down_timeout_ms / 1000))
 
 
 class Planner:
@@ -193,6 +213,7 @@ class Planner:
         """The planner's client, connected on first use."""
         if self._client is None:
             self._client = connect(self.options.namesrv_addr, self.options.endpoints,
+                                   _client_config(self.options.broker_down_timeout_ms),
                                    credentials=self.options.credentials)
         return self._client
 
@@ -202,7 +223,8 @@ class Planner:
         if self._store is None:
             if not self.options.consumer_group:
                 raise OptionError("consumerGroup", None, "required to read or commit a group's offsets")
-            self._store = BrokerOffsetStore(self.client, self.options.consumer_group)
+            self._store = BrokerOffsetStore(self.client, self.options.consumer_group,
+                                            retry_after_s=RETRY_AFTER_S)
         return self._store
 
     def queues(self) -> list[MessageQueue]:
@@ -266,33 +288,49 @@ class Planner:
         return kept
 
     def _ask_brokers(self, queues: list[MessageQueue],
-                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, int]]) -> QueueOffsets:
+                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, V]], *,
+                     fail: bool = True) -> dict[MessageQueue, V]:
         """``ask(queues of one broker)`` for every broker (the client pipelines the per-queue
-        requests); a broker that fails (after the client's bounded retries) is noted as down
-        and the caller reads on with the rest (see :meth:`_unavailable`). A broker known to
-        be down is asked again only every ``_REPROBE_S``, so its retries do not slow every
-        trigger down."""
-        out: QueueOffsets = {}
-        failed: dict[str, str] = {}
+        requests); a broker that fails with a transient fault (after the client's retries,
+        bounded by brokerDownTimeoutMs) is noted as down since the request that failed went
+        out, and the caller reads on with the rest. A broker known to be down is asked again
+        only every ``_REPROBE_S`` and then once (no chain of request timeouts), so a broker
+        that stopped answering neither slows every trigger down nor stretches the wait
+        brokerDownTimeoutMs bounds. With ``fail``, a down broker is said (:meth:`_unavailable`:
+        a warning when it is found, BrokerUnavailableError once it has been down for longer
+        than brokerDownTimeoutMs and did not answer the last time it was asked)."""
+        out: dict[MessageQueue, V] = {}
         now = time.monotonic()
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in queues:
             by_broker.setdefault(mq.broker, []).append(mq)
         for b, mqs in by_broker.items():
-            if b in self._down and now - self._probed.get(b, 0.0) < _REPROBE_S:
-                failed[b] = self._down[b][1]
+            down = self._down.get(b)
+            if down is not None and now - self._probed.get(b, 0.0) < _REPROBE_S:
+                if fail:
+                    self._unavailable(mqs)
                 continue
+            asked = time.monotonic()
             try:
-                out.update(ask(mqs))
-            except ConnectionFailedError as exc:
-                failed[b] = str(exc)
+                if down is None:
+                    out.update(ask(mqs))
+                else:
+                    with bounded(_REPROBE_BUDGET_S):
+                        out.update(ask(mqs))
+            except RocketMQSparkError as exc:
+                if not exc.retriable:
+                    raise
                 self._probed[b] = time.monotonic()
+                if down is None:
+                    self._down[b] = (asked, str(exc))
+                if fail:
+                    self._unavailable(mqs)
         for broker in {mq.broker for mq in out}:
             if self._down.pop(broker, None) is not None:
                 self._warned.pop(broker, None)
+                if self._store is not None:  # its commits need not wait any longer
+                    self._store.answered(broker)
                 log.warning("broker %s answers again; reading its queues", broker)
-        for broker, why in failed.items():
-            self._down.setdefault(broker, (now, why))
         return out
 
     def _unavailable(self, queues: list[MessageQueue]) -> None:
@@ -770,17 +808,29 @@ class Planner:
                 for a in range(s, e, step):
                     split.append((mq, a, min(e, a + step)))
             ranges = split
+        addrs = {} if o.endpoints else {mq.broker: self._known_addr(mq) for mq, _s, _e in ranges}
+        now = time.monotonic()
+        silent = {b: now - since for b, (since, _why) in self._down.items()}
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
-                           o.include_retry_topic, o.columns)
+                           o.include_retry_topic, o.columns, addrs.get(mq.broker), silent.get(mq.broker, 0.0))
                 for mq, s, e in ranges]
+
+    def _known_addr(self, mq: MessageQueue) -> str | None:
+        """The address the routes give ``mq``'s broker (None: none now; the task looks it up)."""
+        try:
+            return self.client.broker_addr(mq.broker, mq.topic)
+        except RocketMQSparkError:
+            return None
 
     def commit(self, end: QueueOffsets) -> None:
         """Spark processed every batch up to ``end``: with commitOffsets and a consumerGroup,
         each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes
         to the brokers. Broker faults are logged and retried at the next commit, not raised
-        (:meth:`BrokerOffsetStore.commit`). A queue whose offset on the broker moved since
-        this query wrote it (a reset) is not committed: the next batch applies the reset."""
+        (:meth:`BrokerOffsetStore.commit`); a broker found unreachable is noted as down (asked
+        again at the next trigger, see :meth:`_ask_brokers`). A queue whose offset on the
+        broker moved since this query wrote it (a reset) is not committed: the next batch
+        applies the reset."""
         committable: QueueOffsets = {}
         for mq, off in end.items():
             if mq in self._stale:  # the end of a batch planned before the queue's reset
@@ -796,9 +846,14 @@ class Planner:
         # resets a commit would overwrite are left to the next batch (see follow_resets): those
         # pushed since, and, before this run has read the group's offsets once (Spark plans, and
         # so reads them in latestOffset, before it commits), the broker's moved offsets
-        self.find_resets(committable, read=not self._synced)
+        self.find_resets(committable, read=not self._synced, fail=False)
         todo = {mq: off for mq, off in committable.items() if mq not in self._resets}
-        failed = self.store.commit(todo)
+        asked = time.monotonic()
+        with bounded(_REPROBE_BUDGET_S):  # a failed commit waits for the next commit, not a chain of timeouts
+            failed = self.store.commit(todo)
+        for mq, exc in failed.items():
+            if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
+                self._down.setdefault(mq.broker, (asked, str(exc)))
         now = int(time.time() * 1000)
         for mq, off in todo.items():
             if mq not in failed:
@@ -846,11 +901,13 @@ class Planner:
             self._member.close()
             self._member = None
 
-    def find_resets(self, expected: QueueOffsets, *, read: bool = True) -> None:
+    def find_resets(self, expected: QueueOffsets, *, read: bool = True, fail: bool = True) -> None:
         """Note the resets of the group's offsets since the last look: those brokers pushed
         (RESET_CONSUMER_CLIENT_OFFSET), and, with ``read``, queues whose offset on the broker is
         not the one this query last wrote or read there (a 5.x broker's server-side reset, an
-        operator's direct write). ``expected`` are the offsets the query stands at (a batch's end)."""
+        operator's direct write). ``expected`` are the offsets the query stands at (a batch's end).
+        A broker that does not answer is compared later; with ``fail`` it may fail the query
+        (see :meth:`_ask_brokers`)."""
         group = self.options.consumer_group
         if not group:
             return
@@ -864,13 +921,11 @@ class Planner:
         mqs = sorted(mq for mq in expected if mq not in self._resets)
         if not mqs:
             return
-        try:
-            held = self.store.read_many(mqs)
-        except ConnectionFailedError as exc:
-            log.info("group %s: offsets not compared this time: %s", group, exc)
-            return
+        held = self._ask_brokers(mqs, self.store.read_many, fail=fail)  # a down broker's: compared later
         for mq in mqs:
-            now_held = held.get(mq)
+            if mq not in held:
+                continue
+            now_held = held[mq]
             st = self._status_of(mq)
             if now_held is None:
                 if st.committed >= 0:  # the broker lost an offset it took (see BrokerOffsetStore.commit)
@@ -971,7 +1026,10 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     brokerDownTimeoutMs, ProtocolError on bytes that do not decode, and the client's other
     errors."""
     own = client is None
-    c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
+    c = client or connect(part.namesrv, part.endpoints, _client_config(part.broker_down_timeout_ms),
+                          credentials=part.credentials)
+    if part.broker_addr:
+        c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = tag_set(subscribed_tags(part.sub_expression))
     try:
         for batch in _read(part, c, _decoded_columns(part, tags is not None)):
@@ -1063,20 +1121,27 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     The pulls ahead go out half a window at a time through ``start_many`` when given (one
     write for several pulls, instead of a write and a thread hand-off per answer).
 
-    A broker that becomes unreachable mid-range (restart, network outage; the client's own
-    quick retries spent) is asked again from the same offset with backoff for up to
-    ``part.broker_down_timeout_ms``: nothing already yielded is read twice, nothing skipped.
-    Past that the task fails with :class:`BrokerUnavailableError` naming the broker's
-    address and the operation."""
+    A broker that becomes unreachable mid-range (restart, network outage, a paused process
+    whose pulls time out) is asked again from the same offset, one pull at a time with
+    backoff, for up to ``part.broker_down_timeout_ms`` counted from when it was last heard
+    of (its last answer, or the failed pull going out if that was later; before any answer,
+    ``part.broker_silent_s`` before the read began): nothing already yielded is read twice,
+    nothing skipped. Past that the task fails with :class:`BrokerUnavailableError` naming the
+    broker's address and the operation, at most one pull attempt (a request timeout) after
+    the bound."""
 
-    def begin(off: int) -> Any:
+    def begin(off: int) -> tuple[int, Any, float]:
+        """(offset asked, its pending pull, when it went out)"""
+        sent = time.monotonic()
         try:
-            return start(off)
+            return off, start(off), sent
         except ConnectionFailedError as exc:
-            return _Failed(exc)
+            return off, _Failed(exc), sent
 
     offset = part.start
-    inflight: deque[tuple[int, Any]] = deque([(offset, begin(offset))])  # (offset asked, pending)
+    heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
+    answered = False
+    inflight: deque[tuple[int, Any, float]] = deque([begin(offset)])
     frontier = offset  # where the next pull ahead starts (with ``step``)
     step = 0  # messages the broker serves per pull, once it served fewer than asked
     repulls = 0
@@ -1091,8 +1156,8 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
         except ConnectionFailedError as exc:
             now = time.monotonic()
             if down_since is None:
-                down_since = now
-                log.warning("%s: broker unreachable at offset %d (%s); retrying for up to %d ms",
+                down_since = max(heard, inflight[0][2]) if answered else heard
+                log.warning("%s: broker unreachable at offset %d (%s); asking again for up to %d ms",
                             part.mq, offset, exc, part.broker_down_timeout_ms)
             waited = now - down_since
             if waited * 1000 >= part.broker_down_timeout_ms:
@@ -1102,8 +1167,9 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
                     f"{part.broker_down_timeout_ms} bounds the wait)") from exc
             time.sleep(pause)
             pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
-            inflight = deque([(offset, begin(offset))])
+            inflight = deque([begin(offset)])
             continue
+        heard, answered = time.monotonic(), True
         inflight.popleft()
         if down_since is not None:
             log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
@@ -1113,7 +1179,7 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             if (repulls := repulls + 1) > 3:
                 raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
                                        f"offset ({res.next_offset}) for consumer group {part.group}")
-            inflight = deque([(offset, begin(offset))])
+            inflight = deque([begin(offset)])
             continue
         nxt = max(res.next_offset, offset)
         got = nxt - offset
@@ -1125,13 +1191,14 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             frontier = nxt
         if step and start_many is not None and len(inflight) <= ahead // 2 and frontier < part.end:
             offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
+            sent = time.monotonic()
             try:
-                inflight.extend(zip(offsets, start_many(offsets)))
+                inflight.extend((off, pending, sent) for off, pending in zip(offsets, start_many(offsets)))
             except ConnectionFailedError as exc:
-                inflight.extend((off, _Failed(exc)) for off in offsets)
+                inflight.extend((off, _Failed(exc), sent) for off in offsets)
             frontier = offsets[-1] + step
         while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
-            inflight.append((frontier, begin(frontier)))
+            inflight.append(begin(frontier))
             if not step:
                 break  # the next offset is known only from this pull's answer
             frontier += step

@@ -69,6 +69,10 @@ class BrokerClient(Protocol):
         dropped it). None when not known: no connection yet, or a transport whose connections
         reconnect out of sight (gRPC channels)."""
 
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        """Requests for ``broker`` go to ``addr`` (one another client's route gave) without a
+        route lookup, until a route lookup of this client says otherwise."""
+
     # -- offsets ----------------------------------------------------------------------
 
     def min_offset(self, mq: MessageQueue) -> int:

@@ -289,6 +289,9 @@ class GrpcClient(SequentialManyQueueCalls):
             addr = self._broker_endpoints.get(broker)
         return addr or self.endpoints[self._index]
 
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        self._broker_endpoints.setdefault(broker, addr)
+
     def _pb_queue(self, mq: MessageQueue) -> pb.MessageQueue:
         for q in self._route(mq.topic):
             if q.id == mq.queue_id and q.broker.name == mq.broker:

@@ -55,6 +55,9 @@ class FakeClient(SequentialManyQueueCalls):
     def message_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         return sorted(q for q in self.ranges if q.topic == topic)
 
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        return f"addr-of-{broker}"
+
     def max_offset(self, mq: MessageQueue) -> int:
         return self.ranges[mq][1]
 
