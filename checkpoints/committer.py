@@ -26,7 +26,7 @@ from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import credentials, group_name, topic_name
-from .offset_store import BrokerOffsetStore
+from .offset_store import RETRY_AFTER_S, BrokerOffsetStore
 from .progress import QueueLag, queue_lags
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
         creds = credentials({"accessKey": access_key or "", "secretKey": secret_key or "",
                              "securityToken": security_token or ""})
         self.client = connect(namesrv_addr or (), endpoints, credentials=creds)
-        self.store = BrokerOffsetStore(self.client, consumer_group)
+        self.store = BrokerOffsetStore(self.client, consumer_group, retry_after_s=RETRY_AFTER_S)
         self.group = consumer_group
         self.topics = set(topics) if topics else None
         self.query_name = query_name
@@ -99,8 +99,11 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                 if mq not in failed:
                     self.committed[mq] = off
             if self.measure_lag:
+                # not of the queues whose commit failed: their broker may not answer, and each
+                # progress event would wait for it again
+                reached = {mq: off for mq, off in offsets.items() if mq not in failed}
                 try:
-                    self.lag.update(queue_lags(self.client, offsets))
+                    self.lag.update(queue_lags(self.client, reached))
                 except RocketMQSparkError as exc:
                     log.warning("lag of group %s on %d queues unavailable: %s", self.group, len(offsets), exc)
                 total = sum(x.messages_behind for x in self.lag.values())

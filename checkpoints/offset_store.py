@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..errors import RocketMQSparkError
+from ..errors import ConnectionFailedError, RocketMQSparkError
 from ..model import MessageQueue
 
 log = logging.getLogger(__name__)
+
+#: how long the reader's and the committer listener's stores leave a broker they could not
+#: reach alone (seconds; see BrokerOffsetStore): a broker that stopped answering must not cost
+#: every commit (every batch, every progress event) a request timeout
+RETRY_AFTER_S = 5.0
 
 __all__ = ["BrokerOffsetStore", "OffsetClient", "OffsetStore"]
 
@@ -39,17 +45,22 @@ class BrokerOffsetStore:
 
     :meth:`commit` never raises for a broker fault: failures are logged with the queue
     and offset, kept, and retried on the next commit (a later offset for the same
-    queue supersedes them).
+    queue supersedes them); with ``retry_after_s``, a broker that could not be reached
+    (a connection fault, none of its queues committed) is asked again only by the first
+    commit that long after.
 
     Offsets are next offsets (the first message not yet consumed). Not thread-safe: one
     caller at a time (the reader's planner; the committer listener holds its own lock).
     """
 
-    def __init__(self, client: OffsetClient, group: str) -> None:
+    def __init__(self, client: OffsetClient, group: str, *, retry_after_s: float = 0.0) -> None:
         self.client = client
         self.group = group
+        self.retry_after_s = retry_after_s
         self._pending: dict[MessageQueue, int] = {}
         self._written: dict[MessageQueue, int] = {}
+        #: broker -> when a commit last found it unreachable, and why
+        self._unreachable: dict[str, tuple[float, Exception]] = {}
 
     def read(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq`` on its broker, None when it has none; the
@@ -62,29 +73,45 @@ class BrokerOffsetStore:
 
     def commit(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, Exception]:
         """Write ``offsets`` and the pending failures of earlier commits, skipping queues
-        whose offset this store already wrote; returns this round's failures (queue -> error),
-        kept for the next commit. Offsets are written as given: nothing stops one moving back."""
+        whose offset this store already wrote; returns this round's failures (queue -> error;
+        a queue of a broker found unreachable less than ``retry_after_s`` ago is not sent and
+        has that error), kept for the next commit. Offsets are written as given: nothing stops
+        one moving back."""
         todo = dict(self._pending)
         todo.update(offsets)
         changed = {mq: off for mq, off in sorted(todo.items()) if self._written.get(mq) != off}
         for mq in todo.keys() - changed.keys():
             self._pending.pop(mq, None)
+        failed: dict[MessageQueue, Exception] = {}
+        now = time.monotonic()
+        for mq in list(changed):
+            seen = self._unreachable.get(mq.broker)
+            if seen is not None and now - seen[0] < self.retry_after_s:
+                failed[mq] = seen[1]
+                self._pending[mq] = changed.pop(mq)
+        if failed:
+            log.debug("group %s: %d offsets wait for brokers found unreachable lately (%s)", self.group,
+                      len(failed), ", ".join(sorted({mq.broker for mq in failed})))
         # A 5.x broker makes a group's offset table of a topic on its first commit without a lock:
         # two first commits handled at once keep only one of them (the full suite lost a queue's
         # offset that way, answered SUCCESS). The first commit of each topic on each broker goes
         # alone, then one pipelined round of requests for the rest, not one round trip per queue.
-        failed: dict[MessageQueue, Exception] = {}
         known = {(mq.broker, mq.topic) for mq in self._written}  # each broker keeps a table per topic
         firsts: dict[tuple[str, str], MessageQueue] = {}
         for mq in changed:
             if (mq.broker, mq.topic) not in known:
                 firsts.setdefault((mq.broker, mq.topic), mq)
         if firsts:
-            failed.update(self.client.update_consumer_offsets(self.group, {mq: changed[mq] for mq in firsts.values()}))
+            failed.update(self._update({mq: changed[mq] for mq in firsts.values()}))
         alone = set(firsts.values())
         rest = {mq: off for mq, off in changed.items() if mq not in alone}
+        for mq in list(rest):
+            seen = self._unreachable.get(mq.broker)
+            if seen is not None and seen[0] >= now:  # the first commits just found it unreachable
+                failed[mq] = seen[1]
+                del rest[mq]
         if rest:
-            failed.update(self.client.update_consumer_offsets(self.group, rest))
+            failed.update(self._update(rest))
         for mq, offset in changed.items():
             exc = failed.get(mq)
             if exc is not None:
@@ -95,6 +122,23 @@ class BrokerOffsetStore:
             self._written[mq] = offset
             self._pending.pop(mq, None)
         return failed
+
+    def _update(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, RocketMQSparkError]:
+        """One round of commits; notes the brokers it could not reach (none of their queues
+        committed, a connection fault), and forgets those that answered."""
+        failed = self.client.update_consumer_offsets(self.group, offsets)
+        done = time.monotonic()
+        answered = {mq.broker for mq in offsets if mq not in failed}
+        for mq, exc in failed.items():
+            if isinstance(exc, ConnectionFailedError) and mq.broker not in answered:
+                self._unreachable[mq.broker] = (done, exc)
+        for broker in answered:
+            self._unreachable.pop(broker, None)
+        return failed
+
+    def answered(self, broker: str) -> None:
+        """``broker`` was heard from (e.g. by the reader's planner): the next commit asks it again."""
+        self._unreachable.pop(broker, None)
 
     def forget(self, mq: MessageQueue) -> None:
         """The broker's offset of ``mq`` changed behind this store (a reset): the next commit

@@ -19,7 +19,7 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     ├── BrokerUnavailableError      a broker's queues stayed unreachable past the bound
     ├── GroupInUseError             other clients consume in the consumer group
     ├── OffsetResetError            the group's offsets were reset while the query read them
-    └── DataLossError               planned offsets were deleted by retention
+    └── DataLossError               planned offsets were deleted by retention or lost by the broker
 
 Broker errors carry the response ``code``, the peer ``address``, the ``operation``
 that failed and whether it is ``retriable``. Codes map to classes through
@@ -172,7 +172,10 @@ class OffsetResetError(RocketMQSparkError):
 
 
 class DataLossError(RocketMQSparkError):
-    """Offsets a query planned to read are no longer on the broker (retention)."""
+    """Messages a query read or planned to read are no longer on the broker: deleted by
+    retention, or lost with the broker's store (or the topic deleted and re-created), their
+    offsets now taken by other messages. Raised with failOnDataLoss=true, naming each queue,
+    the offsets the query expected and what the broker holds now."""
 
 
 #: Response code -> exception class. Unknown codes fall back to :class:`BrokerError`.

@@ -15,7 +15,8 @@ from typing import Any
 
 from .model import MessageQueue
 
-__all__ = ["EARLIEST", "LATEST", "RESET_KEY", "Offsets", "OffsetsFormatError", "batch_end_json", "split_batch_end"]
+__all__ = ["EARLIEST", "LATEST", "MARKS_KEY", "RESET_KEY", "Mark", "Offsets", "OffsetsFormatError", "batch_end_json",
+           "marks_of", "split_batch_end"]
 
 #: option-only offsets: a queue's earliest (min) and latest (max) offset
 EARLIEST, LATEST = -2, -1
@@ -24,6 +25,13 @@ _SHAPE = 'JSON like {"topic":{"broker-a:0":42}}'
 #: else than the previous batch's end (an offset reset the query followed), in the offsets form:
 #: ``{"topic":{"broker-a:0":42}, "@reset":{"topic":{"broker-a:0":7}}}``. "@" is in no topic name.
 RESET_KEY = "@reset"
+#: In a stream's batch end offsets, per queue a fingerprint of one message the query planned past:
+#: ``"@marks":{"topic":{"broker-a:0":[41,1718000000123]}}``, its offset and store time (epoch ms).
+#: A broker that serves another message at that offset is not the store the query read from (it
+#: lost its store, or the topic was deleted and re-created): see ``Planner.check_data_loss``.
+MARKS_KEY = "@marks"
+#: (offset, store time in epoch ms) of one message: see :data:`MARKS_KEY`
+Mark = tuple[int, int]
 
 
 def _loaded(value: str | Mapping[str, Any]) -> Any:
@@ -119,19 +127,54 @@ class Offsets(Mapping[MessageQueue, int]):
         return cls(out)
 
 
-def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int]) -> dict[str, Any]:
-    """A stream batch's end offsets with the starts of the queues it reads from a reset offset."""
+def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int],
+                   marks: Mapping[MessageQueue, Mark] | None = None) -> dict[str, Any]:
+    """A stream batch's end offsets with the starts of the queues it reads from a reset offset
+    and the queues' marks (:data:`MARKS_KEY`)."""
     out: dict[str, Any] = Offsets(ends).to_json()
     if resets:
         out[RESET_KEY] = Offsets(resets).to_json()
+    if marks:
+        by_topic: dict[str, dict[str, list[int]]] = {}
+        for mq, (off, ts) in sorted(marks.items()):
+            by_topic.setdefault(mq.topic, {})[mq.key] = [int(off), int(ts)]
+        out[MARKS_KEY] = by_topic
+    return out
+
+
+def marks_of(value: str | Mapping[str, Any]) -> dict[MessageQueue, Mark]:
+    """The marks of a stream batch's offsets (:func:`batch_end_json`), {} when it has none;
+    OffsetsFormatError when they are not in the form written."""
+    obj = _loaded(value)
+    marks = obj.get(MARKS_KEY) if isinstance(obj, Mapping) else None
+    if marks is None:
+        return {}
+    out: dict[MessageQueue, Mark] = {}
+    shape = 'an object like {"topic":{"broker-a:0":[offset, storeTimeMs]}}'
+    if not isinstance(marks, Mapping):
+        raise OffsetsFormatError(f"{MARKS_KEY} is a JSON {type(marks).__name__}, not {shape}")
+    for topic, queues in marks.items():
+        if not isinstance(queues, Mapping):
+            raise OffsetsFormatError(f"{MARKS_KEY} of topic {topic!r} is not {shape}", "")
+        for key, mark in queues.items():
+            try:
+                mq = MessageQueue.from_key(str(topic), str(key))
+            except ValueError:
+                raise OffsetsFormatError(f"{MARKS_KEY}: queue {key!r} of topic {topic!r} is not 'broker:queueId'",
+                                         str(key)) from None
+            if (not isinstance(mark, list) or len(mark) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in mark)):
+                raise OffsetsFormatError(f"{MARKS_KEY}: mark {mark!r} of queue {key!r} is not [offset, storeTimeMs]",
+                                         str(key))
+            out[mq] = (mark[0], mark[1])
     return out
 
 
 def split_batch_end(value: str | Mapping[str, Any]) -> tuple[Offsets, Offsets]:
-    """(ends, reset starts) of a stream batch's offsets (:func:`batch_end_json`); any offsets
-    object without resets reads as its offsets and no resets."""
+    """(ends, reset starts) of a stream batch's offsets (:func:`batch_end_json`; its marks are
+    read by :func:`marks_of`); any offsets object without resets reads as its offsets and no resets."""
     obj = _loaded(value)
-    if isinstance(obj, Mapping) and RESET_KEY in obj:
-        rest = {k: v for k, v in obj.items() if k != RESET_KEY}
-        return Offsets.from_json(rest), Offsets.from_json(obj[RESET_KEY])
+    if isinstance(obj, Mapping) and (RESET_KEY in obj or MARKS_KEY in obj):
+        rest = {k: v for k, v in obj.items() if k not in (RESET_KEY, MARKS_KEY)}
+        return Offsets.from_json(rest), Offsets.from_json(obj.get(RESET_KEY, {}))
     return Offsets.from_json(obj), Offsets()

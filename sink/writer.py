@@ -19,7 +19,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -641,6 +641,10 @@ _END_ROUNDS = 3
 _SCAN_PULL = 1024
 
 
+#: destinations already warned about (see destination_marks): once per driver process
+_UNMARKED: set[tuple[str, str]] = set()
+
+
 def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[MessageQueue, int] | None:
     """The max offset of every queue the committed messages of ``txns`` can land in (each
     (broker, topic) pair's readable queues), asked before any is committed: where a later look
@@ -652,6 +656,9 @@ def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[Message
                   if (q.broker, q.topic) in pairs]
         return client.max_offsets(queues)
     except (RequestNotSupportedError, NoPermissionError, TopicNotFoundError) as exc:
+        if pairs <= _UNMARKED:
+            return None
+        _UNMARKED.update(pairs)
         log.warning("exactly-once: the destination queues of %s cannot be read back (%s); a replay of an "
                     "interrupted commit will commit its ENDs in flight without looking (a row may be stored twice)",
                     sorted(pairs), exc)
@@ -695,17 +702,31 @@ def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> Non
 
 def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
                   done: int, marks: Mapping[MessageQueue, int] | None, *, look_first: bool) -> None:
-    """Commit the record's transactions from index ``done`` on, each once.
+    """:func:`commit_once` of a recorded batch, its progress marked in ``txlog``."""
+    commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
+                on_progress=lambda n: txlog.mark_progress(batch_id, n))
+
+
+def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], done: int,
+                marks: Mapping[MessageQueue, int] | None, *, look_first: bool, what: str,
+                on_progress: Callable[[int], None] | None = None) -> None:
+    """Commit the transactions of ``record`` from index ``done`` on, each once.
 
     With ``marks``, a transaction whose END may have been applied is committed only if its
     message is not in the destination past the marks: before the first round when
     ``look_first`` (a replay: the commit before it may have had ENDs in flight), and after any
     round a fault stopped (an END whose answer was lost may have been applied). Without marks
-    (the destination cannot be read back) a failed END is retried alone, as ever."""
+    (the destination cannot be read back) a failed END is retried alone, as ever.
+    ``on_progress(n)``: the first ``n`` of ``record`` are committed (``what`` names them in logs)."""
     pending = list(range(done, len(record)))
+
+    def mark(n: int) -> None:
+        if on_progress is not None:
+            on_progress(n)
+
     if marks is None:
         client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
-                                on_progress=lambda n: txlog.mark_progress(batch_id, pending[n - 1] + 1))
+                                on_progress=lambda n: mark(pending[n - 1] + 1))
         return
     pairs = {(t.broker, t.topic) for t in record}
     for round_ in range(_END_ROUNDS):
@@ -713,8 +734,8 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
             seen = committed_ids(client, marks, pairs)
             already = [i for i in pending if record[i].msg_id in seen]
             pending = [i for i in pending if record[i].msg_id not in seen]
-            log.info("batch %d: %d of its transactions past %d are committed already (seen in the destination), "
-                     "%d to commit", batch_id, len(already), done, len(pending))
+            log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
+                     "%d to commit", what, len(already), done, len(pending))
         if not pending:
             return
         first = pending[0]
@@ -724,7 +745,7 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
             nonlocal answered
             answered = n
             # every transaction of the record before todo[n - 1] is committed: seen, or answered
-            txlog.mark_progress(batch_id, todo[n - 1] + 1)
+            mark(todo[n - 1] + 1)
 
         try:
             client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
@@ -733,8 +754,8 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
         except RocketMQSparkError as exc:
             if not exc.retriable or round_ == _END_ROUNDS - 1:
                 raise
-            log.warning("batch %d: committing its transactions from %d stopped after %d answered (%s); looking "
-                        "at the destination before sending the rest again", batch_id, first, answered, exc)
+            log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
+                        "at the destination before sending the rest again", what, first, answered, exc)
             pending = pending[answered:]
             _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
 
@@ -815,10 +836,14 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         return write_rows(self.opts, iterator, None)
 
     def commit(self, messages: list[Any]) -> None:
+        """Every task succeeded: exactly-once commits their half messages, each once
+        (:func:`commit_once`: an END whose answer was lost is looked up, not sent again)."""
         if self.opts.exactly_once:
             client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials)
             try:
-                client.end_transactions(_txns(messages), commit=True, producer_group=self.opts.producer_group)
+                txns = sorted(_txns(messages))
+                marks = destination_marks(client, txns) if txns else {}
+                commit_once(client, self.opts, txns, 0, marks, look_first=False, what="the batch write")
             finally:
                 client.close()
 

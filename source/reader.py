@@ -13,7 +13,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,8 +32,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
-from ..client import BrokerClient, Credentials, connect
+from ..checkpoints.offset_store import RETRY_AFTER_S
+from ..client import BrokerClient, ClientConfig, Credentials, connect
 from ..client.membership import GroupPresence, QueueStatus
+from ..client.retry import bounded
 from ..codec import PropertyKey, property_of, split_record, subscribed_tags
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
 from ..errors import (
@@ -48,7 +51,7 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..names import RETRY_PREFIX
-from ..offsets import EARLIEST, LATEST, Offsets, batch_end_json, split_batch_end
+from ..offsets import EARLIEST, LATEST, Mark, Offsets, batch_end_json, marks_of, split_batch_end
 from .options import ReaderOptions
 from .pushdown import Pushed, pushed_of
 
@@ -57,6 +60,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
 
 QueueOffsets = dict[MessageQueue, int]
+V = TypeVar("V")
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
@@ -66,9 +70,28 @@ _POLL_S = 1.0
 _OWN_KEPT = 256
 #: A broker known to be down is asked again at most this often (seconds).
 _REPROBE_S = 2.0
+#: A queue's mark (see Planner._marks) is taken again after this long (seconds), when the queue
+#: has new messages: retention then never leaves it behind
+_MARK_EVERY_S = 600.0
+#: A mark that could not be taken is tried again after this long (seconds)
+_MARK_RETRY_S = 60.0
+#: Queues are looked over for marks to take at most this often (seconds; a queue restarted at its
+#: earliest offset at once)
+_MARK_SCAN_S = 5.0
+#: Marks taken per trigger at most: one pull each, pipelined (many queues get theirs over a few triggers)
+_MARKS_PER_TRIGGER = 256
+#: the retry budget of asking a broker known to be down again (seconds): quick faults (a
+#: refused connection) are retried within it, a request that times out is not asked again
+#: (brokerDownTimeoutMs bounds the wait for the broker, not a chain of timeouts per trigger)
+_REPROBE_BUDGET_S = 1.0
 # how often the "broker unavailable" warning repeats while the broker stays down (triggers
 # come every few milliseconds when the other queues are busy; DEBUG in between)
 _WARN_EVERY_S = 10.0
+
+
+def _iso(ms: int) -> str:
+    """Epoch millis as ISO-8601 UTC (for messages)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
@@ -101,6 +124,19 @@ class QueueRange(InputPartition):
     retry_columns: bool = False
     #: only these columns, in this order (a user-given schema); None: all
     columns: tuple[str, ...] | None = None
+    #: the broker's address as the planner's route gave it (remoting): the task asks no name
+    #: server for it (one that does not answer must not stop the read; see read_range)
+    broker_addr: str | None = None
+    #: how long the broker had not answered the planner when the range was planned (seconds;
+    #: 0: it answered): a task that gets no answer either counts its wait from then (see _pulls)
+    broker_silent_s: float = 0.0
+
+
+def _client_config(broker_down_timeout_ms: int) -> ClientConfig:
+    """The config of a reader's clients (planner and tasks): a call's retries end within
+    brokerDownTimeoutMs, the bound of the reader's own wait for a broker that does not answer."""
+    base = ClientConfig()
+    return ClientConfig(retry_budget_s=min(base.retry_budget_s, broker_down_timeout_ms / 1000))
 
 
 class Planner:
@@ -144,6 +180,24 @@ class Planner:
         self._stale: set[MessageQueue] = set()
         #: queues a batch read's pushed filters leave (None: every queue of the topics)
         self.keep: Callable[[MessageQueue], bool] | None = None
+        #: per queue, the mark of one message this query planned past: its offset and store time.
+        #: A broker that lost its store (or whose topic was deleted and re-created) serves other
+        #: messages at the same offsets once new ones arrive; whenever there is a reason to doubt a
+        #: broker (see _note_doubts) the message at the mark is pulled again and compared before the
+        #: queue is planned on. Kept in each batch's offsets (MARKS_KEY): a restarted query compares too
+        self._marks: dict[MessageQueue, Mark] = {}
+        self._marked_at: dict[MessageQueue, float] = {}  # when its mark was taken or last tried
+        self._marks_scanned = -1e18  # when the queues were last looked over for marks to take
+        self._marks_refused = False  # warned that a broker refuses the pulls marks are taken with
+        #: queues whose marks are compared before they are planned on again
+        self._doubts: set[MessageQueue] = set()
+        #: broker -> its connection epoch when last seen (see BrokerClient.connection_epoch)
+        self._epochs: dict[str, tuple[str, int]] = {}
+        #: min offsets of the latest data-loss check (a mark below its queue's is gone by retention)
+        self._lows: dict[MessageQueue, int] = {}
+        #: queues the next batch reads again from their min offset: their broker no longer has
+        #: what the query planned past (see take_restarts)
+        self._restarts: QueueOffsets = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -159,6 +213,7 @@ class Planner:
         """The planner's client, connected on first use."""
         if self._client is None:
             self._client = connect(self.options.namesrv_addr, self.options.endpoints,
+                                   _client_config(self.options.broker_down_timeout_ms),
                                    credentials=self.options.credentials)
         return self._client
 
@@ -168,7 +223,8 @@ class Planner:
         if self._store is None:
             if not self.options.consumer_group:
                 raise OptionError("consumerGroup", None, "required to read or commit a group's offsets")
-            self._store = BrokerOffsetStore(self.client, self.options.consumer_group)
+            self._store = BrokerOffsetStore(self.client, self.options.consumer_group,
+                                            retry_after_s=RETRY_AFTER_S)
         return self._store
 
     def queues(self) -> list[MessageQueue]:
@@ -210,8 +266,15 @@ class Planner:
     def _lows_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """Min offsets of one broker's queues, from one offset-range round (GET_TOPIC_STATS_INFO
         per topic); the max offsets it also brought are kept for the :meth:`latest` call of the
-        same trigger (:meth:`_highs_of`), so a trigger asks each broker once."""
-        ranges = self.client.offset_ranges(mqs)
+        same trigger (:meth:`_highs_of`), so a trigger asks each broker once. A broker that
+        answers without a topic the query reads (deleted, or its store lost, and not created
+        again yet) counts as unavailable: its queues wait for the topic like a down broker's."""
+        try:
+            ranges = self.client.offset_ranges(mqs)
+        except TopicNotFoundError as exc:
+            raise ConnectionFailedError(exc.address, exc.operation,
+                                        f"the broker does not have the topic now ({exc.remark}): deleted, or its "
+                                        "store lost? Its queues wait until it is there again") from None
         self._highs.update({mq: hi for mq, (_lo, hi) in ranges.items()})
         return {mq: lo for mq, (lo, _hi) in ranges.items()}
 
@@ -225,33 +288,49 @@ class Planner:
         return kept
 
     def _ask_brokers(self, queues: list[MessageQueue],
-                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, int]]) -> QueueOffsets:
+                     ask: Callable[[list[MessageQueue]], dict[MessageQueue, V]], *,
+                     fail: bool = True) -> dict[MessageQueue, V]:
         """``ask(queues of one broker)`` for every broker (the client pipelines the per-queue
-        requests); a broker that fails (after the client's bounded retries) is noted as down
-        and the caller reads on with the rest (see :meth:`_unavailable`). A broker known to
-        be down is asked again only every ``_REPROBE_S``, so its retries do not slow every
-        trigger down."""
-        out: QueueOffsets = {}
-        failed: dict[str, str] = {}
+        requests); a broker that fails with a transient fault (after the client's retries,
+        bounded by brokerDownTimeoutMs) is noted as down since the request that failed went
+        out, and the caller reads on with the rest. A broker known to be down is asked again
+        only every ``_REPROBE_S`` and then once (no chain of request timeouts), so a broker
+        that stopped answering neither slows every trigger down nor stretches the wait
+        brokerDownTimeoutMs bounds. With ``fail``, a down broker is said (:meth:`_unavailable`:
+        a warning when it is found, BrokerUnavailableError once it has been down for longer
+        than brokerDownTimeoutMs and did not answer the last time it was asked)."""
+        out: dict[MessageQueue, V] = {}
         now = time.monotonic()
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in queues:
             by_broker.setdefault(mq.broker, []).append(mq)
         for b, mqs in by_broker.items():
-            if b in self._down and now - self._probed.get(b, 0.0) < _REPROBE_S:
-                failed[b] = self._down[b][1]
+            down = self._down.get(b)
+            if down is not None and now - self._probed.get(b, 0.0) < _REPROBE_S:
+                if fail:
+                    self._unavailable(mqs)
                 continue
+            asked = time.monotonic()
             try:
-                out.update(ask(mqs))
-            except ConnectionFailedError as exc:
-                failed[b] = str(exc)
+                if down is None:
+                    out.update(ask(mqs))
+                else:
+                    with bounded(_REPROBE_BUDGET_S):
+                        out.update(ask(mqs))
+            except RocketMQSparkError as exc:
+                if not exc.retriable:
+                    raise
                 self._probed[b] = time.monotonic()
+                if down is None:
+                    self._down[b] = (asked, str(exc))
+                if fail:
+                    self._unavailable(mqs)
         for broker in {mq.broker for mq in out}:
             if self._down.pop(broker, None) is not None:
                 self._warned.pop(broker, None)
+                if self._store is not None:  # its commits need not wait any longer
+                    self._store.answered(broker)
                 log.warning("broker %s answers again; reading its queues", broker)
-        for broker, why in failed.items():
-            self._down.setdefault(broker, (now, why))
         return out
 
     def _unavailable(self, queues: list[MessageQueue]) -> None:
@@ -330,17 +409,26 @@ class Planner:
         return self._start_for(mq, o.starting)
 
     def check_data_loss(self, start: QueueOffsets) -> QueueOffsets:
-        """Starts below a queue's min offset: fail (DataLossError), or skip (logged) with
-        failOnDataLoss=false. Returns ``start`` with the skipped ones moved up to the min
-        offset (a down broker's queues unchanged)."""
+        """Starts whose messages the broker no longer has: below a queue's min offset (deleted
+        by retention), or lost (:meth:`_lost_queues`: above its max offset, or past a message
+        that is not the one this query planned past). With failOnDataLoss=true, DataLossError;
+        else logged, and ``start`` is returned with the retention gaps skipped (moved up to the
+        min offset) and the lost queues moved back to their min offset (:meth:`take_restarts`),
+        a down broker's queues unchanged."""
         fixed = dict(start)
         self._highs.clear()
+        was_down = set(self._down)
         lows = self._ask_brokers(sorted(start), self._lows_of)
+        self._lows = lows
+        self._note_doubts(start, was_down)
+        suspect = [mq for mq in self._doubts if mq in lows]
         for mq, off in start.items():
             low = lows.get(mq)
             if low is None:
                 continue  # its broker is down: next_end keeps the offset
-            if off < low:
+            if off > self._highs.get(mq, off):
+                suspect.append(mq)
+            elif off < low:
                 if self.options.fail_on_data_loss:
                     raise DataLossError(
                         f"{mq}: offsets [{off}, {low}) were deleted by retention before they were read; "
@@ -348,7 +436,228 @@ class Planner:
                 log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
                             mq, off, low)
                 fixed[mq] = low
+        ranges = {mq: (lows[mq], self._highs[mq]) for mq in suspect if mq in self._highs}
+        fixed.update(self._lost_queues(start, ranges))
         return fixed
+
+    # -- a broker that lost what the query planned past ---------------------------------
+
+    def _note_doubts(self, queues: Iterable[MessageQueue], was_down: set[str]) -> None:
+        """Queues of ``queues`` whose broker may have changed under the query are doubted (their
+        marks are compared before they are planned on, see :meth:`_lost_queues`): those of a
+        broker that did not answer (down, or its queues gone from the routes; ``was_down``: the
+        brokers noted down before the call that just asked them) and those of a broker the
+        client had to connect to anew (it restarted or was replaced between two triggers).
+        Costs no request: both are known from the planner's usual calls."""
+        changed = was_down | set(self._down)
+        for broker in {mq.broker for mq in queues}:
+            epoch = self.client.connection_epoch(broker)
+            if epoch is None:
+                continue
+            before = self._epochs.get(broker)
+            if before is not None and before != epoch:
+                log.info("broker %s: connection %s replaced by %s; its queues' marks are compared", broker,
+                         before, epoch)
+                changed.add(broker)
+            self._epochs[broker] = epoch
+        if changed:
+            self._doubts.update(mq for mq in queues if mq.broker in changed)
+
+    def doubt(self, mq: MessageQueue) -> None:
+        """Compare ``mq``'s mark before it is planned on (the broker lost the group's offset of
+        it, say: a broker that lost its store lost those too)."""
+        self._doubts.add(mq)
+
+    def _lost_queues(self, start: QueueOffsets, ranges: dict[MessageQueue, tuple[int, int]]) -> QueueOffsets:
+        """Queues of ``start`` with ``ranges`` (their min and max offsets now: those above their
+        max and the doubted ones are enough) whose broker no longer has what the query planned
+        past: a start above the max offset, or a doubted queue whose mark is no longer there
+        (:meth:`_compare_marks`). With failOnDataLoss=true, DataLossError naming
+        each queue, where the query stands and what the broker holds; else each is logged and
+        restarted at its min offset (returned; :meth:`take_restarts`). A doubted queue whose
+        mark cannot be read now (its broker does not answer the pull) stays doubted."""
+        lost: dict[MessageQueue, str] = {}
+        for mq, (_lo, hi) in ranges.items():
+            off = start.get(mq)
+            if off is not None and off > hi:
+                lost[mq] = f"the query's next offset is {off}, the queue's max offset {hi}"
+        doubted = sorted(mq for mq in self._doubts if mq in start and mq in ranges)
+        for mq in doubted:
+            if mq in lost:
+                self._doubts.discard(mq)
+        lost.update(self._compare_marks([mq for mq in doubted if mq not in lost], start, ranges))
+        if not lost:
+            return {}
+        listed = "; ".join(f"{mq}: {why}; it holds offsets [{ranges[mq][0]}, {ranges[mq][1]}) now"
+                           for mq, why in sorted(lost.items()))
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"the broker no longer has messages this query read or planned to read, and their offsets are "
+                f"taken by other messages ({listed}). The broker lost its store (a replaced disk, a re-provisioned "
+                f"broker) or the topic was deleted and re-created. To read these queues again from their earliest "
+                f"offset, start the query on a new checkpoint with startingOffsets=earliest, or set "
+                f"failOnDataLoss=false (they are then read from their earliest offset at once)")
+        out: QueueOffsets = {}
+        for mq, why in sorted(lost.items()):
+            lo = ranges[mq][0]
+            log.warning("%s: the broker no longer has messages this query read or planned to read (%s; it holds "
+                        "offsets [%d, %d) now: its store was lost, or the topic deleted and re-created); "
+                        "failOnDataLoss=false: reading the queue again from its earliest offset %d",
+                        mq, why, lo, ranges[mq][1], lo)
+            self._restart(mq, lo)
+            out[mq] = lo
+        return out
+
+    def _compare_marks(self, mqs: list[MessageQueue], start: QueueOffsets,
+                       ranges: dict[MessageQueue, tuple[int, int]]) -> dict[MessageQueue, str]:
+        """Of doubted ``mqs``, those whose mark the broker serves as another message (another
+        store time), with why. A queue without a mark inside its range (none taken, or gone by
+        retention) has nothing to compare and is no longer doubted; one whose pull fails on the
+        connection stays doubted."""
+        due: dict[MessageQueue, Mark] = {}
+        for mq in mqs:
+            mark = self._marks.get(mq)
+            lo, hi = ranges[mq]
+            if mark is not None and lo <= mark[0] < min(hi, start[mq]):
+                due[mq] = mark
+                continue
+            self._doubts.discard(mq)
+            if mark is not None and mark[0] < lo:
+                self._marks.pop(mq, None)  # retention took it: a new one is taken
+        if not due:
+            return {}
+        times, failed = self._store_times({mq: m[0] for mq, m in due.items()})
+        lost: dict[MessageQueue, str] = {}
+        refused: list[MessageQueue] = []
+        for mq, (off, ts) in sorted(due.items()):
+            exc = failed.get(mq)
+            if isinstance(exc, (ConnectionFailedError, TopicNotFoundError)):  # not now: asked again later
+                log.info("%s: mark at offset %d not compared now: %s", mq, off, exc)
+                continue
+            self._doubts.discard(mq)
+            if exc is not None:
+                refused.append(mq)
+                continue
+            now = times.get(mq)
+            if now is not None and now != ts:
+                lost[mq] = (f"the query's next offset is {start[mq]}, and offset {off}, stored at {_iso(ts)} when "
+                            f"the query planned past it, holds a message stored at {_iso(now)}")
+        if refused:
+            log.warning("%s (and %d more queues): the marked message cannot be pulled to compare it (%s); read on "
+                        "without", refused[0], len(refused) - 1, failed[refused[0]])
+        return lost
+
+    def _store_times(self, offsets: dict[MessageQueue, int]
+                     ) -> tuple[dict[MessageQueue, int | None], dict[MessageQueue, RocketMQSparkError]]:
+        """Store time (epoch ms) of the message at each queue's offset, None where there is
+        none, the pulls in flight together; and the queues whose pull failed, with the error."""
+        pending: list[tuple[MessageQueue, Any]] = []
+        failed: dict[MessageQueue, RocketMQSparkError] = {}
+        for mq, off in sorted(offsets.items()):
+            try:
+                pending.append((mq, self.client.pull_async(mq, off, 1)))
+            except RocketMQSparkError as exc:
+                failed[mq] = exc
+        out: dict[MessageQueue, int | None] = {}
+        for mq, p in pending:
+            try:
+                res = self.client.pull_result(mq, p)
+                out[mq] = self._store_time_in(mq, offsets[mq], res)
+            except RocketMQSparkError as exc:
+                failed[mq] = exc
+        return out, failed
+
+    def _store_time_in(self, mq: MessageQueue, offset: int, res: PullResult) -> int | None:
+        if res.status != "FOUND":
+            return None
+        rows = self.client.rows(mq, [res], offset + 1, ["queueOffset", "storeTimestamp"])
+        offs = rows.column(0).to_pylist()
+        if offset not in offs:
+            return None
+        us = rows.column(1).cast(pa.int64()).to_pylist()[offs.index(offset)]
+        return None if us is None else int(us) // 1000
+
+    def _restart(self, mq: MessageQueue, offset: int) -> None:
+        """The queue is read again from ``offset`` (below where the query stood): what was
+        planned or done before no longer counts for its commits (Spark's commit of the batch
+        planned before is dropped, see :meth:`commit`), and its mark is taken anew."""
+        self.tracker.reset(mq, offset)
+        self._stale.add(mq)
+        if self._store is not None:
+            self._store.forget(mq)
+        self._marks.pop(mq, None)
+        self._marked_at.pop(mq, None)
+        self._marks_scanned = -1e18  # its new store is marked in this trigger's planning
+        self._doubts.discard(mq)
+        self._restarts[mq] = offset
+
+    def take_restarts(self) -> QueueOffsets:
+        """The queues restarted at their min offset since the last call (their broker lost what
+        the query planned past, failOnDataLoss=false), with that offset: a stream's batch names
+        them as reset starts, so its partitions begin there."""
+        out, self._restarts = self._restarts, {}
+        return out
+
+    def adopt_marks(self, marks: dict[MessageQueue, Mark]) -> None:
+        """Marks from a batch's start offsets: those this planner did not take (a restarted
+        query's, from Spark's checkpoint) are kept and compared before their queues are planned
+        on (the broker may have lost its store while the query was stopped)."""
+        now = time.monotonic()
+        for mq, mark in marks.items():
+            if self._marks.get(mq) != mark:
+                self._marks[mq] = mark
+                self._marked_at[mq] = now
+                self._doubts.add(mq)
+
+    def marks_of(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, Mark]:
+        """The marks of ``queues`` that have one (for a batch's offsets)."""
+        return {mq: self._marks[mq] for mq in queues if mq in self._marks}
+
+    def _take_marks(self, begin: QueueOffsets, end: QueueOffsets) -> None:
+        """Marks the last message of each queue's batch ``[begin, end)`` (the next batch starts
+        past it) where the queue has no mark, or one outside [its min offset, ``end``), or, when
+        the batch has new messages, one older than ``_MARK_EVERY_S``: so a trigger asks nothing
+        more but these rare pulls, and idle triggers leave the batch offsets as they were. At
+        most ``_MARKS_PER_TRIGGER`` per trigger; one that cannot be taken is tried again after
+        ``_MARK_RETRY_S``. The queues are looked over every ``_MARK_SCAN_S`` (a few dict
+        lookups per queue: not every trigger)."""
+        now = time.monotonic()
+        if now - self._marks_scanned < _MARK_SCAN_S:
+            return
+        self._marks_scanned = now
+        due: dict[MessageQueue, int] = {}
+        for mq in end:
+            e, lo = end[mq], self._lows.get(mq, 0)
+            if e <= lo:
+                continue  # no message before the end
+            mark = self._marks.get(mq)
+            since = now - self._marked_at.get(mq, -1e18)
+            if mark is not None and lo <= mark[0] < e:
+                if e == begin[mq] or since < _MARK_EVERY_S:
+                    continue
+            elif since < _MARK_RETRY_S:
+                continue
+            due[mq] = e - 1
+            if len(due) >= _MARKS_PER_TRIGGER:
+                break
+        if not due:
+            return
+        times, failed = self._store_times(due)
+        for mq, off in due.items():
+            self._marked_at[mq] = now
+            ts = times.get(mq)
+            if ts is not None:
+                self._marks[mq] = (off, ts)
+        refused = {mq: e for mq, e in failed.items() if not isinstance(e, ConnectionFailedError)}
+        if refused and not self._marks_refused:
+            self._marks_refused = True
+            mq, exc = next(iter(sorted(refused.items())))
+            log.warning("%s: the message at offset %d cannot be pulled to mark the queue (%s; %d queues alike): a "
+                        "broker that loses its store is noticed by such queues only once the query's offset lies "
+                        "above their max offset", mq, due[mq], exc, len(refused))
+        if failed:
+            log.debug("marks not taken now (tried again later): %s",
+                      "; ".join(f"{mq}: {e}" for mq, e in failed.items()))
 
     def next_end(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:
         """The end offsets of the next batch (registered as in flight).
@@ -358,7 +667,9 @@ class Planner:
         else left to read waits for such a broker (polling every ``_POLL_S``) rather than
         end with its queues unread."""
         while True:
+            was_down = set(self._down)
             latest = self.latest()
+            start = self._checked(start, latest, was_down)
             missing = [mq for mq in start if mq not in latest]
             if missing:
                 self._unavailable(missing)  # raises once the broker has been away too long
@@ -376,6 +687,7 @@ class Planner:
             self._sleep(_POLL_S)
         if isinstance(limit, ReadMaxRows):
             end = self._admit(begin, end, limit.max_rows)
+        self._take_marks(begin, end)
         now = int(time.time() * 1000)
         for mq in end:
             self.tracker.register(mq, begin[mq], end[mq])
@@ -385,6 +697,28 @@ class Planner:
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
+
+    def _checked(self, start: QueueOffsets, latest: QueueOffsets, was_down: set[str]) -> QueueOffsets:
+        """``start`` with the lost queues among those ``latest`` answered for restarted (see
+        :meth:`_lost_queues`; a broker that answers again here, after the data-loss check of
+        this trigger, is doubted now). Doubted queues that cannot be compared now are taken out
+        of ``latest``: they wait like a down broker's (their broker noted down)."""
+        self._note_doubts(start, was_down)
+        doubted = sorted(mq for mq in self._doubts if mq in latest and mq in start)
+        if not doubted:
+            return start
+        try:
+            ranges = self.client.offset_ranges(doubted)
+        except (ConnectionFailedError, TopicNotFoundError) as exc:
+            ranges, why = {}, str(exc)
+        else:
+            why = "its queues' marks could not be compared"
+        moved = self._lost_queues({mq: start[mq] for mq in doubted}, ranges)
+        for mq in doubted:
+            if mq in self._doubts:
+                latest.pop(mq, None)
+                self._down.setdefault(mq.broker, (time.monotonic(), why))
+        return {**start, **moved}
 
     @staticmethod
     def _sleep(seconds: float) -> None:
@@ -474,17 +808,29 @@ class Planner:
                 for a in range(s, e, step):
                     split.append((mq, a, min(e, a + step)))
             ranges = split
+        addrs = {} if o.endpoints else {mq.broker: self._known_addr(mq) for mq, _s, _e in ranges}
+        now = time.monotonic()
+        silent = {b: now - since for b, (since, _why) in self._down.items()}
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
-                           o.include_retry_topic, o.columns)
+                           o.include_retry_topic, o.columns, addrs.get(mq.broker), silent.get(mq.broker, 0.0))
                 for mq, s, e in ranges]
+
+    def _known_addr(self, mq: MessageQueue) -> str | None:
+        """The address the routes give ``mq``'s broker (None: none now; the task looks it up)."""
+        try:
+            return self.client.broker_addr(mq.broker, mq.topic)
+        except RocketMQSparkError:
+            return None
 
     def commit(self, end: QueueOffsets) -> None:
         """Spark processed every batch up to ``end``: with commitOffsets and a consumerGroup,
         each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes
         to the brokers. Broker faults are logged and retried at the next commit, not raised
-        (:meth:`BrokerOffsetStore.commit`). A queue whose offset on the broker moved since
-        this query wrote it (a reset) is not committed: the next batch applies the reset."""
+        (:meth:`BrokerOffsetStore.commit`); a broker found unreachable is noted as down (asked
+        again at the next trigger, see :meth:`_ask_brokers`). A queue whose offset on the
+        broker moved since this query wrote it (a reset) is not committed: the next batch
+        applies the reset."""
         committable: QueueOffsets = {}
         for mq, off in end.items():
             if mq in self._stale:  # the end of a batch planned before the queue's reset
@@ -500,9 +846,14 @@ class Planner:
         # resets a commit would overwrite are left to the next batch (see follow_resets): those
         # pushed since, and, before this run has read the group's offsets once (Spark plans, and
         # so reads them in latestOffset, before it commits), the broker's moved offsets
-        self.find_resets(committable, read=not self._synced)
+        self.find_resets(committable, read=not self._synced, fail=False)
         todo = {mq: off for mq, off in committable.items() if mq not in self._resets}
-        failed = self.store.commit(todo)
+        asked = time.monotonic()
+        with bounded(_REPROBE_BUDGET_S):  # a failed commit waits for the next commit, not a chain of timeouts
+            failed = self.store.commit(todo)
+        for mq, exc in failed.items():
+            if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
+                self._down.setdefault(mq.broker, (asked, str(exc)))
         now = int(time.time() * 1000)
         for mq, off in todo.items():
             if mq not in failed:
@@ -550,11 +901,13 @@ class Planner:
             self._member.close()
             self._member = None
 
-    def find_resets(self, expected: QueueOffsets, *, read: bool = True) -> None:
+    def find_resets(self, expected: QueueOffsets, *, read: bool = True, fail: bool = True) -> None:
         """Note the resets of the group's offsets since the last look: those brokers pushed
         (RESET_CONSUMER_CLIENT_OFFSET), and, with ``read``, queues whose offset on the broker is
         not the one this query last wrote or read there (a 5.x broker's server-side reset, an
-        operator's direct write). ``expected`` are the offsets the query stands at (a batch's end)."""
+        operator's direct write). ``expected`` are the offsets the query stands at (a batch's end).
+        A broker that does not answer is compared later; with ``fail`` it may fail the query
+        (see :meth:`_ask_brokers`)."""
         group = self.options.consumer_group
         if not group:
             return
@@ -568,17 +921,16 @@ class Planner:
         mqs = sorted(mq for mq in expected if mq not in self._resets)
         if not mqs:
             return
-        try:
-            held = self.store.read_many(mqs)
-        except ConnectionFailedError as exc:
-            log.info("group %s: offsets not compared this time: %s", group, exc)
-            return
+        held = self._ask_brokers(mqs, self.store.read_many, fail=fail)  # a down broker's: compared later
         for mq in mqs:
-            now_held = held.get(mq)
+            if mq not in held:
+                continue
+            now_held = held[mq]
             st = self._status_of(mq)
             if now_held is None:
                 if st.committed >= 0:  # the broker lost an offset it took (see BrokerOffsetStore.commit)
                     self.store.forget(mq)
+                    self.doubt(mq)  # as a broker that lost its store does: compare the queue's mark
                 continue
             if st.committed < 0:  # first look in this run
                 st.committed = now_held
@@ -674,7 +1026,10 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     brokerDownTimeoutMs, ProtocolError on bytes that do not decode, and the client's other
     errors."""
     own = client is None
-    c = client or connect(part.namesrv, part.endpoints, credentials=part.credentials)
+    c = client or connect(part.namesrv, part.endpoints, _client_config(part.broker_down_timeout_ms),
+                          credentials=part.credentials)
+    if part.broker_addr:
+        c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = tag_set(subscribed_tags(part.sub_expression))
     try:
         for batch in _read(part, c, _decoded_columns(part, tags is not None)):
@@ -700,6 +1055,24 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
                  "reads its planned range [%d, %d), the next one follows onOffsetReset", mq, part.group, offset,
                  res.next_offset, part.start, part.end)
         return True
+    past_end = (res.status == "NO_NEW_MSG" or (res.status == "OFFSET_ILLEGAL" and res.next_offset < offset)
+                or (res.status == "OFFSET_ILLEGAL" and 0 <= res.max_offset <= offset))
+    if past_end:
+        # planned below the queue's max offset, now at or past it: the broker lost messages
+        # (its store, or the topic deleted and re-created); new ones would take these offsets
+        hi = "?" if res.max_offset < 0 else res.max_offset
+        lo = "?" if res.min_offset < 0 else res.min_offset
+        if part.fail_on_data_loss:
+            raise DataLossError(
+                f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker: the queue holds offsets "
+                f"[{lo}, {hi}) now. The broker lost messages this query planned to read (its store was lost, or "
+                f"the topic deleted and re-created), and new messages take their offsets. To read the queue again "
+                f"from its earliest offset, start the query on a new checkpoint with startingOffsets=earliest, or "
+                f"set failOnDataLoss=false")
+        log.warning("%s: planned offsets [%d, %d) are not on the broker (it holds [%s, %s) now: its store was "
+                    "lost, or the topic deleted and re-created); failOnDataLoss=false: not read, the next batch "
+                    "reads the queue from its earliest offset", mq, offset, part.end, lo, hi)
+        raise _RangeGone
     if res.status == "OFFSET_ILLEGAL":
         if res.next_offset > offset and not part.fail_on_data_loss:
             log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
@@ -709,10 +1082,12 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
             hi = "?" if res.max_offset < 0 else res.max_offset
             raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
                                 f"range [{lo}, {hi}) (deleted by retention?)")
-    elif res.status == "NO_NEW_MSG":
-        raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker "
-                            f"(its max offset is {'?' if res.max_offset < 0 else res.max_offset})")
     return False
+
+
+class _RangeGone(Exception):
+    """The rest of a task's range is past the queue's end (failOnDataLoss=false: logged by
+    :func:`_check_pull`): the task ends its range there."""
 
 
 class _Failed:
@@ -746,20 +1121,27 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     The pulls ahead go out half a window at a time through ``start_many`` when given (one
     write for several pulls, instead of a write and a thread hand-off per answer).
 
-    A broker that becomes unreachable mid-range (restart, network outage; the client's own
-    quick retries spent) is asked again from the same offset with backoff for up to
-    ``part.broker_down_timeout_ms``: nothing already yielded is read twice, nothing skipped.
-    Past that the task fails with :class:`BrokerUnavailableError` naming the broker's
-    address and the operation."""
+    A broker that becomes unreachable mid-range (restart, network outage, a paused process
+    whose pulls time out) is asked again from the same offset, one pull at a time with
+    backoff, for up to ``part.broker_down_timeout_ms`` counted from when it was last heard
+    of (its last answer, or the failed pull going out if that was later; before any answer,
+    ``part.broker_silent_s`` before the read began): nothing already yielded is read twice,
+    nothing skipped. Past that the task fails with :class:`BrokerUnavailableError` naming the
+    broker's address and the operation, at most one pull attempt (a request timeout) after
+    the bound."""
 
-    def begin(off: int) -> Any:
+    def begin(off: int) -> tuple[int, Any, float]:
+        """(offset asked, its pending pull, when it went out)"""
+        sent = time.monotonic()
         try:
-            return start(off)
+            return off, start(off), sent
         except ConnectionFailedError as exc:
-            return _Failed(exc)
+            return off, _Failed(exc), sent
 
     offset = part.start
-    inflight: deque[tuple[int, Any]] = deque([(offset, begin(offset))])  # (offset asked, pending)
+    heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
+    answered = False
+    inflight: deque[tuple[int, Any, float]] = deque([begin(offset)])
     frontier = offset  # where the next pull ahead starts (with ``step``)
     step = 0  # messages the broker serves per pull, once it served fewer than asked
     repulls = 0
@@ -774,8 +1156,8 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
         except ConnectionFailedError as exc:
             now = time.monotonic()
             if down_since is None:
-                down_since = now
-                log.warning("%s: broker unreachable at offset %d (%s); retrying for up to %d ms",
+                down_since = max(heard, inflight[0][2]) if answered else heard
+                log.warning("%s: broker unreachable at offset %d (%s); asking again for up to %d ms",
                             part.mq, offset, exc, part.broker_down_timeout_ms)
             waited = now - down_since
             if waited * 1000 >= part.broker_down_timeout_ms:
@@ -785,8 +1167,9 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
                     f"{part.broker_down_timeout_ms} bounds the wait)") from exc
             time.sleep(pause)
             pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
-            inflight = deque([(offset, begin(offset))])
+            inflight = deque([begin(offset)])
             continue
+        heard, answered = time.monotonic(), True
         inflight.popleft()
         if down_since is not None:
             log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
@@ -796,7 +1179,7 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             if (repulls := repulls + 1) > 3:
                 raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
                                        f"offset ({res.next_offset}) for consumer group {part.group}")
-            inflight = deque([(offset, begin(offset))])
+            inflight = deque([begin(offset)])
             continue
         nxt = max(res.next_offset, offset)
         got = nxt - offset
@@ -808,13 +1191,14 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             frontier = nxt
         if step and start_many is not None and len(inflight) <= ahead // 2 and frontier < part.end:
             offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
+            sent = time.monotonic()
             try:
-                inflight.extend(zip(offsets, start_many(offsets)))
+                inflight.extend((off, pending, sent) for off, pending in zip(offsets, start_many(offsets)))
             except ConnectionFailedError as exc:
-                inflight.extend((off, _Failed(exc)) for off in offsets)
+                inflight.extend((off, _Failed(exc), sent) for off in offsets)
             frontier = offsets[-1] + step
         while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
-            inflight.append((frontier, begin(frontier)))
+            inflight.append(begin(frontier))
             if not step:
                 break  # the next offset is known only from this pull's answer
             frontier += step
@@ -855,12 +1239,13 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
 
     unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
-    for res, nxt in _pulls(part,
-                           lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                                    subscription=part.sub_expression),
-                           lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
-                           lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                          subscription=part.sub_expression)):
+    pulls = _pulls(part,
+                   lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
+                                            subscription=part.sub_expression),
+                   lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
+                   lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
+                                                  subscription=part.sub_expression))
+    for res, nxt in _until_gone(pulls):
         if res.size:
             pulled.append(res)
             buffered += res.size
@@ -875,6 +1260,14 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
         batch = decode(part.end)
         if batch.num_rows:
             yield batch
+
+
+def _until_gone(pulls: Iterator[tuple[PullResult, int]]) -> Iterator[tuple[PullResult, int]]:
+    """``pulls`` until the range's rest is gone from the broker (see :class:`_RangeGone`)."""
+    try:
+        yield from pulls
+    except _RangeGone:
+        return
 
 
 def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[PullResult]) -> pa.RecordBatch:
@@ -945,11 +1338,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         keep their offset; BrokerUnavailableError past brokerDownTimeoutMs."""
         self._started()
         ends = dict(split_batch_end(start)[0])
+        self.planner.adopt_marks(marks_of(start))
         self.planner.find_resets(ends)
         restarted = self.planner.follow_resets(ends)
         begin = self.planner.check_data_loss({**ends, **restarted})
         end = self.planner.next_end(begin, limit)
-        return batch_end_json(end, {mq: begin[mq] for mq in restarted if mq in begin})
+        starts = {mq: begin[mq] for mq in restarted if mq in begin}
+        starts.update(self.planner.take_restarts())
+        return batch_end_json(end, starts, self.planner.marks_of(end))
 
     def reportLatestOffset(self) -> dict | None:
         """Every queue's max offset now (one past its last message), for Spark's progress;

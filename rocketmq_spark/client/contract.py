@@ -63,6 +63,16 @@ class BrokerClient(Protocol):
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         """The address requests for ``broker`` go to (for messages that name it)."""
 
+    def connection_epoch(self, broker: str) -> tuple[str, int] | None:
+        """(address, how many connections this client opened to it) for ``broker``: a change
+        means the connection was replaced (the broker restarted, was replaced, or the network
+        dropped it). None when not known: no connection yet, or a transport whose connections
+        reconnect out of sight (gRPC channels)."""
+
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        """Requests for ``broker`` go to ``addr`` (one another client's route gave) without a
+        route lookup, until a route lookup of this client says otherwise."""
+
     # -- offsets ----------------------------------------------------------------------
 
     def min_offset(self, mq: MessageQueue) -> int:

@@ -177,6 +177,10 @@ class GrpcClient(SequentialManyQueueCalls):
                 entry = self._channels[address] = (channel, pb_grpc.MessagingServiceStub(channel))
             return entry[1]
 
+    def connection_epoch(self, broker: str) -> tuple[str, int] | None:
+        """None: a gRPC channel reconnects by itself, out of the caller's sight."""
+        return None
+
     def metadata(self) -> list[tuple[str, str]]:
         """Per-call metadata; with credentials it is signed (RocketMQ 5 MQv2-HMAC-SHA1)."""
         date_time = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -284,6 +288,9 @@ class GrpcClient(SequentialManyQueueCalls):
             self._route(topic, refresh=True)
             addr = self._broker_endpoints.get(broker)
         return addr or self.endpoints[self._index]
+
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        self._broker_endpoints.setdefault(broker, addr)
 
     def _pb_queue(self, mq: MessageQueue) -> pb.MessageQueue:
         for q in self._route(mq.topic):

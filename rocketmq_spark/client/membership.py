@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
+from .retry import bounded
 
 if TYPE_CHECKING:
     from .retry import ClientConfig
@@ -36,6 +37,9 @@ __all__ = ["GroupMember", "GroupPresence", "QueueStatus", "ResetNotice"]
 
 #: Java's heartbeatBrokerInterval
 HEARTBEAT_INTERVAL_S = 30.0
+#: how long leaving the group waits for a broker's answer (seconds): a query's stop waits for
+#: it, and a broker that does not answer drops the client with its connection anyway
+_UNREGISTER_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,8 @@ class GroupMember:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._addrs: set[str] = set()
+        #: brokers whose latest heartbeat failed (not answering: close does not wait for them)
+        self._failing: set[str] = set()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -103,21 +109,25 @@ class GroupMember:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the heartbeats and unregister from every broker (best effort: a broker that is
-        down drops the client when its connection closes). A heartbeat still under way when the
-        wait for the thread ends sees the stop and unregisters where it registered."""
+        """Stop the heartbeats and unregister from every broker (best effort, one attempt each,
+        none to a broker whose latest heartbeat failed: a broker that is down drops the client
+        when its connection closes, and a query's stop must not wait on it). A heartbeat still
+        under way when the wait for the thread ends sees the stop and unregisters where it
+        registered."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
         with self._lock:
-            addrs = sorted(self._addrs)
+            addrs = sorted(self._addrs - self._failing)
         for addr in addrs:
             self._unregister(addr)
         self.client.close()
 
     def _unregister(self, addr: str) -> None:
         try:
-            self.client.unregister_consumer(self.group, self.client_id, addr)
+            with bounded(0.0):
+                self.client.unregister_consumer(self.group, self.client_id, addr, timeout_s=min(
+                    self.client.config.request_timeout_s, _UNREGISTER_TIMEOUT_S))
         except RocketMQSparkError as exc:
             log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
                      self.group, addr, exc)
@@ -142,9 +152,12 @@ class GroupMember:
                                                consume_type="CONSUME_ACTIVELY")
             except RocketMQSparkError as exc:
                 log.info("heartbeat of group %s to %s failed: %s", self.group, addr, exc)
+                with self._lock:
+                    self._failing.add(addr)
                 continue
             with self._lock:
                 self._addrs.add(addr)
+                self._failing.discard(addr)
             if self._stop.is_set():  # closed meanwhile: do not leave this registration behind
                 self._unregister(addr)
 

@@ -49,7 +49,7 @@ from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler
 from .membership import GroupMember, GroupPresence, QueueStatus
-from .retry import ClientConfig, retrying
+from .retry import ClientConfig, may_retry, retrying
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,9 +147,12 @@ class RemotingClient:
         self._producer_addrs: set[str] = set()
         self._conns: dict[str, RemotingConnection] = {}
         self._conn_lock = threading.Lock()
+        self._opened: dict[str, int] = {}  # address -> connections opened to it (see connection_epoch)
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
         self._broker_addrs: dict[str, str] = {}
         self._ns_index = random.randrange(len(self.namesrv_addrs))
+        #: (since when, until when) the name servers are not asked while a known route serves
+        self._ns_down: tuple[float, float] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv_addrs": self.namesrv_addrs, "config": self.config}
@@ -179,7 +182,15 @@ class RemotingClient:
                                           on_request=self._on_broker_request,
                                           signer=self._sign if self.config.credentials is not None else None)
                 self._conns[address] = conn
+                self._opened[address] = self._opened.get(address, 0) + 1
             return conn
+
+    def connection_epoch(self, broker: str) -> tuple[str, int] | None:
+        """(address, connections opened to it) of ``broker``; None before the first one."""
+        addr = self._broker_addrs.get(broker)
+        with self._conn_lock:
+            n = self._opened.get(addr, 0) if addr is not None else 0
+        return (addr, n) if addr is not None and n else None
 
     def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """A request a broker sent on one of our connections: a transaction check-back is
@@ -207,9 +218,12 @@ class RemotingClient:
         return retrying(fn, self.config)
 
     def invoke(self, address: str, cmd: RemotingCommand, operation: str,
-               timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+               timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+               started: float | None = None) -> RemotingCommand:
         """One request to ``address`` with bounded retries on transient faults; an answer
-        whose code is not in ``ok`` raises the broker's error (:func:`~rocketmq_spark.errors.broker_error`)."""
+        whose code is not in ``ok`` raises the broker's error (:func:`~rocketmq_spark.errors.broker_error`).
+        ``started``: when a first attempt of this request went out elsewhere (its retry budget
+        counts from then, see :func:`~.retry.retrying`)."""
         timeout = timeout_s or self.config.request_timeout_s
 
         def once() -> RemotingCommand:
@@ -220,7 +234,7 @@ class RemotingClient:
                 raise broker_error(resp.code, resp.remark, address=address, operation=operation)
             return resp
 
-        return self._retrying(once)
+        return retrying(once, self.config, started=started)
 
     # -- name server ----------------------------------------------------------------
 
@@ -247,13 +261,30 @@ class RemotingClient:
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
         """The topic's route from the name servers, cached for ``route_refresh_s`` seconds
-        unless ``refresh``; TopicNotFoundError when they have none."""
+        unless ``refresh``; TopicNotFoundError when they have none. When they do not answer
+        and the topic's route is known, the known route is returned (see :meth:`_cached_route`);
+        a first lookup retries (bounded) and raises their ConnectionFailedError."""
         cached = self._routes.get(topic)
         now = time.monotonic()
         if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
             return cached[1]
+        if cached and self._ns_down is not None and now < self._ns_down[1]:
+            return cached[1]  # the name servers did not answer lately: see _cached_route
         cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
-        resp = self._retrying(lambda: self._invoke_namesrv(cmd, f"route lookup of topic {topic!r}"))
+        operation = f"route lookup of topic {topic!r}"
+        try:
+            if cached is None:
+                resp = self._retrying(lambda: self._invoke_namesrv(cmd, operation))
+            else:  # one round of the name servers: the route known serves meanwhile
+                resp = self._invoke_namesrv(cmd, operation)
+        except ConnectionFailedError as exc:
+            if cached is None:
+                raise
+            return self._cached_route(topic, cached, exc)
+        except BrokerError:  # an answer all the same
+            self._ns_answered()
+            raise
+        self._ns_answered()
         if not resp.body:
             raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, f"empty route for topic {topic!r}",
                                      address=self.namesrv_addrs[self._ns_index], operation="route lookup")
@@ -263,6 +294,32 @@ class RemotingClient:
             if b.master_addr:
                 self._broker_addrs[b.broker_name] = b.master_addr
         return route
+
+    def _cached_route(self, topic: str, cached: tuple[float, TopicRouteData],
+                      exc: ConnectionFailedError) -> TopicRouteData:
+        """The name servers did not answer a route lookup of a topic whose route is known: as the
+        Java client does, the known route serves (brokers keep serving while name servers are
+        down), and the name servers are asked again only after ``route_refresh_s``, so each
+        lookup does not wait for them."""
+        now = time.monotonic()
+        first = self._ns_down is None
+        since = now if self._ns_down is None else self._ns_down[0]
+        self._ns_down = (since, now + self.config.route_refresh_s)
+        log.log(logging.WARNING if first else logging.INFO,
+                "%s; using the route of topic %s known since %.0fs ago, asking the name servers again in %.0fs",
+                exc, topic, now - cached[0], self.config.route_refresh_s)
+        return cached[1]
+
+    def _ns_answered(self) -> None:
+        if self._ns_down is not None:
+            log.warning("the name servers %s answer again (after %.0fs)", ";".join(self.namesrv_addrs),
+                        time.monotonic() - self._ns_down[0])
+            self._ns_down = None
+
+    def remember_broker_addr(self, broker: str, addr: str) -> None:
+        """Requests for ``broker`` go to ``addr`` (e.g. the address the planner's route gave a
+        read task) without a route lookup, until a route lookup says otherwise."""
+        self._broker_addrs.setdefault(broker, addr)
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
         """The topic's readable queues, or with ``writable`` the ones to send to. A producer
@@ -345,10 +402,10 @@ class RemotingClient:
     # -- broker operations ----------------------------------------------------------
 
     def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
-                 ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+                 ok: tuple[int, ...] = (ResponseCode.SUCCESS,), started: float | None = None) -> RemotingCommand:
         addr = self.broker_addr(mq.broker, mq.topic)
         return self.invoke(addr, RemotingCommand(code, ext_fields={**ext, "bname": mq.broker}),
-                           f"{operation} of {mq}", ok=ok)
+                           f"{operation} of {mq}", ok=ok, started=started)
 
     def _mq_calls(self, calls: Sequence[tuple[MessageQueue, int, dict[str, str]]], operation: str,
                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> list[RemotingCommand | RocketMQSparkError]:
@@ -360,30 +417,37 @@ class RemotingClient:
         that way its remaining calls fail with the same error instead of each paying the retry
         budget again."""
         out: list[RemotingCommand | RocketMQSparkError | None] = [None] * len(calls)
-        inflight: list[tuple[int, str, Reply]] = []
+        inflight: list[tuple[int, str, Reply, float]] = []
         dead: dict[str, RocketMQSparkError] = {}
+        timeout = self.config.request_timeout_s
 
-        def settle(i: int, addr: str, fut: Reply) -> None:
+        def settle(i: int, addr: str, fut: Reply, sent: float) -> None:
             mq, code, ext = calls[i]
             op = f"{operation} of {mq}"
+            if addr in dead and not fut.done():
+                out[i] = dead[addr]  # its broker stopped answering: no wait per request
+                return
             try:
-                resp = fut.result(self.config.request_timeout_s)
+                # the requests of a chunk went out together: each waits until the chunk's deadline
+                resp = fut.result(sent + timeout - time.monotonic())
                 if resp.code in ok:
                     out[i] = resp
                     return
                 err: RocketMQSparkError = broker_error(resp.code, resp.remark, address=addr, operation=op)
             except TimeoutError:
-                err = RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s")
+                err = RequestTimeoutError(addr, op, f"no response within {timeout:g}s")
             except RocketMQSparkError as exc:
                 err = exc
-            if not err.retriable:
-                out[i] = err
-                return
             if addr in dead:
-                out[i] = dead[addr]
+                out[i] = dead[addr] if err.retriable else err
                 return
-            try:
-                out[i] = self._mq_call(mq, code, ext, operation, ok)
+            if not may_retry(err, self.config, sent):
+                out[i] = err
+                if isinstance(err, ConnectionFailedError):
+                    dead[addr] = err
+                return
+            try:  # the pipelined request was the first attempt: the retry budget counts from it
+                out[i] = self._mq_call(mq, code, ext, operation, ok, started=sent)
             except RocketMQSparkError as exc:
                 out[i] = exc
                 if isinstance(exc, ConnectionFailedError):
@@ -405,6 +469,7 @@ class RemotingClient:
                         out[i] = dead[addr]
                 if not chunk:
                     continue
+                sent = time.monotonic()
                 try:
                     conn = self._conn(addr, f"{operation} of {calls[chunk[0]][0]}")
                     futs = conn.send_many([
@@ -418,7 +483,7 @@ class RemotingClient:
                         futs.append(f)
                 for item in inflight:
                     settle(*item)
-                inflight = [(i, addr, fut) for i, fut in zip(chunk, futs)]
+                inflight = [(i, addr, fut, sent) for i, fut in zip(chunk, futs)]
         for item in inflight:
             settle(*item)
         return [r for r in out if r is not None]
@@ -529,12 +594,13 @@ class RemotingClient:
             addr = self.broker_addr(broker, topic)
             sent.append((addr, self._conn(addr, f"topic stats of {topic!r}").send(
                 RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))))
+        deadline = time.monotonic() + self.config.request_timeout_s  # they went out together
         out: dict[MessageQueue, tuple[int, int]] = {}
         for (broker, topic), (addr, fut) in zip(keys, sent):
             wanted = groups[(broker, topic)]
             op = f"topic stats of {topic!r}"
             try:
-                resp = fut.result(self.config.request_timeout_s)
+                resp = fut.result(max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise RequestTimeoutError(addr, op, f"no response within {self.config.request_timeout_s:g}s") from None
             except ConnectionFailedError as exc:
@@ -970,10 +1036,12 @@ class RemotingClient:
         member.start()
         return member
 
-    def unregister_consumer(self, group: str, client_id: str, broker_addr: str) -> None:
-        """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker."""
+    def unregister_consumer(self, group: str, client_id: str, broker_addr: str, *,
+                            timeout_s: float | None = None) -> None:
+        """UNREGISTER_CLIENT: ``client_id`` is no longer a consumer of ``group`` on that broker
+        (``timeout_s``: the request timeout, default the config's)."""
         self.invoke(broker_addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
-            "clientID": client_id, "consumerGroup": group}), f"unregister from group {group!r}")
+            "clientID": client_id, "consumerGroup": group}), f"unregister from group {group!r}", timeout_s)
 
     def consumer_ids(self, group: str, broker_addr: str, broker_name: str = "") -> list[str]:
         """Client ids of the group's online consumers on one broker ([] when none: brokers

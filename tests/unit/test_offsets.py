@@ -39,3 +39,18 @@ def test_options_take_earliest_and_latest() -> None:
     assert list(got.values()) == [-2, -1]
     with pytest.raises(OffsetsFormatError, match=">= -2"):
         Offsets.from_json('{"t": {"broker-a:0": -3}}', special=True)
+
+
+def test_batch_end_marks_round_trip_and_leave_the_ends_and_resets_as_they_were() -> None:
+    from rocketmq_spark.offsets import batch_end_json, marks_of, split_batch_end
+
+    a0, b1 = MessageQueue("t", "broker-a", 0), MessageQueue("t", "broker-b", 1)
+    js = batch_end_json({a0: 10, b1: 4}, {a0: 0}, {a0: (9, 1718000000123)})
+    assert js["@marks"] == {"t": {"broker-a:0": [9, 1718000000123]}}
+    assert split_batch_end(js) == (Offsets({a0: 10, b1: 4}), Offsets({a0: 0}))
+    assert marks_of(js) == {a0: (9, 1718000000123)}
+    only_marks = batch_end_json({a0: 10}, {}, {a0: (9, 1)})
+    assert split_batch_end(only_marks) == (Offsets({a0: 10}), Offsets())  # the committer reads these
+    assert marks_of(Offsets({a0: 10}).dumps()) == {}
+    with pytest.raises(OffsetsFormatError, match=r"mark \[9\] of queue 'broker-a:0'"):
+        marks_of({"t": {"broker-a:0": 10}, "@marks": {"t": {"broker-a:0": [9]}}})

@@ -165,3 +165,12 @@ def test_a_replay_of_an_earlier_versions_record_leaves_out_what_its_check_backs_
     writer.commit_batch(opts, txns, 9)
     assert broker.ends[0] == ["ID-2", "ID-4"]
     assert log.ended(9) and log.decide(9, "ID-2") is None
+
+
+def test_a_batch_write_commits_each_half_once_when_an_answer_is_lost(fake) -> None:
+    broker, opts, writer = fake
+    broker.lose_after = 2
+    report = writer.TaskReport(0, 5, [t.to_list() for t in _txns(5)])
+    writer.RocketMQBatchWriter(opts).commit([report])
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(5)]  # each once
+    assert broker.ends[1] == ["ID-3", "ID-4"]  # the rest, after looking
