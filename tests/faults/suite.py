@@ -18,6 +18,7 @@ that replays the run's schedule (the seed fixes the faults' kinds, targets, hold
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import shlex
@@ -274,6 +275,10 @@ def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
         settled_max_offsets(ns, topic)
     sends = SendLog.load(workdir / "sends.jsonl")
     a = read_topic(ns, TOPIC_A)
+    b, c, parquet = read_topic(ns, TOPIC_B), read_topic(ns, TOPIC_C), read_parquet(str(workdir / "parquet"))
+    with gzip.open(workdir / "readback.json.gz", "wt") as f:  # every copy read, for a post-mortem
+        json.dump({name: [[x.queue, x.offset, x.id] for x in copies]
+                   for name, copies in (("A", a), ("B", b), ("C", c), ("parquet", parquet))}, f)
     reports = {}
     src = check_output("topic A (source)", sends, a, wiped=run.wiped[TOPIC_A], order="queue")
     # the source's losses are the brokers' (the producer's acked sends that topic A lacks), plus
@@ -281,14 +286,11 @@ def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
     broker_lost = set(src.lost) | run.wiped_unread
     src.lost_by_broker = list(src.lost)
     reports[src.name] = src
-    source = {c.id: (c.queue, c.offset) for c in a if c.id is not None}
-    for c in run.wiped[TOPIC_A]:
-        if c.id is not None:
-            source.setdefault(c.id, (c.queue, c.offset))
-    reports["parquet"] = check_output("parquet", sends, read_parquet(str(workdir / "parquet")), broker_lost=broker_lost)
-    reports["topic B (exactly-once)"] = check_output("topic B (exactly-once)", sends, read_topic(ns, TOPIC_B),
-                                                     wiped=run.wiped[TOPIC_B], broker_lost=broker_lost)
-    reports["topic C (at-least-once)"] = check_output("topic C (at-least-once)", sends, read_topic(ns, TOPIC_C),
+    source = {c.id: c.queue for c in [*a, *run.wiped[TOPIC_A]] if c.id is not None}
+    reports["parquet"] = check_output("parquet", sends, parquet, broker_lost=broker_lost)
+    reports["topic B (exactly-once)"] = check_output("topic B (exactly-once)", sends, b, wiped=run.wiped[TOPIC_B],
+                                                     broker_lost=broker_lost)
+    reports["topic C (at-least-once)"] = check_output("topic C (at-least-once)", sends, c,
                                                       wiped=run.wiped[TOPIC_C], broker_lost=broker_lost,
                                                       source=source, order="group")
     return reports
