@@ -36,13 +36,10 @@ def _pair(text: str) -> tuple[float, float]:
 def _faults(text: str) -> tuple[str, ...]:
     if text == "all":
         return tuple(FAULTS)
-    if text == "default":
-        return DEFAULT_FAULTS
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in FAULTS]
     if unknown or not kinds:
-        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}, or all, "
-                                         "default")
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}, or all")
     return kinds
 
 
@@ -58,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=None, help="random seed of the schedule (default: a random one, "
                                                           "printed)")
     r.add_argument("--faults", type=_faults, default=DEFAULT_FAULTS,
-                   help="comma-separated fault kinds, 'default' (every kind but wipe-broker) or 'all' "
-                        f"(kinds: {', '.join(FAULTS)})")
+                   help=f"comma-separated fault kinds, or all (the default): {', '.join(FAULTS)}")
     r.add_argument("--concurrency", type=int, default=1,
                    help="faults at once (default 1: each alone); 2: Spark-side faults (driver, workers) in one lane "
                         "and cluster-side ones (brokers, name server, network) in another, mixed; more: more "

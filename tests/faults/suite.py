@@ -42,9 +42,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_FAULTS", "SuiteConfig", "SuiteResult", "run_suite"]
 
-#: every fault kind but wipe-broker, whose losses are expected until the reader follows a
-#: queue whose offsets went back (see README "Fault-injection suite")
-DEFAULT_FAULTS = tuple(k for k in FAULTS if k != "wipe-broker")
+#: every fault kind (a run with wipe-broker reads with failOnDataLoss=false: see SuiteConfig)
+DEFAULT_FAULTS = tuple(FAULTS)
 TOPIC_A, TOPIC_B, TOPIC_C = "FaultsA", "FaultsB", "FaultsC"
 #: outputs, in table order: (name, topic or None, what it promises)
 OUTPUTS = (("topic A (source)", TOPIC_A), ("parquet", None), ("topic B (exactly-once)", TOPIC_B),
@@ -71,8 +70,9 @@ class SuiteConfig:
     hold_s: tuple[float, float] = (3.0, 10.0)
     gap_s: tuple[float, float] = (2.0, 6.0)
     use_netns: bool = True
-    #: the queries' failOnDataLoss; None: false when wipe-broker is injected (its queues'
-    #: offsets go back to 0), else true
+    #: the queries' failOnDataLoss; None: false when wipe-broker is injected (the queues of a
+    #: wiped broker start again at offset 0: with false the reader reads them again from there,
+    #: with true it fails naming them, and so would every restart), else true
     fail_on_data_loss: bool | None = None
 
     def command(self) -> str:
@@ -112,6 +112,8 @@ class Run:
         self._events_file = open(workdir / "events.jsonl", "a", encoding="utf-8")
         self.suspender = Suspender()
         self.topic_a = TOPIC_A
+        self.fail_on_data_loss = (cfg.fail_on_data_loss if cfg.fail_on_data_loss is not None
+                                  else "wipe-broker" not in cfg.faults)
         self.topics = {TOPIC_A: cfg.queues, TOPIC_B: cfg.out_queues, TOPIC_C: cfg.out_queues}
         self.wipes: list[dict[str, Any]] = []
         self.wiped: dict[str, list[Copy]] = {t: [] for t in self.topics}
@@ -183,7 +185,7 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
     unknown = [k for k in cfg.faults if k not in FAULTS]
     if unknown:
         raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULTS)}")
-    fail_on_data_loss = cfg.fail_on_data_loss if cfg.fail_on_data_loss is not None else "wipe-broker" not in cfg.faults
+    fail_on_data_loss = run.fail_on_data_loss
     skipped: dict[str, str] = {}
     failures: list[str] = []
     outputs: dict[str, OutputReport] = {}
@@ -329,6 +331,7 @@ def _document(cfg: SuiteConfig, run: Run, outputs: dict[str, OutputReport], skip
     return {
         "suite": "faults", "broker": cfg.broker, "seed": cfg.seed, "minutes": cfg.minutes,
         "concurrency": cfg.concurrency, "rate": cfg.rate, "command": cfg.command(),
+        "fail_on_data_loss": run.fail_on_data_loss,
         "workdir": str(run.workdir),
         "faults_requested": list(cfg.faults), "faults_skipped": skipped,
         "faults_injected": dict(sorted(injected.items())), "faults_by_target": dict(sorted(targets.items())),
@@ -346,7 +349,7 @@ def _document(cfg: SuiteConfig, run: Run, outputs: dict[str, OutputReport], skip
 
 def format_table(doc: dict[str, Any]) -> str:
     lines = [f"fault suite, {doc['broker']} broker: seed {doc['seed']}, {doc['minutes']:g} min of faults, "
-             f"concurrency {doc['concurrency']}, {doc['rate']:g} msgs/s"]
+             f"concurrency {doc['concurrency']}, {doc['rate']:g} msgs/s, failOnDataLoss={doc['fail_on_data_loss']}"]
     inj = doc["faults_injected"]
     lines.append("faults injected: " + (", ".join(f"{k} {v}" for k, v in inj.items()) or "none")
                  + f" (total {sum(inj.values())})")

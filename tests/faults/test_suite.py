@@ -40,7 +40,7 @@ def test_nothing_is_lost_or_duplicated_under_faults(kind: str, tmp_path: Path, s
     # hold faults shorter than the reader's brokerDownTimeoutMs (30 s) and the name server's
     # broker timeout (120 s): these faults must be ridden out, not fail the query
     cfg = SuiteConfig(broker=kind, seed=SEEDS[kind], minutes=MINUTES * (6 if soak else 1), faults=DEFAULT_FAULTS,
-                      out=tmp_path, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2)
+                      out=tmp_path, rate=100, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2)
     print(f"fault suite on {kind}: seed {cfg.seed}; replay: {cfg.command()}")
     result = run_suite(cfg)
     print(result.table)
