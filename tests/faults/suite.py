@@ -261,6 +261,10 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
         run.suspender.resume_all()
         run.close()
     failures += _verdict(outputs) if outputs else []
+    # a fault that could not be injected or healed as it says (a broker that would not start
+    # again, say) is a finding too, the product's or the suite's: never passed over
+    failures += [f"fault {e['fault']} on {e['target']} failed: {e['error']}" for e in run.events
+                 if e["kind"] == "fault" and "error" in e]
     doc = _document(cfg, run, outputs, skipped, failures, phases, drained)
     table = format_table(doc)
     result_path = out / f"faults-{cfg.broker}.json"
