@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .checker import read_topic
+from .checker import read_topic, settled_max_offsets
 from .driver import QUERIES
 
 if TYPE_CHECKING:
@@ -171,18 +171,24 @@ def _pause_server(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
 
 
 def _caught_up(run: Run, broker: str, timeout_s: float) -> bool:
-    """Until every query finished a batch ending at the max offsets of topic A's queues on
-    ``broker`` (the producer is paused: nothing new comes)."""
-    from .checker import settled_max_offsets
-
-    ends = {mq: off for mq, off in settled_max_offsets(run.cluster.namesrv_addr, run.topic_a, quiet_s=0.5).items()
-            if mq.broker == broker}
+    """Until every query finished a batch ending exactly at the max offsets of topic A's queues
+    on ``broker`` (the producer is paused: nothing new comes), then until topics B and C stop
+    growing there (Apache RocketMQ makes a committed message readable a moment after its END).
+    Exactly: after an earlier wipe a query's last end may still be the old store's offset,
+    above anything the new store holds."""
+    ns = run.cluster.namesrv_addr
+    ends = {mq: off for mq, off in settled_max_offsets(ns, run.topic_a, quiet_s=0.5).items() if mq.broker == broker}
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if all(all(run.driver.read_up_to(q).get(mq, -1) >= off for mq, off in ends.items()) for q in QUERIES):
-            return True
+    while True:
+        if all(all(run.driver.read_up_to(q).get(mq) == off for mq, off in ends.items()) for q in QUERIES):
+            break
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.5)
-    return False
+    for topic in run.topics:
+        if topic != run.topic_a:
+            settled_max_offsets(ns, topic, quiet_s=1.0, timeout_s=30.0)
+    return True
 
 
 def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
