@@ -15,9 +15,9 @@ Per output (and for topic A itself, the source as the brokers hold it):
   unknown outcome are never lost.
 - ``duplicated``: copies beyond the first, of any id (an unknown-outcome id present once is fine).
 - ``reordered``: where order is promised (topic A per queue: the broker keeps a queue's order;
-  topic C per message group = source queue, first copies in each destination queue; a queue's
-  ids grow with its send order, since one producer thread sends to it one request after
-  another), the ids found after a later one of their sequence. None where nothing is promised.
+  topic C per message group = source queue, first copies in each destination queue, in the
+  order topic A holds them), the ids found after a later one of their sequence. None where
+  nothing is promised.
 - ``unexpected``: ids never sent as acked or unknown (refused sends found anyway, or bodies
   that carry no id).
 """
@@ -105,14 +105,17 @@ def reordered(seq: Iterable[int]) -> list[int]:
 
 
 def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequence[Copy] = (),
-                 source: dict[int, str] | None = None, broker_lost: set[int] | None = None,
+                 source: dict[int, tuple[str, tuple[int, int]]] | None = None, broker_lost: set[int] | None = None,
                  order: str | None = None) -> OutputReport:
     """Counts for one output. ``copies``: what it holds now; ``wiped``: what it held on a
-    broker whose store was then wiped on purpose. ``source``: id -> its queue in topic A (its
-    message group for ``order="group"``); ``broker_lost``: ids the brokers lost before anyone
-    could read them. ``order``: None, ``"queue"`` (ids grow with offsets in each queue: the source topic) or ``"group"``
-    (per destination queue and source queue, first copies come in id order: the send order;
-    not the source's offsets, which start again at 0 on a broker whose store was wiped)."""
+    broker whose store was then wiped on purpose. ``source``: for ``order="group"``, id -> its
+    queue in topic A (its message group) and its place there: (how many times that broker's
+    store had been wiped when it was stored, its offset), since offsets start again at 0 after
+    a wipe; not the id, as sends whose answer timed out may be stored after later ones.
+    ``broker_lost``: ids the brokers lost before anyone could read them. ``order``: None,
+    ``"queue"`` (acked ids grow with offsets in each queue: the source topic, written by one
+    producer thread per queue that waits for each answer) or ``"group"`` (per destination queue
+    and source queue, first copies come in the source's order)."""
     r = OutputReport(name, read=len(copies), wiped=len(wiped))
     counts: Counter[int | None] = Counter(c.id for c in copies)
     counts.update(c.id for c in wiped)
@@ -129,21 +132,26 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
         for _, seq in sorted(_by_queue(copies).items()):
             r.reordered += reordered(c.id for c in seq if c.id in log.acked)
     elif order == "group":
-        assert source is not None, "order='group' needs the source queue of each id"
+        assert source is not None, "order='group' needs the source queue and place of each id"
         r.reordered = []
         seen: set[int] = set()
         group_queues: dict[str, set[str]] = defaultdict(set)
         for dest, seq in sorted(_by_queue(copies).items()):
-            firsts: dict[str, list[int]] = defaultdict(list)  # group -> ids
+            firsts: dict[str, list[tuple[tuple[int, int], int]]] = defaultdict(list)  # group -> (place, id)
             for c in seq:
                 if c.id is None or c.id in seen or c.id not in source:
                     continue
                 seen.add(c.id)
-                group = source[c.id]
-                firsts[group].append(c.id)
+                group, place = source[c.id]
+                firsts[group].append((place, c.id))
                 group_queues[group].add(dest)
-            for ids_of_group in firsts.values():
-                r.reordered += reordered(ids_of_group)
+            for pairs in firsts.values():
+                top: tuple[int, int] | None = None
+                for place, i in pairs:
+                    if top is not None and place < top:
+                        r.reordered.append(i)
+                    else:
+                        top = place
         r.groups_split = sum(1 for qs in group_queues.values() if len(qs) > 1)
     return r
 

@@ -116,6 +116,7 @@ class Run:
                                   else "wipe-broker" not in cfg.faults)
         self.topics = {TOPIC_A: cfg.queues, TOPIC_B: cfg.out_queues, TOPIC_C: cfg.out_queues}
         self.wipes: list[dict[str, Any]] = []
+        self.wipe_snapshots: list[tuple[str, dict[str, list[Copy]]]] = []
         self.wiped: dict[str, list[Copy]] = {t: [] for t in self.topics}
         self.wiped_unread: set[int] = set()
         #: time.monotonic() when no fault may start any more (faults waiting for the driver give up)
@@ -148,6 +149,7 @@ class Run:
             json.dump({"broker": broker, "caught_up": caught_up,
                        "copies": {t: [[c.queue, c.offset, c.id] for c in cs] for t, cs in snapshot.items()}}, f)
         self.wipes.append({"broker": broker, "caught_up": caught_up})
+        self.wipe_snapshots.append((broker, snapshot))
         for t, cs in snapshot.items():
             self.wiped[t] += cs
         if not caught_up:  # the queries had not read all of it: the broker lost it, not the pipeline
@@ -292,7 +294,17 @@ def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
     broker_lost = set(src.lost) | run.wiped_unread
     src.lost_by_broker = list(src.lost)
     reports[src.name] = src
-    source = {c.id: c.queue for c in [*a, *run.wiped[TOPIC_A]] if c.id is not None}
+    # each id's place in topic A: (wipes of its broker before it was stored, offset)
+    source: dict[int, tuple[str, tuple[int, int]]] = {}
+    wipes: Counter[str] = Counter()
+    for broker, snapshot in run.wipe_snapshots:
+        for c in snapshot[TOPIC_A]:
+            if c.id is not None:
+                source.setdefault(c.id, (c.queue, (wipes[broker], c.offset)))
+        wipes[broker] += 1
+    for c in a:
+        if c.id is not None:
+            source.setdefault(c.id, (c.queue, (wipes[c.queue.rsplit(":", 1)[0]], c.offset)))
     reports["parquet"] = check_output("parquet", sends, parquet, broker_lost=broker_lost)
     reports["topic B (exactly-once)"] = check_output("topic B (exactly-once)", sends, b, wiped=run.wiped[TOPIC_B],
                                                      broker_lost=broker_lost)

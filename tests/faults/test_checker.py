@@ -81,18 +81,19 @@ def test_source_order_is_checked_per_queue_over_acked_ids() -> None:
 
 
 def test_group_order_follows_first_copies_in_each_destination_queue() -> None:
-    # source: group a:0 holds ids 0, 2, 4; group a:1 holds 1, 3
-    source = {0: "a:0", 2: "a:0", 4: "a:0", 1: "a:1", 3: "a:1"}
-    log = _log(source)
+    # source: group a:0 holds ids 0, 2, 4 in that order; group a:1 holds 3 then 1 (a send whose
+    # answer timed out stored after a later one: the source's order, not the ids', is promised)
+    source = {0: ("a:0", (0, 0)), 2: ("a:0", (0, 1)), 4: ("a:0", (1, 0)), 3: ("a:1", (0, 0)), 1: ("a:1", (0, 1))}
+    log = _log({i: q for i, (q, _) in source.items()})
     # c:0 gets group a:0 in order with a replay (2 again, 0 again: later copies are duplicates,
     # not disorder), group a:1 out of order; c:1 gets nothing of theirs but a duplicate
-    c0 = _copies("c:0", [0, 2, 0, 2, 4, 3, 1])
+    c0 = _copies("c:0", [0, 2, 0, 2, 4, 1, 3])
     c1 = _copies("c:1", [4])
     r = check_output("C", log, c0 + c1, source=source, order="group")
-    assert r.reordered == [1]
+    assert r.reordered == [3]  # id 4, at offset 0 after a wipe of its broker, still comes after 2
     assert r.duplicated == {0: 1, 2: 1, 4: 1}
     assert r.groups_split == 0  # 4 in c:1 is not a first copy
-    r2 = check_output("C", log, _copies("c:0", [0, 1, 3]) + _copies("c:1", [2, 4]), source=source, order="group")
+    r2 = check_output("C", log, _copies("c:0", [0, 3, 1]) + _copies("c:1", [2, 4]), source=source, order="group")
     assert r2.reordered == [] and r2.groups_split == 1  # group a:0 first seen in both queues, a:1 in one
 
 
