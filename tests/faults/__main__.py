@@ -7,7 +7,8 @@ long version (pytest runs a short bounded one, tests/faults/test_suite.py).
 For each broker kind it prints the table and writes ``<out>/faults-<broker>.json`` (the run's
 logs, send log, events and outputs stay under ``<out>/run-<broker>-seed<seed>/``). Exit status
 0 when every run passed, 1 when one found a loss, a forbidden duplicate or reordering, 2 on
-bad arguments. ``python -m tests.faults list`` lists the fault kinds.
+bad arguments. ``python -m tests.faults list`` lists the fault kinds; ``python -m tests.faults check
+<out>/run-<broker>-seed<seed>`` judges a run again from what it kept.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .nemesis import FAULTS
-from .suite import DEFAULT_FAULTS, SuiteConfig, run_suite
+from .suite import DEFAULT_FAULTS, SuiteConfig, check_workdir, output_lines, run_suite, verdict
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the fault kinds")
+    c = sub.add_parser("check", help="judge a run again from what it kept (its send log, read-back and wipes)")
+    c.add_argument("workdir", type=Path, help="a run's directory, <out>/run-<broker>-seed<seed>")
     r = sub.add_parser("run", help="run the suite")
     r.add_argument("--brokers", default="embedded,real",
                    help="comma-separated broker kinds: embedded, real (Apache RocketMQ 5.3.3) (default both)")
@@ -77,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         for f in FAULTS.values():
             print(f"{f.name:<{width}}  {f.help}")
         return 0
+    if args.command == "check":
+        outputs = check_workdir(args.workdir)
+        failures = verdict(outputs)
+        print("\n".join(output_lines({name: r.summary() for name, r in outputs.items()})))
+        print("verdict:", "FAIL" if failures else "PASS")
+        for f in failures:
+            print(f"  - {f}")
+        return 1 if failures else 0
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)

@@ -40,7 +40,8 @@ from .workload import ID_DIGITS, Producer, SendLog
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_FAULTS", "SuiteConfig", "SuiteResult", "run_suite"]
+__all__ = ["DEFAULT_FAULTS", "SuiteConfig", "SuiteResult", "check_workdir", "judge", "output_lines", "run_suite",
+           "verdict"]
 
 #: every fault kind (a run with wipe-broker reads with failOnDataLoss=false: see SuiteConfig)
 DEFAULT_FAULTS = tuple(FAULTS)
@@ -115,10 +116,8 @@ class Run:
         self.fail_on_data_loss = (cfg.fail_on_data_loss if cfg.fail_on_data_loss is not None
                                   else "wipe-broker" not in cfg.faults)
         self.topics = {TOPIC_A: cfg.queues, TOPIC_B: cfg.out_queues, TOPIC_C: cfg.out_queues}
-        self.wipes: list[dict[str, Any]] = []
-        self.wipe_snapshots: list[tuple[str, dict[str, list[Copy]]]] = []
-        self.wiped: dict[str, list[Copy]] = {t: [] for t in self.topics}
-        self.wiped_unread: set[int] = set()
+        #: per wipe: the broker, whether the queries had read all of it, and what it held
+        self.wipes: list[Wipe] = []
         #: time.monotonic() when no fault may start any more (faults waiting for the driver give up)
         self.schedule_end = float("inf")
         self.cluster: Cluster
@@ -144,16 +143,9 @@ class Run:
                              "duration_s": round(time.time() - start, 2), **detail})
 
     def record_wipe(self, broker: str, caught_up: bool, snapshot: dict[str, list[Copy]]) -> None:
-        n = len(self.wipes)
-        with open(self.workdir / f"wiped-{n}-{broker}.json", "w") as f:
-            json.dump({"broker": broker, "caught_up": caught_up,
-                       "copies": {t: [[c.queue, c.offset, c.id] for c in cs] for t, cs in snapshot.items()}}, f)
-        self.wipes.append({"broker": broker, "caught_up": caught_up})
-        self.wipe_snapshots.append((broker, snapshot))
-        for t, cs in snapshot.items():
-            self.wiped[t] += cs
-        if not caught_up:  # the queries had not read all of it: the broker lost it, not the pipeline
-            self.wiped_unread |= {c.id for c in snapshot[TOPIC_A] if c.id is not None}
+        wipe = Wipe(broker, caught_up, snapshot)
+        wipe.save(self.workdir / f"wiped-{len(self.wipes)}-{broker}.json")
+        self.wipes.append(wipe)
 
     def heal_all(self) -> None:
         """Everything back: stopped processes continued, the proxy and the link healed, every
@@ -262,7 +254,7 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
                     log.exception("closing the %s failed", what)
         run.suspender.resume_all()
         run.close()
-    failures += _verdict(outputs) if outputs else []
+    failures += verdict(outputs) if outputs else []
     # a fault that could not be injected or healed as it says (a broker that would not start
     # again, say) is a finding too, the product's or the suite's: never passed over
     failures += [f"fault {e['fault']} on {e['target']} failed: {e['error']}" for e in run.events
@@ -277,44 +269,79 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
     return SuiteResult(doc, outputs, table, failures, skipped)
 
 
+@dataclass
+class Wipe:
+    """A broker's store wiped on purpose: what it held just before (topic -> copies), and
+    whether every query had read all of topic A there (if not, the unread part is counted as
+    lost by the broker)."""
+
+    broker: str
+    caught_up: bool
+    copies: dict[str, list[Copy]]
+
+    def save(self, path: Path) -> None:
+        with open(path, "w") as f:
+            json.dump({"broker": self.broker, "caught_up": self.caught_up,
+                       "copies": {t: [[c.queue, c.offset, c.id] for c in cs] for t, cs in self.copies.items()}}, f)
+
+    @classmethod
+    def load(cls, path: Path) -> Wipe:
+        with open(path) as f:
+            d = json.load(f)
+        return cls(d["broker"], d["caught_up"], {t: [Copy(*c) for c in cs] for t, cs in d["copies"].items()})
+
+
 def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
+    """Reads every output back (kept in ``readback.json.gz``) and judges it."""
     ns = run.cluster.namesrv_addr
     for topic in run.topics:
         settled_max_offsets(ns, topic)
-    sends = SendLog.load(workdir / "sends.jsonl")
-    a = read_topic(ns, TOPIC_A)
-    b, c, parquet = read_topic(ns, TOPIC_B), read_topic(ns, TOPIC_C), read_parquet(str(workdir / "parquet"))
+    copies = {"A": read_topic(ns, TOPIC_A), "B": read_topic(ns, TOPIC_B), "C": read_topic(ns, TOPIC_C),
+              "parquet": read_parquet(str(workdir / "parquet"))}
     with gzip.open(workdir / "readback.json.gz", "wt") as f:  # every copy read, for a post-mortem
-        json.dump({name: [[x.queue, x.offset, x.id] for x in copies]
-                   for name, copies in (("A", a), ("B", b), ("C", c), ("parquet", parquet))}, f)
-    reports = {}
-    src = check_output("topic A (source)", sends, a, wiped=run.wiped[TOPIC_A], order="queue")
-    # the source's losses are the brokers' (the producer's acked sends that topic A lacks), plus
-    # what a wipe took before the queries read it
-    broker_lost = set(src.lost) | run.wiped_unread
+        json.dump({name: [[x.queue, x.offset, x.id] for x in cs] for name, cs in copies.items()}, f)
+    return judge(SendLog.load(workdir / "sends.jsonl"), copies, run.wipes)
+
+
+def check_workdir(workdir: Path) -> dict[str, OutputReport]:
+    """:func:`judge` again from what a run kept (its send log, read-back and wipes)."""
+    with gzip.open(workdir / "readback.json.gz", "rt") as f:
+        copies = {name: [Copy(*c) for c in cs] for name, cs in json.load(f).items()}
+    wipes = [Wipe.load(p) for p in sorted(workdir.glob("wiped-*.json"), key=lambda p: int(p.name.split("-")[1]))]
+    return judge(SendLog.load(workdir / "sends.jsonl"), copies, wipes)
+
+
+def judge(sends: SendLog, copies: dict[str, list[Copy]], wipes: list[Wipe]) -> dict[str, OutputReport]:
+    """The reports of topic A and the three outputs (``copies``: "A", "B", "C", "parquet")."""
+    wiped = {t: [c for w in wipes for c in w.copies.get(t, [])] for t in (TOPIC_A, TOPIC_B, TOPIC_C)}
+    src = check_output("topic A (source)", sends, copies["A"], wiped=wiped[TOPIC_A], order="queue")
+    # the source's losses are the brokers' (acked sends that topic A lacks), and so is what a
+    # wipe took before the queries had read it
     src.lost_by_broker = list(src.lost)
-    reports[src.name] = src
+    broker_lost = set(src.lost) | {c.id for w in wipes if not w.caught_up for c in w.copies[TOPIC_A]
+                                   if c.id is not None}
     # each id's place in topic A: (wipes of its broker before it was stored, offset)
     source: dict[int, tuple[str, tuple[int, int]]] = {}
-    wipes: Counter[str] = Counter()
-    for broker, snapshot in run.wipe_snapshots:
-        for c in snapshot[TOPIC_A]:
-            if c.id is not None:
-                source.setdefault(c.id, (c.queue, (wipes[broker], c.offset)))
-        wipes[broker] += 1
-    for c in a:
-        if c.id is not None:
-            source.setdefault(c.id, (c.queue, (wipes[c.queue.rsplit(":", 1)[0]], c.offset)))
-    reports["parquet"] = check_output("parquet", sends, parquet, broker_lost=broker_lost)
-    reports["topic B (exactly-once)"] = check_output("topic B (exactly-once)", sends, b, wiped=run.wiped[TOPIC_B],
-                                                     broker_lost=broker_lost)
-    reports["topic C (at-least-once)"] = check_output("topic C (at-least-once)", sends, c,
-                                                      wiped=run.wiped[TOPIC_C], broker_lost=broker_lost,
-                                                      source=source, order="group")
-    return reports
+    epoch: Counter[str] = Counter()
+    for w in wipes:
+        for x in w.copies[TOPIC_A]:
+            if x.id is not None:
+                source.setdefault(x.id, (x.queue, (epoch[w.broker], x.offset)))
+        epoch[w.broker] += 1
+    for x in copies["A"]:
+        if x.id is not None:
+            source.setdefault(x.id, (x.queue, (epoch[x.queue.rsplit(":", 1)[0]], x.offset)))
+    return {
+        src.name: src,
+        "parquet": check_output("parquet", sends, copies["parquet"], broker_lost=broker_lost),
+        "topic B (exactly-once)": check_output("topic B (exactly-once)", sends, copies["B"], wiped=wiped[TOPIC_B],
+                                               broker_lost=broker_lost),
+        "topic C (at-least-once)": check_output("topic C (at-least-once)", sends, copies["C"], wiped=wiped[TOPIC_C],
+                                                broker_lost=broker_lost, source=source, order="group"),
+    }
 
 
-def _verdict(outputs: dict[str, OutputReport]) -> list[str]:
+def verdict(outputs: dict[str, OutputReport]) -> list[str]:
     """Lost 0 everywhere; duplicates 0 in topic A, Parquet and topic B; no reordering where
     order is promised; nothing unexpected."""
     out = []
@@ -356,11 +383,24 @@ def _document(cfg: SuiteConfig, run: Run, outputs: dict[str, OutputReport], skip
         "messages": sends or (dict(producer.counts) if producer is not None else {}),
         "driver": {"starts": driver.starts if driver else 0,
                    "exits_after_failure": driver.unplanned_exits if driver else []},
-        "wipes": run.wipes, "drained": drained, "phases_s": phases,
+        "wipes": [{"broker": w.broker, "caught_up": w.caught_up, "held": {t: len(c) for t, c in w.copies.items()}}
+                  for w in run.wipes],
+        "drained": drained, "phases_s": phases,
         "outputs": {name: r.summary() for name, r in outputs.items()},
         "verdict": "pass" if not failures else "fail", "failures": failures,
         "events": run.events,
     }
+
+
+def output_lines(outputs: dict[str, dict[str, Any]]) -> list[str]:
+    """The per-output rows of the table (``outputs``: :meth:`OutputReport.summary` by name)."""
+    lines = [f"{'output':<24}{'read':>9}{'lost':>7}{'by broker':>11}{'duplicated':>12}{'reordered':>11}"
+             f"{'unexpected':>12}{'unknown found':>15}{'wiped':>8}"]
+    for name, o in outputs.items():
+        reord = "-" if o["reordered"] is None else str(o["reordered"])
+        lines.append(f"{name:<24}{o['read']:>9,}{o['lost']:>7}{o['lost_by_broker']:>11}{o['duplicated']:>12}"
+                     f"{reord:>11}{o['unexpected'] + o['garbled']:>12}{o['unknown_found']:>15}{o['wiped']:>8}")
+    return lines
 
 
 def format_table(doc: dict[str, Any]) -> str:
@@ -388,13 +428,7 @@ def format_table(doc: dict[str, Any]) -> str:
         if e["kind"] == "driver-exit":
             lines.append(f"  at {e['t']:.0f}s, code {e['code']} ({e['log']}): {e.get('reason') or 'no error found'}")
     if doc["outputs"]:
-        head = (f"{'output':<24}{'read':>9}{'lost':>7}{'by broker':>11}{'duplicated':>12}{'reordered':>11}"
-                f"{'unexpected':>12}{'unknown found':>15}{'wiped':>8}")
-        lines.append(head)
-        for name, o in doc["outputs"].items():
-            reord = "-" if o["reordered"] is None else str(o["reordered"])
-            lines.append(f"{name:<24}{o['read']:>9,}{o['lost']:>7}{o['lost_by_broker']:>11}{o['duplicated']:>12}"
-                         f"{reord:>11}{o['unexpected'] + o['garbled']:>12}{o['unknown_found']:>15}{o['wiped']:>8}")
+        lines += output_lines(doc["outputs"])
     lines.append(f"verdict: {doc['verdict'].upper()}" + ("" if not doc["failures"] else ""))
     for f in doc["failures"]:
         lines.append(f"  - {f}")
