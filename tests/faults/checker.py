@@ -9,10 +9,12 @@ against Spark in test_checker.py), never from the directory listing.
 
 Per output (and for topic A itself, the source as the brokers hold it):
 
-- ``lost``: acked ids not found (and not read before a store was wiped on purpose, see
-  ``wiped``); ``lost_by_broker`` is the part of them that the brokers lost before the pipeline
-  could read them (absent from topic A too), the rest the pipeline lost. Ids whose send had an
-  unknown outcome are never lost.
+- ``lost``: acked ids not found (copies read from a broker just before its store was wiped on
+  purpose count as found: ``wiped``); ``lost_by_broker`` is the part of them absent from
+  topic A too (the brokers lost them), the rest the pipeline lost. A wipe made before every
+  query had read the broker (``wipe-broker-now``) takes what they had not read: such ids are
+  ``lost_with_store``, reported, not ``lost``. Ids whose send had an unknown outcome are never
+  lost.
 - ``duplicated``: copies beyond the first, of any id (an unknown-outcome id present once is fine).
 - ``reordered``: where order is promised (topic A per queue: the broker keeps a queue's order;
   topic C per message group = source queue, first copies in each destination queue, in the
@@ -60,8 +62,13 @@ class OutputReport:
     #: copies read, and distinct ids among them
     read: int = 0
     distinct: int = 0
+    #: acked ids absent (but those a wipe took before the queries read them)
     lost: list[int] = field(default_factory=list)
+    #: of ``lost``, those absent from topic A too: the brokers lost them (acked, then gone)
     lost_by_broker: list[int] = field(default_factory=list)
+    #: acked ids absent that a store wiped on purpose took before every query had read them
+    #: (a broker that loses its disk loses what nobody read yet): reported, allowed
+    lost_with_store: list[int] = field(default_factory=list)
     #: id -> copies beyond the first
     duplicated: dict[int, int] = field(default_factory=dict)
     reordered: list[int] | None = None
@@ -83,7 +90,7 @@ class OutputReport:
     def summary(self) -> dict[str, Any]:
         """Counts and up to 20 example ids of each anomaly (the JSON report)."""
         d = asdict(self)
-        for key in ("lost", "lost_by_broker", "unexpected"):
+        for key in ("lost", "lost_by_broker", "lost_with_store", "unexpected"):
             d[key] = len(getattr(self, key))
             d[f"{key}_ids"] = sorted(getattr(self, key))[:20]
         d["duplicated"] = self.duplicates
@@ -106,13 +113,15 @@ def reordered(seq: Iterable[int]) -> list[int]:
 
 def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequence[Copy] = (),
                  source: dict[int, tuple[str, tuple[int, int]]] | None = None, broker_lost: set[int] | None = None,
-                 order: str | None = None) -> OutputReport:
+                 excused: set[int] | None = None, order: str | None = None) -> OutputReport:
     """Counts for one output. ``copies``: what it holds now; ``wiped``: what it held on a
     broker whose store was then wiped on purpose. ``source``: for ``order="group"``, id -> its
     queue in topic A (its message group) and its place there: (how many times that broker's
     store had been wiped when it was stored, its offset), since offsets start again at 0 after
     a wipe; not the id, as sends whose answer timed out may be stored after later ones.
-    ``broker_lost``: ids the brokers lost before anyone could read them. ``order``: None,
+    ``broker_lost``: ids the brokers lost (acked, absent from topic A); ``excused``: ids a
+    wipe took before every query had read them (counted in ``lost_with_store``, not ``lost``).
+    ``order``: None,
     ``"queue"`` (acked ids grow with offsets in each queue: the source topic, written by one
     producer thread per queue that waits for each answer) or ``"group"`` (per destination queue
     and source queue, first copies come in the source's order)."""
@@ -122,7 +131,9 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     r.garbled = counts.pop(None, 0)
     ids: set[int] = {i for i in counts if i is not None}
     r.distinct = len(ids)
-    r.lost = sorted(set(log.acked) - ids)
+    absent = set(log.acked) - ids
+    r.lost_with_store = sorted(absent & (excused or set()))
+    r.lost = sorted(absent - (excused or set()))
     r.lost_by_broker = sorted(set(r.lost) & (broker_lost or set()))
     r.duplicated = {i: n - 1 for i, n in counts.items() if i is not None and n > 1}
     r.unknown_found = len(ids & log.unknown)
@@ -190,13 +201,18 @@ def settled_max_offsets(namesrv: str, topic: str, *, quiet_s: float = 2.0, timeo
         c.close()
 
 
-def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None) -> list[Copy]:
+def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None,
+               direct: dict[str, str] | None = None) -> list[Copy]:
     """Every message of every queue of ``topic`` (of ``brokers`` only, when given), from each
-    queue's min offset to its max offset."""
+    queue's min offset to its max offset. ``direct``: broker name -> the address to reach it
+    at instead of the one the routes give (past the fault proxy, which may be refusing)."""
     c = _client(namesrv)
     out: list[Copy] = []
     try:
-        for mq in sorted(c.message_queues(topic, refresh=True)):
+        mqs = sorted(c.message_queues(topic, refresh=True))
+        if direct:
+            c._broker_addrs.update(direct)  # the client has no public way to override a routed address
+        for mq in mqs:
             if brokers is not None and mq.broker not in brokers:
                 continue
             lo, hi = c.min_offset(mq), c.max_offset(mq)

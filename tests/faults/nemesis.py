@@ -212,6 +212,33 @@ def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     return {"pid": pid, "caught_up": caught_up, "wiped": {t: len(c) for t, c in snapshot.items()}}
 
 
+def _wipe_broker_now(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
+    """broker-a's store lost at once, while the queries read it: no waiting for them. Clients
+    are cut off first (the proxy refuses and resets: what the broker holds is final), what it
+    holds is read past the proxy, then it is killed, wiped, started and given its topics again.
+    What the queries had not read is lost with the store (``lost_with_store``, allowed);
+    nothing else may be lost, and nothing read twice."""
+    proxy = run.cluster.proxy
+    ns = run.cluster.namesrv_addr
+    run.producer.pause()
+    try:
+        proxy.refuse()
+        proxy.reset_all()
+        time.sleep(1.5)  # what the broker had received before the cut is stored (and readable) by then
+        direct = {target: run.cluster.direct_addr(target)}
+        snapshot = {t: read_topic(ns, t, brokers=[target], direct=direct) for t in run.topics}
+        run.record_wipe(target, False, snapshot)
+        pid = run.cluster.pid(target)
+        run.cluster.kill(target)
+        run.cluster.wipe(target)
+        run.cluster.start(target)
+        run.cluster.create_topics(run.topics, brokers=(target,))
+    finally:
+        proxy.heal()
+        run.producer.resume()
+    return {"pid": pid, "wiped": {t: len(c) for t, c in snapshot.items()}}
+
+
 # -- the network ---------------------------------------------------------------------------------
 
 
@@ -295,6 +322,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           _broker, _itself, _pause_server),
     Fault("wipe-broker", "restart broker-a or broker-b with an empty store (a lost disk), topics created again",
           _broker, lambda b: frozenset({b, "link-a" if b == "broker-a" else "link-b", "producer"}), _wipe_broker),
+    Fault("wipe-broker-now", "restart broker-a with an empty store at once, while the queries read it (what they "
+          "had not read is lost with it, allowed)", _only("broker-a"),
+          lambda b: frozenset({b, "link-a", "producer"}), _wipe_broker_now),
     Fault("restart-namesrv", "SIGKILL the name server, start it again (routes return as brokers register)",
           _only("namesrv"), _itself, _kill_server),
     Fault("delay", "add 50-800 ms (+ jitter) each way between every client and broker-a (the proxy)",
