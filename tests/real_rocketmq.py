@@ -231,7 +231,11 @@ class RealRocketMQ:
     machine needs it (small files and heaps) or a test would otherwise wait minutes
     (``transactionCheckInterval``: the first check-back of an open half message comes after
     ``transactionTimeOut`` = 3 s, then every 2 s, instead of 6 s / 30 s; ``transactionOpBatchInterval``
-    200 ms instead of 3 s, so a half message ended just before a check is not checked too)."""
+    200 ms instead of 3 s, so a half message ended just before a check is not checked too).
+
+    A cluster of two broker groups is two instances: the first runs the name server and
+    ``broker-a``, the second (``external_namesrv`` = the first's ``namesrv_addr``,
+    ``proxy=False``, its own ``workdir`` and ``broker_name``) only ``broker-b``."""
 
     lib: Path
     workdir: Path
@@ -249,6 +253,22 @@ class RealRocketMQ:
     #: it still advertises 127.0.0.1 (brokerIP1). Another loopback address (127.0.0.2) leaves
     #: 127.0.0.1:broker_port to a proxy in front of the broker (see tests/faults/)
     broker_bind: str = "127.0.0.1"
+    #: the address the broker advertises (brokerIP1/brokerIP2: registered with the name server,
+    #: stamped in message ids); a broker inside a network namespace gives its address there
+    broker_ip: str = "127.0.0.1"
+    #: where the name server binds and is reached (another address than 127.0.0.1 for a name server
+    #: that a broker inside a network namespace must reach: the host end of its veth)
+    namesrv_host: str = "127.0.0.1"
+    #: ``host:port`` of a name server started elsewhere: none is started here and the broker
+    #: registers there (a second broker group of a cluster, with its own name, ports and store)
+    external_namesrv: str | None = None
+    #: put before the broker's java command line (``ip netns exec NAME``: the broker runs there)
+    broker_launcher: tuple[str, ...] = ()
+    #: how often the broker registers with the name server (registerNameServerPeriod; the broker
+    #: clamps it to [10 s, 60 s]); the name server drops a broker silent for 120 s
+    register_period_ms: int = 30_000
+    #: autoCreateTopicEnable: production clusters turn it off and create topics explicitly
+    auto_create_topics: bool = True
     _jvms: dict[str, _Jvm] = field(default_factory=dict)
 
     @property
@@ -257,11 +277,22 @@ class RealRocketMQ:
 
     @property
     def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
+        return self.external_namesrv or f"{self.namesrv_host}:{self.namesrv_port}"
 
     @property
     def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
+        return f"{self.broker_ip}:{self.broker_port}"
+
+    @property
+    def store_dir(self) -> Path:
+        """The broker's store (commit log, queues, and its config: topics, groups, offsets)."""
+        return self.workdir / "store"
+
+    def pid(self, role: str) -> int | None:
+        """The pid of the ``role`` JVM (namesrv, broker, proxy) while it runs, else None."""
+        jvm = self._jvms.get(role)
+        proc = jvm.proc if jvm is not None else None
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def broker_bind_addr(self) -> str:
@@ -311,8 +342,9 @@ class RealRocketMQ:
         env = self._env()
         deadline = time.monotonic() + timeout_s
         try:
-            self._jvm("namesrv").start(env)
-            self._jvms["namesrv"].wait_ready(deadline)
+            if self.external_namesrv is None:
+                self._jvm("namesrv").start(env)
+                self._jvms["namesrv"].wait_ready(deadline)
             self._jvm("broker").start(env)
             self._jvms["broker"].wait_ready(deadline)
             self._wait_registered(deadline)
@@ -356,6 +388,25 @@ class RealRocketMQ:
         self.stop_broker(kill=kill)
         self.start_broker()
 
+    def stop_namesrv(self, *, kill: bool = False) -> None:
+        """Stops the name server (SIGTERM and wait, or SIGKILL). Brokers keep running and
+        register again once it is back (every ``register_period_ms``)."""
+        jvm = self._jvms["namesrv"]
+        if kill and jvm.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(jvm.proc.pid, signal.SIGKILL)
+            jvm.proc.wait(10)
+            jvm.proc = None
+        jvm.stop()
+
+    def start_namesrv(self, timeout_s: float = 60) -> None:
+        """Starts the name server again on its port; returns once it serves (its routes come
+        back as the brokers register again)."""
+        deadline = time.monotonic() + timeout_s
+        jvm = self._jvms["namesrv"]
+        jvm.start(self._env())
+        jvm.wait_ready(deadline)
+
     def _wait_registered(self, deadline: float) -> None:
         """Until the name server lists the broker (it registers right after its ready line)."""
         from rocketmq_spark.client import RemotingClient
@@ -389,8 +440,8 @@ class RealRocketMQ:
                                   "-c", str(w / "namesrv.conf"))
             ready = "The Name Server boot success"
         elif role == "broker":
-            argv = self._jvm_argv(role, "512m", "org.apache.rocketmq.broker.BrokerStartup",
-                                  "-c", str(w / "broker.conf"))
+            argv = [*self.broker_launcher, *self._jvm_argv(role, "512m", "org.apache.rocketmq.broker.BrokerStartup",
+                                                           "-c", str(w / "broker.conf"))]
             ready = "boot success"
         else:
             argv = self._jvm_argv(role, "256m", "org.apache.rocketmq.proxy.ProxyStartup", "-pm", "cluster",
@@ -404,16 +455,17 @@ class RealRocketMQ:
         w = self.workdir
         store = w / "store"
         (w / "namesrv.conf").write_text(
-            f"listenPort={self.namesrv_port}\nbindAddress=127.0.0.1\nkvConfigPath={w / 'namesrv-kv.json'}\n")
+            f"listenPort={self.namesrv_port}\nbindAddress={self.namesrv_host}\nkvConfigPath={w / 'namesrv-kv.json'}\n")
         broker = {
             "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": "0",
             "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
             "namesrvAddr": self.namesrv_addr, "listenPort": self.broker_port, "haListenPort": self.ha_port,
-            "bindAddress": self.broker_bind, "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
+            "bindAddress": self.broker_bind, "brokerIP1": self.broker_ip, "brokerIP2": self.broker_ip,
             "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
             "mappedFileSizeCommitLog": 64 * 1024 * 1024, "mappedFileSizeConsumeQueue": 600_000,
             "maxHashSlotNum": 50_000, "maxIndexNum": 200_000,
-            "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true",
+            "autoCreateTopicEnable": str(self.auto_create_topics).lower(), "autoCreateSubscriptionGroup": "true",
+            "registerNameServerPeriod": self.register_period_ms,
             "enablePropertyFilter": "true", "warmMapedFileEnable": "false", "transientStorePoolEnable": "false",
             "transactionTimeOut": 3000, "transactionCheckInterval": 2000,
             # ended transactions are recorded (op messages) in batches this often; with the short check

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["SparkPythonProcess", "Suspender", "children", "descendants", "kill_tree", "process_state",
-           "signal_tree", "spark_jvm_pid", "spark_python_workers", "suspended"]
+           "python_workers_of", "signal_tree", "spark_jvm_below", "spark_jvm_pid", "spark_python_workers",
+           "suspended"]
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
@@ -221,7 +222,21 @@ def _module(cmd: tuple[str, ...]) -> str:
 def spark_python_workers(spark: Any, *, role: str | None = None) -> list[SparkPythonProcess]:
     """The Python processes below the session's JVM now (``role``: only those of that role).
     A forked worker has the daemon's command line; it is told apart by its parent."""
-    jvm = spark_jvm_pid(spark)
+    return python_workers_of(spark_jvm_pid(spark), role=role)
+
+
+def spark_jvm_below(pid: int) -> int | None:
+    """The JVM a PySpark driver process ``pid`` (a Python program that built a SparkSession)
+    started: its first ``java`` descendant; None while there is none."""
+    for p in descendants(pid):
+        cmd = _cmdline(p)
+        if cmd and os.path.basename(cmd[0]) == "java":
+            return p
+    return None
+
+
+def python_workers_of(jvm: int, *, role: str | None = None) -> list[SparkPythonProcess]:
+    """:func:`spark_python_workers` of the Spark JVM ``jvm`` (a driver in another process)."""
     parents = _parents()
     out = []
     for pid in descendants(jvm):

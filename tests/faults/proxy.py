@@ -214,7 +214,11 @@ class _Flow:
             t.write(data)
             return
         if t.can_write_eof():
-            t.write_eof()
+            try:
+                t.write_eof()
+            except OSError as exc:  # the peer is gone already (ENOTCONN): as if its socket failed
+                self.pipe.side_lost(self.dst, exc)
+                return
         self.pipe.eof_passed()
 
     def discard(self) -> int:

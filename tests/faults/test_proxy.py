@@ -297,3 +297,43 @@ def test_stop_leaves_no_thread_and_no_socket(echo: EchoServer) -> None:
 def test_listening_on_a_taken_port_fails_naming_it(proxy: FaultProxy) -> None:
     with pytest.raises(OSError, match=f"127.0.0.1:{proxy.port}"):
         FaultProxy(target=proxy.target, listen=("127.0.0.1", proxy.port))
+
+
+def test_an_eof_for_a_peer_already_gone_resets_the_connection_instead_of_failing_the_loop(
+        proxy: FaultProxy) -> None:
+    # a delayed EOF released in the same loop iteration in which the client's RST arrived (a
+    # killed client): shutdown(SHUT_WR) fails with ENOTCONN before asyncio saw the reset
+    from .proxy import _Pipe
+
+    class Gone:
+        aborted = False
+
+        def is_closing(self) -> bool:
+            return False
+
+        def can_write_eof(self) -> bool:
+            return True
+
+        def write_eof(self) -> None:
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+        def get_extra_info(self, name: str) -> None:
+            return None
+
+        def abort(self) -> None:
+            self.aborted = True
+
+    a, b = socket.socketpair()
+    try:
+        def deliver_eof() -> tuple[bool, bool, bool]:
+            pipe = _Pipe(proxy, a, "killed-client")
+            proxy._pipes.add(pipe)
+            gone = Gone()
+            pipe.client.transport = gone  # type: ignore[assignment]
+            pipe.down._deliver(None)  # the target's EOF, towards the client
+            return pipe.closed, pipe in proxy._pipes, gone.aborted
+
+        assert proxy._call(deliver_eof) == (True, False, False)  # closed and forgotten, no exception
+    finally:
+        a.close()
+        b.close()
