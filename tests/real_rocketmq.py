@@ -363,15 +363,18 @@ class RealRocketMQ:
             if jvm is not None:
                 jvm.stop(grace_s)
 
-    def stop_broker(self, *, kill: bool = False) -> None:
-        """Stops the broker (SIGTERM and wait, or SIGKILL: a crash)."""
-        jvm = self._jvms["broker"]
+    def _stop_jvm(self, role: str, kill: bool) -> None:
+        jvm = self._jvms[role]
         if kill and jvm.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(jvm.proc.pid, signal.SIGKILL)
             jvm.proc.wait(10)
             jvm.proc = None
         jvm.stop()
+
+    def stop_broker(self, *, kill: bool = False) -> None:
+        """Stops the broker (SIGTERM and wait, or SIGKILL: a crash)."""
+        self._stop_jvm("broker", kill)
 
     def start_broker(self, timeout_s: float = 90) -> None:
         """Starts the broker again on its ports, with its store; returns once it serves."""
@@ -391,13 +394,7 @@ class RealRocketMQ:
     def stop_namesrv(self, *, kill: bool = False) -> None:
         """Stops the name server (SIGTERM and wait, or SIGKILL). Brokers keep running and
         register again once it is back (every ``register_period_ms``)."""
-        jvm = self._jvms["namesrv"]
-        if kill and jvm.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(jvm.proc.pid, signal.SIGKILL)
-            jvm.proc.wait(10)
-            jvm.proc = None
-        jvm.stop()
+        self._stop_jvm("namesrv", kill)
 
     def start_namesrv(self, timeout_s: float = 60) -> None:
         """Starts the name server again on its port; returns once it serves (its routes come

@@ -68,6 +68,22 @@ class Cluster:
     netns_reason: str | None = None
     topics: dict[str, int]
 
+    def __init__(self, workdir: Path, *, use_netns: bool = True) -> None:
+        """Starts the cluster in ``workdir`` (broker-b in a network namespace when ``use_netns``
+        and root allow it); whatever started is stopped again if the rest fails."""
+        self.workdir = workdir
+        self.topics = {}
+        self.netns_reason = available() if use_netns else "not asked for (--no-netns)"
+        self.netns = Netns.create() if self.netns_reason is None else None
+        try:
+            self._start_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_all(self) -> None:
+        raise NotImplementedError
+
     def pid(self, target: str) -> int | None:
         raise NotImplementedError
 
@@ -212,16 +228,8 @@ class EmbeddedProcesses(Cluster):
     kind = "embedded"
 
     def __init__(self, workdir: Path, *, use_netns: bool = True, register_interval_ms: int = 2000) -> None:
-        self.workdir = workdir
         self.register_interval_ms = register_interval_ms
-        self.topics = {}
-        self.netns_reason = available() if use_netns else "not asked for (--no-netns)"
-        self.netns = Netns.create() if self.netns_reason is None else None
-        try:
-            self._start_all()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(workdir, use_netns=use_netns)
 
     def _start_all(self) -> None:
         ns_host = self.netns.host_addr if self.netns is not None else "127.0.0.1"
@@ -308,16 +316,8 @@ class RealProcesses(Cluster):
     kind = "real"
 
     def __init__(self, workdir: Path, *, use_netns: bool = True) -> None:
-        self.workdir = workdir
-        self.topics = {}
-        self.netns_reason = available() if use_netns else "not asked for (--no-netns)"
-        self.netns = Netns.create() if self.netns_reason is None else None
         self._groups: dict[str, RealRocketMQ] = {}
-        try:
-            self._start_all()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(workdir, use_netns=use_netns)
 
     def _start_all(self) -> None:
         lib = provision()

@@ -12,6 +12,7 @@ import logging
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from test_reader_planning import FakeClient, Q, _planner
+from test_retry_budget import Clock, fake_clock
 
 import rocketmq_spark.client.retry as retry
 import rocketmq_spark.source.reader as reader
@@ -25,24 +26,11 @@ TIMEOUT_S = 10.0
 B_ADDR = "127.0.0.1:10921"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
 @pytest.fixture()
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
+    c = fake_clock(monkeypatch)
     monkeypatch.setattr(reader.time, "monotonic", c.now)  # the time module: every user of it
     monkeypatch.setattr(reader.time, "sleep", c.sleep)
-    monkeypatch.setattr(retry, "_now", c.now)
-    monkeypatch.setattr(retry, "_sleep", c.sleep)
     return c
 
 

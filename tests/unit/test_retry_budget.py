@@ -24,12 +24,17 @@ class Clock:
         self.t += seconds
 
 
-@pytest.fixture()
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """A fake clock the retry module waits on (tests/unit/test_pause_planning.py adds the reader)."""
     c = Clock()
     monkeypatch.setattr(retry, "_now", c.now)
     monkeypatch.setattr(retry, "_sleep", c.sleep)
     return c
+
+
+@pytest.fixture()
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return fake_clock(monkeypatch)
 
 
 class Peer:
