@@ -1163,7 +1163,7 @@ _OUTAGE_BACKOFF_S = (0.2, 2.0)
 
 def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1,
            start_many: Callable[[list[int]], list[Any]] | None = None,
-           same_store: Callable[[], str | None] | None = None,
+           other_store: Callable[[], str | None] | None = None,
            epoch: Callable[[], object] = lambda: None) -> Iterator[tuple[PullResult, int]]:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
     flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
@@ -1188,7 +1188,7 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     the bound.
 
     A broker that comes back may come back without its store (a lost disk): the planned
-    offsets then hold other messages. ``same_store()`` (None: the range has no mark) compares
+    offsets then hold other messages. ``other_store()`` (None: the range has no mark) compares
     the mark of the store the range was planned on (None: the same store; else why not) before
     the first answer is handed on, and again before the first answer over a replaced connection
     (``epoch()``: the client's connection to the broker, None when not known: then after every
@@ -1209,7 +1209,7 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
     answered = False
     inflight: deque[tuple[int, Any, float, object]] = deque([begin(offset)])
-    compare = same_store is not None  # the store is to be compared before an answer is handed on
+    compare = other_store is not None  # the store is to be compared before an answer is handed on
     compared: object = None  # the connection over which it was compared last
     frontier = offset  # where the next pull ahead starts (with ``step``)
     step = 0  # messages the broker serves per pull, once it served fewer than asked
@@ -1222,8 +1222,8 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             if isinstance(pending, _Failed):
                 raise pending.exc
             res = finish(pending)
-            if same_store is not None and (compare or over != compared):
-                other = same_store()
+            if other_store is not None and (compare or over != compared):
+                other = other_store()
                 if over != epoch():  # compared over another connection than the answer came on
                     raise ConnectionFailedError(part.broker_addr or part.mq.broker, f"pull of {part.mq}",
                                                 "the connection was replaced while the store was compared")

@@ -95,7 +95,7 @@ class ReplacedStore:
 
 
 def _read(b: ReplacedStore, part: QueueRange) -> list[tuple[bytes, int]]:
-    pulls = _pulls(part, b.start, b.finish, same_store=b.other_store, epoch=b.epoch)
+    pulls = _pulls(part, b.start, b.finish, other_store=b.other_store, epoch=b.epoch)
     return [(res.body, nxt) for res, nxt in reader._until_gone(pulls)]  # as the task reads them
 
 
@@ -135,7 +135,7 @@ def test_a_comparison_over_another_connection_than_the_answer_is_made_again() ->
         return compared()
 
     got = [nxt for _r, nxt in _pulls(QueueRange(MQ, 0, 30, ("127.0.0.1:9876",), None, "g", "*", 10, True, 60_000,
-                                                mark=(9, 1)), b.start, b.finish, same_store=reconnecting,
+                                                mark=(9, 1)), b.start, b.finish, other_store=reconnecting,
                                      epoch=b.epoch)]
     assert got == [10, 20, 30]
     assert b.compared == [2, 2]  # the answer over connection 1 was asked again over connection 2
