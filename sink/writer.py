@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -692,11 +692,38 @@ def committed_ids(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs
     return seen
 
 
+#: how long the driver's commit (or abort) of an exactly-once batch waits for a broker that
+#: cannot be reached (refused, reset, gone from the routes: a restart) before the batch fails
+#: (seconds; the reader's brokerDownTimeoutMs default)
+_BROKER_DOWN_S = 30.0
+_T = TypeVar("_T")
+
+
+def _riding_out(fn: Callable[[], _T], what: str) -> _T:
+    """``fn()``, called again while it fails for want of a broker (ConnectionFailedError, after
+    the client's own retries) for up to :data:`_BROKER_DOWN_S` from the first failure, then
+    its error. Only for calls that may be repeated: reads, rollbacks."""
+    deadline: float | None = None
+    pause = 0.2
+    while True:
+        try:
+            return fn()
+        except ConnectionFailedError as exc:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + _BROKER_DOWN_S
+                log.warning("exactly-once: %s failed (%s); asking again for up to %.0fs", what, exc, _BROKER_DOWN_S)
+            if now >= deadline:
+                raise
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 2.0)
+
+
 def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> None:
-    """Until the brokers of ``queues`` answer a request again (the client's bounded retries;
-    its error when they do not), then :data:`_SETTLE_S` for ENDs they received before."""
+    """Until the brokers of ``queues`` answer a request again (up to :data:`_BROKER_DOWN_S`;
+    the client's error when they do not), then :data:`_SETTLE_S` for ENDs they received before."""
     if queues:
-        client.max_offsets(list(queues))
+        _riding_out(lambda: client.max_offsets(list(queues)), "reading the destination's offsets")
     time.sleep(_SETTLE_S)
 
 
@@ -771,7 +798,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     the marks (an END the first commit had in flight was applied, or is sent now), waiting
     first until :data:`_SETTLE_S` after the first commit's last write; none once the batch was
     marked ended. A fault part-way (a lost answer) is handled the same way within the commit
-    (:func:`_end_recorded`). Raises OptionError without a checkpointLocation, OSError when the
+    (:func:`_end_recorded`). A broker that cannot be reached (a restart) is waited for up to
+    :data:`_BROKER_DOWN_S` at each step. Raises OptionError without a checkpointLocation, OSError when the
     record cannot be written, the client's errors when ENDs still fail (the batch is then not
     marked ended; its replay goes on from the progress mark)."""
     if not opts.checkpoint_location:
@@ -781,7 +809,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
-            taken = destination_marks(client, txns) if txns else {}
+            taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
+                                "destination's offsets") if txns else {}
             record = txlog.record(batch_id, txns, taken)
             _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
         else:
@@ -804,7 +833,9 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
                          "it stopped: committing the rest once each, rolling back %d from the replay", batch_id,
                          done, len(record), len(to_rollback))
                 _end_recorded(client, opts, txlog, batch_id, record, done, marks, look_first=True)
-            client.end_transactions(to_rollback, commit=False, producer_group=opts.producer_group)
+            _riding_out(lambda: client.end_transactions(to_rollback, commit=False,
+                                                        producer_group=opts.producer_group),
+                        f"batch {batch_id}: rolling back its replay's transactions")
         txlog.mark_ended(batch_id)
     finally:
         client.close()
@@ -817,9 +848,10 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
     recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
                                                                    batch_id is not None) else None
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
+    todo = [t for t in txns if not recorded or t.msg_id not in recorded]
     try:
-        client.end_transactions([t for t in txns if not recorded or t.msg_id not in recorded], commit=False,
-                                producer_group=opts.producer_group)
+        _riding_out(lambda: client.end_transactions(todo, commit=False, producer_group=opts.producer_group),
+                    f"batch {batch_id}: rolling back its transactions")
     finally:
         client.close()
 

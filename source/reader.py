@@ -130,6 +130,11 @@ class QueueRange(InputPartition):
     #: how long the broker had not answered the planner when the range was planned (seconds;
     #: 0: it answered): a task that gets no answer either counts its wait from then (see _pulls)
     broker_silent_s: float = 0.0
+    #: (offset, store time in epoch ms) of a message of the store the range was planned on (the
+    #: queue's mark, see Planner._marks); None: none known. A task compares it before it hands
+    #: on what it pulled, and again whenever its connection to the broker was replaced: a broker
+    #: that lost its store serves other messages at the planned offsets (see _pulls)
+    mark: tuple[int, int] | None = None
 
 
 def _client_config(broker_down_timeout_ms: int) -> ClientConfig:
@@ -137,6 +142,23 @@ def _client_config(broker_down_timeout_ms: int) -> ClientConfig:
     brokerDownTimeoutMs, the bound of the reader's own wait for a broker that does not answer."""
     base = ClientConfig()
     return ClientConfig(retry_budget_s=min(base.retry_budget_s, broker_down_timeout_ms / 1000))
+
+
+def _store_time_in(client: BrokerClient, mq: MessageQueue, offset: int, res: PullResult) -> int | None:
+    """Store time (epoch ms) of the message at ``offset`` in a pull's answer, None when it has none."""
+    if res.status != "FOUND":
+        return None
+    rows = client.rows(mq, [res], offset + 1, ["queueOffset", "storeTimestamp"])
+    offs = rows.column(0).to_pylist()
+    if offset not in offs:
+        return None
+    us = rows.column(1).cast(pa.int64()).to_pylist()[offs.index(offset)]
+    return None if us is None else int(us) // 1000
+
+
+def _mark_below(mark: Mark | None, end: int) -> Mark | None:
+    """``mark`` when it names a message below ``end`` (one the planned range's store held)."""
+    return mark if mark is not None and mark[0] < end else None
 
 
 class Planner:
@@ -568,14 +590,7 @@ class Planner:
         return out, failed
 
     def _store_time_in(self, mq: MessageQueue, offset: int, res: PullResult) -> int | None:
-        if res.status != "FOUND":
-            return None
-        rows = self.client.rows(mq, [res], offset + 1, ["queueOffset", "storeTimestamp"])
-        offs = rows.column(0).to_pylist()
-        if offset not in offs:
-            return None
-        us = rows.column(1).cast(pa.int64()).to_pylist()[offs.index(offset)]
-        return None if us is None else int(us) // 1000
+        return _store_time_in(self.client, mq, offset, res)
 
     def _restart(self, mq: MessageQueue, offset: int) -> None:
         """The queue is read again from ``offset`` (below where the query stood): what was
@@ -786,11 +801,15 @@ class Planner:
                 left -= 1
         return {mq: begin[mq] + share[mq] for mq in end}
 
-    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
+    def partitions(self, start: QueueOffsets, end: QueueOffsets,
+                   marks: dict[MessageQueue, Mark] | None = None) -> list[QueueRange]:
         """A :class:`QueueRange` per queue of ``end`` that has messages to read (``end`` above
         its start; a queue missing from ``start`` starts at its min offset, asked now), cut
-        into about minPartitions pieces in proportion to their size when that asks for more."""
+        into about minPartitions pieces in proportion to their size when that asks for more.
+        Each carries its queue's mark below ``end`` (``marks``: those the batch's offsets kept
+        when it was planned; else this planner's), which its task compares (see _pulls)."""
         o = self.options
+        known = self._marks if marks is None else marks
         ranges = []
         for mq in sorted(end):
             s = start.get(mq)
@@ -813,7 +832,8 @@ class Planner:
         silent = {b: now - since for b, (since, _why) in self._down.items()}
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
-                           o.include_retry_topic, o.columns, addrs.get(mq.broker), silent.get(mq.broker, 0.0))
+                           o.include_retry_topic, o.columns, addrs.get(mq.broker), silent.get(mq.broker, 0.0),
+                           _mark_below(known.get(mq), end[mq]))
                 for mq, s, e in ranges]
 
     def _known_addr(self, mq: MessageQueue) -> str | None:
@@ -1086,8 +1106,43 @@ def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
 
 
 class _RangeGone(Exception):
-    """The rest of a task's range is past the queue's end (failOnDataLoss=false: logged by
-    :func:`_check_pull`): the task ends its range there."""
+    """The rest of a task's range is past the queue's end or in a store that is gone
+    (failOnDataLoss=false: logged by :func:`_check_pull` or :func:`_store_gone`): the task
+    ends its range there."""
+
+
+def _store_gone(part: QueueRange, offset: int, why: str) -> None:
+    """The broker serves another store than the one ``part`` was planned on (``why``): the
+    rest of the range, from ``offset``, is not there. DataLossError with failOnDataLoss=true,
+    else logged and :class:`_RangeGone`."""
+    if part.fail_on_data_loss:
+        raise DataLossError(
+            f"{part.mq}: planned offsets [{offset}, {part.end}) are not on the broker: {why}. The broker lost its "
+            f"store (or the topic was deleted and re-created) while this batch read it, and other messages take "
+            f"these offsets. To read the queue again from its earliest offset, start the query on a new checkpoint "
+            f"with startingOffsets=earliest, or set failOnDataLoss=false")
+    log.warning("%s: planned offsets [%d, %d) are not on the broker (%s: its store was lost, or the topic deleted "
+                "and re-created, while this batch read it); failOnDataLoss=false: not read, the next batch reads "
+                "the queue from its earliest offset", part.mq, offset, part.end, why)
+    raise _RangeGone
+
+
+def _other_store(c: BrokerClient, part: QueueRange) -> str | None:
+    """None when the broker still holds the message ``part.mark`` names (or cannot tell:
+    retention deleted it); else what it holds instead. Raises the client's errors."""
+    assert part.mark is not None
+    off, ts = part.mark
+    res = c.pull_result(part.mq, c.pull_async(part.mq, off, 1))
+    if res.status == "FOUND":
+        now = _store_time_in(c, part.mq, off, res)
+        if now is None or now == ts:
+            return None
+        return f"offset {off}, stored at {_iso(ts)} when the batch was planned, holds a message stored at {_iso(now)}"
+    if res.status == "NO_NEW_MSG" or (res.status == "OFFSET_ILLEGAL" and (0 <= res.max_offset <= off or
+                                                                          0 <= res.next_offset < off)):
+        hi = "?" if res.max_offset < 0 else res.max_offset
+        return f"offset {off}, stored at {_iso(ts)} when the batch was planned, is past the queue's max offset {hi}"
+    return None
 
 
 class _Failed:
@@ -1107,7 +1162,9 @@ _OUTAGE_BACKOFF_S = (0.2, 2.0)
 
 
 def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1,
-           start_many: Callable[[list[int]], list[Any]] | None = None) -> Iterator[tuple[PullResult, int]]:
+           start_many: Callable[[list[int]], list[Any]] | None = None,
+           other_store: Callable[[], str | None] | None = None,
+           epoch: Callable[[], object] = lambda: None) -> Iterator[tuple[PullResult, int]]:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
     flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
 
@@ -1128,32 +1185,53 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     ``part.broker_silent_s`` before the read began): nothing already yielded is read twice,
     nothing skipped. Past that the task fails with :class:`BrokerUnavailableError` naming the
     broker's address and the operation, at most one pull attempt (a request timeout) after
-    the bound."""
+    the bound.
 
-    def begin(off: int) -> tuple[int, Any, float]:
-        """(offset asked, its pending pull, when it went out)"""
+    A broker that comes back may come back without its store (a lost disk): the planned
+    offsets then hold other messages. ``other_store()`` (None: the range has no mark) compares
+    the mark of the store the range was planned on (None: the same store; else why not) before
+    the first answer is handed on, and again before the first answer over a replaced connection
+    (``epoch()``: the client's connection to the broker, None when not known: then after every
+    failed pull) and the answer must come over the connection the comparison went over. Another
+    store: what the range has left is gone (failOnDataLoss=true: DataLossError; else logged, the
+    task ends there, and the planner reads the queue again from its new start), nothing of
+    the other store is handed on as the planned messages."""
+
+    def begin(off: int) -> tuple[int, Any, float, object]:
+        """(offset asked, its pending pull, when it went out, the connection it went out on)"""
         sent = time.monotonic()
         try:
-            return off, start(off), sent
+            return off, start(off), sent, epoch()
         except ConnectionFailedError as exc:
-            return off, _Failed(exc), sent
+            return off, _Failed(exc), sent, None
 
     offset = part.start
     heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
     answered = False
-    inflight: deque[tuple[int, Any, float]] = deque([begin(offset)])
+    inflight: deque[tuple[int, Any, float, object]] = deque([begin(offset)])
+    compare = other_store is not None  # the store is to be compared before an answer is handed on
+    compared: object = None  # the connection over which it was compared last
     frontier = offset  # where the next pull ahead starts (with ``step``)
     step = 0  # messages the broker serves per pull, once it served fewer than asked
     repulls = 0
     down_since: float | None = None
     pause = _OUTAGE_BACKOFF_S[0]
     while offset < part.end:
-        pending = inflight[0][1]
+        pending, over = inflight[0][1], inflight[0][3]
         try:
             if isinstance(pending, _Failed):
                 raise pending.exc
             res = finish(pending)
+            if other_store is not None and (compare or over != compared):
+                other = other_store()
+                if over != epoch():  # compared over another connection than the answer came on
+                    raise ConnectionFailedError(part.broker_addr or part.mq.broker, f"pull of {part.mq}",
+                                                "the connection was replaced while the store was compared")
+                if other is not None:
+                    _store_gone(part, offset, other)
+                compare, compared = False, over
         except ConnectionFailedError as exc:
+            compare = True
             now = time.monotonic()
             if down_since is None:
                 down_since = max(heard, inflight[0][2]) if answered else heard
@@ -1193,9 +1271,11 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
             offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
             sent = time.monotonic()
             try:
-                inflight.extend((off, pending, sent) for off, pending in zip(offsets, start_many(offsets)))
+                many = start_many(offsets)
+                conn = epoch()
+                inflight.extend((off, pending, sent, conn) for off, pending in zip(offsets, many))
             except ConnectionFailedError as exc:
-                inflight.extend((off, _Failed(exc), sent) for off in offsets)
+                inflight.extend((off, _Failed(exc), sent, None) for off in offsets)
             frontier = offsets[-1] + step
         while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
             inflight.append(begin(frontier))
@@ -1244,7 +1324,9 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                                             subscription=part.sub_expression),
                    lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
                    lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                  subscription=part.sub_expression))
+                                                  subscription=part.sub_expression),
+                   None if part.mark is None else lambda: _other_store(c, part),
+                   lambda: c.connection_epoch(mq.broker))
     for res, nxt in _until_gone(pulls):
         if res.size:
             pulled.append(res)
@@ -1361,7 +1443,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = dict(split_batch_end(start)[0])
         ends, restarted = split_batch_end(end)
         begin.update(restarted)
-        return self.planner.partitions(begin, dict(ends))
+        # the marks the batch was planned with (a replayed batch's too, from Spark's offset log)
+        return self.planner.partitions(begin, dict(ends), marks_of(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the partition's rows (:func:`read_range`, which says what it raises)."""

@@ -152,3 +152,41 @@ def test_reset_connections_are_reopened_by_the_client(proxied: Proxied, proxy: F
         assert proxy.stats().resets >= 1
     finally:
         client.close()
+
+
+def test_an_exactly_once_commit_waits_for_a_broker_that_refuses_for_a_while(proxied: Proxied, proxy: FaultProxy,
+                                                                             tmp_path: Path, caplog) -> None:
+    """A broker restarting while the driver commits an exactly-once batch (the fault suite's
+    wipe-broker-now on Apache RocketMQ, whose restart takes seconds: the query failed with
+    ConnectionFailedError on the destination's max offsets, about a second after the broker
+    went away). The commit waits for it (up to 30 s) and every row lands once."""
+    import threading
+
+    import pyarrow as pa
+
+    from rocketmq_spark.sink.options import WriterOptions
+    from rocketmq_spark.sink.writer import _txns, commit_batch, write_rows
+
+    client = _client(proxied)
+    try:
+        topic = f"FaultsEosRefused_{proxied.kind}"
+        client.create_topic(topic, queues=1)
+        opts = WriterOptions.parse({"namesrvAddr": proxied.namesrv_addr, "topic": topic,
+                                    "delivery": "exactly-once", "checkpointLocation": str(tmp_path / "ck")})
+        rows = [b"eos-%d" % i for i in range(20)]
+        txns = _txns([write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": rows})]), 0)])
+        proxy.refuse()
+        proxy.reset_all()
+        healed = threading.Timer(6.0, proxy.heal)
+        healed.start()
+        try:
+            commit_batch(opts, txns, 0)  # before: ConnectionFailedError reading the destination's offsets
+        finally:
+            healed.cancel()
+            healed.join()
+        assert "reading the destination's offsets failed" in caplog.text, "the commit never met the refusal"
+        mq = MessageQueue(topic, proxied.broker_name, 0)
+        assert wait_until(lambda: len(_read_all(client, mq, "faults_eos_refused")) >= len(rows), 30)
+        assert sorted(_read_all(client, mq, "faults_eos_refused")) == sorted(rows)
+    finally:
+        client.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,9 @@ from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker, EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
+from rocketmq_spark.errors import DataLossError
+from rocketmq_spark.source import Planner, ReaderOptions
+from rocketmq_spark.source.reader import read_range
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability]
 
@@ -267,3 +270,35 @@ def test_a_store_refilled_past_the_querys_offset_is_noticed_running_and_restarte
     assert f"{stopped}/broker-a:0: the query's next offset is 20, and offset {OLD - 1}, stored at " \
            in str(info.value), str(info.value)
     assert _read_now(spark, broker, stopped, f"refill_stopped_skip_{kind}", False, tmp_path / "ck-ss") == old + new
+
+
+def test_a_range_planned_before_the_store_was_lost_reads_nothing_of_the_new_store(broker: LossyBroker,
+                                                                                 tmp_path) -> None:
+    """A batch planned on the old store whose task reads after the broker came back without it
+    (the fault suite's wipe-broker-now: parquet rows read twice). Before: the task read the new
+    store's messages at the planned offsets as the planned ones, and the next batch, which
+    restarts the queue at its new earliest offset, read them again."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    kind = broker.kind.upper()
+    topic = broker.create_topic(f"LOST_TASK_{kind}", 1)
+    _produce(broker, topic, "old", [OLD])
+    planner = Planner(ReaderOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic,
+                                           "consumerGroup": f"lost_task_{kind}", "startingOffsets": "earliest",
+                                           "failOnDataLoss": "false"}, stream=True))
+    try:
+        start = planner.initial()
+        end = planner.next_end(start, ReadAllAvailable())
+        (part,) = planner.partitions(start, end, planner.marks_of(end))
+    finally:
+        planner.client.close()
+    assert (part.start, part.end) == (0, OLD) and part.mark is not None and part.mark[0] == OLD - 1
+    # back with three times as many new messages: the planned offsets all hold new ones
+    broker.lose_store({topic: [3 * OLD]}, tmp_path / "scratch")
+    read = [bytes(b).decode() for batch in read_range(part) for b in batch.column("body").to_pylist()]
+    assert read == [], f"the task read {len(read)} messages of the new store as the planned ones: {read[:3]}"
+    strict = replace(part, fail_on_data_loss=True)
+    with pytest.raises(DataLossError) as err:
+        list(read_range(strict))
+    assert f"{topic}/broker-a:0: planned offsets [0, {OLD}) are not on the broker: offset {OLD - 1}, stored at " \
+        in str(err.value), str(err.value)
