@@ -1101,13 +1101,24 @@ class RemotingClient:
     def start_producer(self, group: str, topics: Sequence[str], on_check: CheckHandler | None = None) -> None:
         """A producer heartbeat of ``group`` to each broker with writable queues of ``topics``
         (once per broker); brokers send their check-backs of the group's transactions over
-        these connections, answered by ``on_check`` with a oneway END_TRANSACTION."""
+        these connections, answered by ``on_check`` with a oneway END_TRANSACTION.
+
+        A broker that cannot be reached (restarting, refusing) is logged and left out, and
+        heartbeated by the next call that names it: the sends to it fail on their own (a
+        writer goes to other brokers meanwhile), and a missing heartbeat only keeps the
+        broker's check-backs away, which never commit here. Failing the task for it made one
+        broker down for seconds fail every exactly-once task and then the query."""
         if on_check is not None:
             self._on_check = on_check
         self._producer_group = group
         addrs = {self.broker_addr(q.broker, t) for t in topics for q in self.message_queues(t, writable=True)}
         for addr in sorted(addrs - self._producer_addrs):
-            self.heartbeat_producer(group, self.client_id, addr)
+            try:
+                self.heartbeat_producer(group, self.client_id, addr)
+            except ConnectionFailedError as exc:
+                log.warning("producer heartbeat of group %s to %s failed (%s); sending on, heartbeated again by "
+                            "the next start", group, addr, exc)
+                continue
             self._producer_addrs.add(addr)
 
     def _answer_check(self, conn: RemotingConnection, cmd: RemotingCommand, on_check: CheckHandler) -> None:

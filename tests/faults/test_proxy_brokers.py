@@ -190,3 +190,25 @@ def test_an_exactly_once_commit_waits_for_a_broker_that_refuses_for_a_while(prox
         assert sorted(_read_all(client, mq, "faults_eos_refused")) == sorted(rows)
     finally:
         client.close()
+
+
+def test_a_producer_start_goes_on_past_a_broker_that_refuses_and_heartbeats_it_once_back(
+        proxied: Proxied, proxy: FaultProxy, caplog: pytest.LogCaptureFixture) -> None:
+    """An exactly-once writer task starts its producer with a heartbeat to every broker of the
+    topic; one broker refusing connections (the fault suite's refuse fault) failed every task
+    then, and the query. It is logged and left out now, and heartbeated by the next start once
+    it answers."""
+    client = _client(proxied, retries=1, retry_budget_s=2.0)
+    try:
+        topic = f"FaultsHeartbeat_{proxied.kind}"
+        client.create_topic(topic, queues=1)
+        proxy.refuse()
+        proxy.reset_all()
+        client.start_producer("faults_heartbeat", [topic])  # before: ConnectionFailedError (heartbeat)
+        assert f"producer heartbeat of group faults_heartbeat to {proxy.address} failed" in caplog.text
+        assert proxy.address not in client._producer_addrs
+        proxy.heal()
+        client.start_producer("faults_heartbeat", [topic])
+        assert proxy.address in client._producer_addrs
+    finally:
+        client.close()
