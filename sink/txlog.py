@@ -269,11 +269,11 @@ class TxLog:
         if obj is not None:
             if msg_id not in obj["msgIds"]:
                 return False
+            if msg_id in obj.get("lost", ()):
+                return None  # first: a twin recorded before may have been lost again
             twins = obj.get("twins", {})
             if msg_id in twins:
                 return None if nonce is None or nonce == twins[msg_id] else False
-            if msg_id in obj.get("lost", ()):
-                return None
             nonces = obj.get("nonces")
             if nonce is None or partition is None or not nonces or str(partition) not in nonces:
                 return None  # an earlier version's half or record: ids told them apart

@@ -263,6 +263,9 @@ def test_a_replay_commits_its_twins_of_the_lost_rows_and_rolls_back_the_rest(fak
     # check-backs: the chosen twin and the recorded halves are the driver's; another attempt's not
     assert log.decide(9, "ID-3", 0, "n2") is None and log.decide(9, "ID-3", 0, "n1") is False
     assert log.decide(9, "ID-0", 0, "n1") is None and log.decide(9, "ID-0", 0, "n2") is False
+    # the store is lost again, twins and all: the next replay's half of ID-3 waits for its driver
+    log.mark_lost(9, {"ID-3"})
+    assert log.decide(9, "ID-3", 0, "n3") is None
 
 
 def test_a_twin_that_differs_or_is_missing_fails_the_replay_naming_why(fake, tmp_path) -> None:
