@@ -399,3 +399,29 @@ def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(ret
     progress: list[int] = []
     gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=retry_failed)
     assert gone == [txns[1]] and progress == [1]  # applied: ID-0 only before it (ID-2, ID-3 answered too)
+
+
+def test_the_grpc_client_reports_an_invalid_transaction_id_as_gone() -> None:
+    # the embedded broker's gRPC service answers INVALID_TRANSACTION_ID for a half it does not
+    # hold; it used to be taken as "ended before"
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from rocketmq_spark.client import ClientConfig, GrpcClient
+    from rocketmq_spark.proto import pb
+
+    def answer(req, timeout, metadata):  # noqa: ANN001, ANN202
+        fut: Future = Future()
+        code = pb.INVALID_TRANSACTION_ID if req.message_id == "ID-1" else pb.OK
+        fut.set_result(pb.EndTransactionResponse(status=pb.Status(code=code)))
+        return fut
+
+    c = GrpcClient.__new__(GrpcClient)
+    c.config, c._broker_endpoints = ClientConfig(), {"broker-a": "127.0.0.1:8081"}
+    c.broker_addr = lambda broker, topic=None: "127.0.0.1:8081"  # type: ignore[method-assign]
+    c.stub = lambda addr: SimpleNamespace(EndTransaction=SimpleNamespace(future=answer))  # type: ignore[method-assign]
+    c.metadata = lambda: ()  # type: ignore[method-assign]
+    txns = [t._replace(transaction_id=f"TX-{i}") for i, t in enumerate(_txns(4))]
+    progress: list[int] = []
+    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=False)
+    assert gone == [txns[1]] and progress == [1]
