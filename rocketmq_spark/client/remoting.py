@@ -94,12 +94,20 @@ def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
 _SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, str, str] | None]] = {}
 
 
+#: what a broker's END_TRANSACTION answer (SYSTEM_ERROR) says when the commit-log position it was
+#: given holds no half message, or another record than the one named (Java brokers check the
+#: record's producer group and both offsets; older ones spell the remarks lower-case)
+_NOT_THE_HALF = ("find prepared transaction message failed", "the producer group wrong",
+                 "the transaction state table offset wrong", "the commit log offset wrong")
+
+
 def _half_gone(code: int, remark: str | None) -> bool:
-    """A broker's answer to END_TRANSACTION of a half message it does not hold. Not "ended
-    before": Java brokers and the embedded one apply a second END of a half still in the commit
-    log (it stays there after its END), so the half is gone with its commit log (a store lost,
-    or files deleted by retention)."""
-    return code == ResponseCode.SYSTEM_ERROR and "Find prepared transaction message failed" in (remark or "")
+    """A broker's answer to END_TRANSACTION of a half message it does not hold (:data:`_NOT_THE_HALF`).
+    Not "ended before": Java brokers and the embedded one apply a second END of a half still in
+    the commit log (it stays there after its END), so the half is gone with its commit log (a
+    store lost or replaced, or files deleted by retention)."""
+    text = (remark or "").lower()
+    return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:

@@ -368,8 +368,13 @@ def test_row_checksums_name_the_parts_that_differ() -> None:
     assert sum_difference(one, row_sum(b"Body", "", "k1 k2", "__SHARDINGKEY\x01g\x02")) == ["body", "tag"]
 
 
-@pytest.mark.parametrize("retry_failed", [False, True])
-def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(retry_failed: bool) -> None:
+@pytest.mark.parametrize(("retry_failed", "remark"), [
+    (False, "Find prepared transaction message failed: no half message at commitLogOffset 100"),
+    (True, "Find prepared transaction message failed"),
+    (False, "The producer group wrong"),  # Apache RocketMQ: another record at that position (a new store)
+    (False, "The transaction state table offset wrong"),
+])
+def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(retry_failed: bool, remark: str) -> None:
     # "Find prepared transaction message failed" used to be taken as "ended before"; brokers apply
     # a second END of a half still in their commit log, so it means the half is gone (a lost store)
     from rocketmq_spark.client import ClientConfig, RemotingClient
@@ -377,8 +382,7 @@ def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(ret
     from rocketmq_spark.remoting.codes import ResponseCode
     from rocketmq_spark.remoting.frame import RemotingCommand
 
-    nothing_there = (ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed: no half message at "
-                                                "commitLogOffset 100")
+    nothing_there = (ResponseCode.SYSTEM_ERROR, remark)
 
     class Conn:
         def send_many(self, reqs):  # noqa: ANN001, ANN202
