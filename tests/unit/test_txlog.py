@@ -429,3 +429,77 @@ def test_the_grpc_client_reports_an_invalid_transaction_id_as_gone() -> None:
     progress: list[int] = []
     gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=False)
     assert gone == [txns[1]] and progress == [1]
+
+
+class _HalfClient:
+    """Takes a task's half messages without a broker: each stored at the next position."""
+
+    class config:
+        request_timeout_s = 5
+
+    compresses_bodies = True
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def message_queues(self, topic: str, **_: object) -> list[MessageQueue]:
+        return [MessageQueue(topic, "broker-a", 0)]
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        return "127.0.0.1:10911"
+
+    def start_producer(self, *a: object) -> None:
+        pass
+
+    def send_request(self, mq, entries, **kw):  # noqa: ANN001, ANN003, ANN201
+        return entries
+
+    def _answer(self):  # noqa: ANN202
+        from concurrent.futures import Future
+
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
+
+    def send_async_many(self, reqs):  # noqa: ANN001, ANN201
+        return [self._answer() for _ in reqs]
+
+    def send_async(self, mq, req):  # noqa: ANN001, ANN201
+        return self._answer()
+
+    def check_sent(self, *a: object) -> None:
+        pass
+
+    def half_transaction(self, mq: MessageQueue, answer: object, msg_id: str) -> Txn:
+        self.at += 1
+        return Txn(mq.broker, mq.topic, self.at, 100 * self.at, msg_id)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.writer as writer
+    from rocketmq_spark.sink.options import WriterOptions
+
+    monkeypatch.setattr(writer, "connect", lambda *a, **k: _HalfClient())
+    opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+
+    def rows(keys: str) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"], "tag": ["t", None], "keys": [keys, None],
+                                           "properties": [[("k", "v")], None]},
+                                          schema=pa.schema([("body", pa.binary()), ("tag", pa.string()),
+                                                            ("keys", pa.string()),
+                                                            ("properties", pa.map_(pa.string(), pa.string()))]))
+
+    first, again = writer.write_rows(opts, iter([rows("K")]), 9), writer.write_rows(opts, iter([rows("K")]), 9)
+    assert first.sums == again.sums and len(first.sums) == 2 and first.nonce != again.nonce
+    assert [t[4] for t in first.txns] == [t[4] for t in again.txns]  # the message ids
+    other = writer.write_rows(opts, iter([rows("OTHER")]), 9)
+    ids = [t[4] for t in first.txns]
+    assert writer.sum_difference(first.sums[ids[0]], other.sums[ids[0]]) == ["keys"]
+    assert first.sums[ids[1]] == other.sums[ids[1]]
+    # a row with a body only is summed alike on the fast path (only bodies in the batch)
+    bodies = writer.write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 9)
+    assert bodies.sums[ids[1]] == first.sums[ids[1]] == writer.row_sum(b"b1")
