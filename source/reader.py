@@ -1127,14 +1127,13 @@ def _store_gone(part: QueueRange, offset: int, why: str) -> None:
     raise _RangeGone
 
 
-def _other_store(c: BrokerClient, part: QueueRange) -> str | None:
-    """None when the broker still holds the message ``part.mark`` names (or cannot tell:
+def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
+    """None when the broker still holds the message ``mark`` names in ``mq`` (or cannot tell:
     retention deleted it); else what it holds instead. Raises the client's errors."""
-    assert part.mark is not None
-    off, ts = part.mark
-    res = c.pull_result(part.mq, c.pull_async(part.mq, off, 1))
+    off, ts = mark
+    res = c.pull_result(mq, c.pull_async(mq, off, 1))
     if res.status == "FOUND":
-        now = _store_time_in(c, part.mq, off, res)
+        now = _store_time_in(c, mq, off, res)
         if now is None or now == ts:
             return None
         return f"offset {off}, stored at {_iso(ts)} when the batch was planned, holds a message stored at {_iso(now)}"
@@ -1325,7 +1324,7 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                    lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
                    lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
                                                   subscription=part.sub_expression),
-                   None if part.mark is None else lambda: _other_store(c, part),
+                   None if (mark := part.mark) is None else lambda: _other_store(c, mq, mark),
                    lambda: c.connection_epoch(mq.broker))
     for res, nxt in _until_gone(pulls):
         if res.size:
