@@ -13,6 +13,7 @@ commit finished (see :func:`commit_batch`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import random
@@ -201,7 +202,10 @@ class _Sender:
     def queues(self, topic: str) -> list[MessageQueue]:
         qs = self._queues.get(topic)
         if qs is None:
-            qs = self.client.message_queues(topic, writable=True)
+            # a task's client is new and knows no route: a name server restarting (seconds)
+            # failed every task that started meanwhile, and then the query
+            qs = _riding_out(lambda: self.client.message_queues(topic, writable=True),
+                             f"partition {self.partition}: route lookup of topic {topic!r}")
             if not qs:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
@@ -472,27 +476,33 @@ class _Sender:
                     self.txns.append(self.client.half_transaction(send.queue, resp, send.uniq))
 
     def _retry(self, send: _Send, first: BaseException) -> list[Any]:
-        """Send again (bounded, with backoff). An unordered batch whose broker cannot be
-        reached moves to another broker at once; a message group's stays on its queue."""
+        """Send again, with backoff: three attempts, and while the broker cannot be reached
+        (a restart: seconds on Apache RocketMQ) for up to :data:`_BROKER_DOWN_S` from the
+        first failure. An unordered batch whose broker cannot be reached moves to another
+        broker at once; a message group's stays on its queue (its order), so it waits."""
         last: BaseException = first
         mq, entries = send.queue, send.entries
         target = mq
         move_now = self._pause(mq.broker, first) and not send.ordered
-        for attempt in range(3):
+        deadline = time.monotonic() + _BROKER_DOWN_S
+        attempt = 0
+        while attempt < 3 or (isinstance(last, ConnectionFailedError) and time.monotonic() < deadline):
             if attempt or not move_now:
-                time.sleep(min(2.0, 0.1 * (2 ** attempt)))
+                time.sleep(max(0.0, min(2.0, 0.1 * (2 ** attempt), deadline - time.monotonic())))
             try:
                 if not send.ordered and (attempt or move_now):
                     self._queues.pop(mq.topic, None)
-                    self.client.message_queues(mq.topic, refresh=True, writable=True)
+                    with contextlib.suppress(ConnectionFailedError):  # a name server down: the routes known
+                        self.client.message_queues(mq.topic, refresh=True, writable=True)
                     target = self._next_queue(mq.topic, avoid=target.broker)
                 return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
                                               sys_flag=send.sys_flag, batch_properties=send.batch_properties)
             except RocketMQSparkError as exc:
                 last = exc
                 self._pause(target.broker, exc)
+            attempt += 1
         raise RocketMQSparkError(f"partition {self.partition}: sending {len(entries)} messages to {target} "
-                                 f"failed after retries: {last}") from last
+                                 f"failed after {attempt + 1} attempts: {last}") from last
 
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
         entry.properties += self._half_suffix
@@ -525,10 +535,11 @@ class _Sender:
 
 
 def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> bool | None:
-    """The fate of a half message a broker asks about (a check-back): commit (True) when its
-    batch is recorded with it (and no replay is ending it), roll back (False) when recorded
-    without it, None while its batch is not recorded yet (the broker asks again) or when it is
-    not this sink's (the tag names another checkpoint location, or none)."""
+    """The fate of a half message a broker asks about (a check-back), never a commit (only
+    the driver commits, see :meth:`TxLog.decide`): roll back (False) when its batch is
+    recorded without it, None while its batch is not recorded yet or is recorded with it
+    (the broker asks again) or when it is not this sink's (the tag names another checkpoint
+    location, or none)."""
     fields = properties.get(TX_TAG, "").split(":")
     try:
         batch_id = int(fields[0])
@@ -775,9 +786,10 @@ _T = TypeVar("_T")
 
 
 def _riding_out(fn: Callable[[], _T], what: str) -> _T:
-    """``fn()``, called again while it fails for want of a broker (ConnectionFailedError, after
-    the client's own retries) for up to :data:`_BROKER_DOWN_S` from the first failure, then
-    its error. Only for calls that may be repeated: reads, rollbacks."""
+    """``fn()``, called again while it fails for want of a broker or name server
+    (ConnectionFailedError, after the client's own retries) for up to :data:`_BROKER_DOWN_S`
+    from the first failure, then its error. Only for calls that may be repeated: reads, route
+    lookups, rollbacks."""
     deadline: float | None = None
     pause = 0.2
     while True:
@@ -787,7 +799,7 @@ def _riding_out(fn: Callable[[], _T], what: str) -> _T:
             now = time.monotonic()
             if deadline is None:
                 deadline = now + _BROKER_DOWN_S
-                log.warning("exactly-once: %s failed (%s); asking again for up to %.0fs", what, exc, _BROKER_DOWN_S)
+                log.warning("%s failed (%s); asking again for up to %.0fs", what, exc, _BROKER_DOWN_S)
             if now >= deadline:
                 raise
             time.sleep(min(pause, deadline - now))
