@@ -830,7 +830,7 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
     were taken on), each with what says so. An END sent there by position could end another
     half message that now sits where the recorded one was."""
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
-    now = client.max_offsets(queues) if queues else {}
+    now = _riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     out: dict[str, str] = {}
     for mq in queues:
         if mq in now and now[mq] < marks[mq] and mq.broker not in out:
@@ -957,9 +957,10 @@ def _unmatched_error(batch_id: int, txlog: TxLog, unmatched: Mapping[str, str]) 
         f"exactly-once batch {batch_id}: {len(unmatched)} rows whose prepared messages their broker lost cannot be "
         f"committed from this replay of the batch: {first}{more}. A replay's row stands in for a lost one only when "
         "it has the same message id (partition and row number) and the same topic and checksum: the query must "
-        "write the same rows in the same order on a re-run (deterministic). The batch is not marked committed. To "
+        "write the same rows in the same order on a re-run (deterministic), and its source must still hold them "
+        "(a broker that lost its store loses the source rows it held too). The batch is not marked committed. To "
         f"end it without these rows (they stay lost), create the file {txlog.accept_lost_path(batch_id)} and "
-        "restart the query")
+        "restart the query, or write with failOnDataLoss=false")
 
 
 def _row_number(msg_id: str) -> str:
@@ -1088,10 +1089,12 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
                                                         producer_group=opts.producer_group),
                         f"batch {batch_id}: rolling back its replay's transactions")
         if unmatched:
-            if not txlog.lost_accepted(batch_id):
+            accepted = txlog.lost_accepted(batch_id)
+            if not accepted and opts.fail_on_data_loss:
                 raise _unmatched_error(batch_id, txlog, unmatched)
-            log.error("batch %d: ended without %d rows its brokers lost, as %s says (first: %s)", batch_id,
-                      len(unmatched), txlog.accept_lost_path(batch_id), next(iter(sorted(unmatched.items()))))
+            log.error("batch %d: ended without %d rows its brokers lost, as %s (first: %s)", batch_id,
+                      len(unmatched), f"{txlog.accept_lost_path(batch_id)} says" if accepted else
+                      "failOnDataLoss=false allows", next(iter(sorted(unmatched.items()))))
         txlog.mark_ended(batch_id)
     finally:
         client.close()

@@ -294,6 +294,39 @@ def test_a_twin_that_differs_or_is_missing_fails_the_replay_naming_why(fake, tmp
     assert log.ended(9) and sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2", "ID-5"]
 
 
+def test_with_fail_on_data_loss_false_a_replay_ends_the_batch_without_rows_it_cannot_write_again(
+        fake, tmp_path, caplog) -> None:
+    """The broker that lost the halves held their source rows too (the fault suite's
+    wipe-broker-now): the replay has no twin for them. failOnDataLoss=false ends the batch
+    without them, logged, as the reader skips what its broker lost; the twins it has are
+    committed."""
+    import dataclasses
+
+    broker, opts, writer = fake
+    txns, _ = _lost_in_first_commit(fake, tmp_path)  # the first commit fails either way: a replay may redo them
+    replay = [t for t in _replayed(txns) if t.msg_id != "ID-4"]  # row 4's source went with the store
+    lenient = dataclasses.replace(opts, fail_on_data_loss=False)
+    writer.RocketMQStreamWriter(lenient).commit([_report(0, replay, "n2")], 9)
+    log = TxLog(str(tmp_path))
+    assert log.ended(9) and sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2", "ID-3", "ID-5"]
+    assert "ended without 1 rows its brokers lost, as failOnDataLoss=false allows" in caplog.text
+
+
+def test_fail_on_data_loss_is_an_exactly_once_option() -> None:
+    from rocketmq_spark.errors import OptionError
+    from rocketmq_spark.sink.options import WriterOptions
+
+    base = {"namesrvAddr": "127.0.0.1:9876", "topic": "T"}
+    assert WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x",
+                                "failOnDataLoss": "false"}).fail_on_data_loss is False
+    assert WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x"}).fail_on_data_loss
+    with pytest.raises(OptionError, match="failOnDataLoss.*only delivery=exactly-once takes it"):
+        WriterOptions.parse({**base, "failOnDataLoss": "false"})
+    with pytest.raises(OptionError, match="failOnDataLoss"):
+        WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x",
+                             "failOnDataLoss": "maybe"})
+
+
 def test_a_record_without_checksums_reports_its_lost_rows_as_not_redoable(fake, tmp_path) -> None:
     broker, opts, writer = fake
     txns = _txns(4)
