@@ -884,7 +884,8 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     pairs = {(t.broker, t.topic) for t in record}
     for round_ in range(_END_ROUNDS):
         if look_first or round_:
-            seen = committed_ids(client, marks, pairs)
+            seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
+                               "in the destination")
             already = [i for i in pending if record[i].msg_id in seen]
             pending = [i for i in pending if record[i].msg_id not in seen]
             log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
@@ -925,7 +926,8 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         return []
     # a half gone from its broker: its message is in the destination (committed before), or it
     # went with the broker's store before its END was applied
-    seen = committed_ids(client, marks, pairs)
+    seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
+                       "destination")
     lost = sorted(i for i in gone if record[i].msg_id not in seen)
     log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
                 "(seen in the destination), %d lost", what, len(gone), len(gone) - len(lost), len(lost))
