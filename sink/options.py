@@ -27,6 +27,7 @@ from ..options import (
     endpoint_list,
     group_name,
     namesrv_list,
+    parse_bool,
     positive_int,
     topic_name,
 )
@@ -35,7 +36,7 @@ __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
           "maxMessageSize", "compressThreshold", "consumerGroup", "maxReconsumeTimes", "errorColumn",
-          *CREDENTIAL_OPTIONS)
+          "failOnDataLoss", *CREDENTIAL_OPTIONS)
 _DELIVERIES = ("at-least-once", "exactly-once", "send-back")
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
 _HIDDEN = ("checkpointLocation", "path")
@@ -61,6 +62,10 @@ class WriterOptions:
     max_reconsume_times: int = 16
     #: send-back: a STRING column whose value (why the row failed) the message carries as a property
     error_column: str = "error"
+    #: exactly-once: a replay that cannot write again rows whose half messages a broker lost
+    #: (the source lost them too, or the query is not deterministic) fails the query (True), or
+    #: ends the batch without them, logged (False)
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -93,6 +98,10 @@ class WriterOptions:
         if not most.isdigit() or int(most) > 10_000:
             raise OptionError("maxReconsumeTimes", opts["maxReconsumeTimes"],
                               "accepted: a whole number 0..10000 (default 16, as RocketMQ's consumers)")
+        if "failOnDataLoss" in opts and delivery != "exactly-once":
+            raise OptionError("failOnDataLoss", opts["failOnDataLoss"], "only delivery=exactly-once takes it (what a "
+                              "replay does with rows a broker lost before their commit)")
+        fail_on_data_loss = parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true"))
         producer_group = opts.get("producerGroup", "rocketmq-spark-producer")
         if not producer_group.strip():
             raise OptionError("producerGroup", producer_group, "accepted: a non-empty producer group name "
@@ -116,6 +125,7 @@ class WriterOptions:
             send_back_group=group if delivery == "send-back" else None,
             max_reconsume_times=int(most),
             error_column=(opts.get("errorColumn") or "error").strip() or "error",
+            fail_on_data_loss=fail_on_data_loss,
         )
 
     @property

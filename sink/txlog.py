@@ -24,7 +24,22 @@ any of them. From then on the record is the truth:
   a broker restarted before recording one asks again);
 - half messages carry the sink's identity (:attr:`TxLog.sink_id`, from the checkpoint
   location), so a writer of another query in the same producer group, which a broker
-  may ask about them, does not answer from a record that is not theirs.
+  may ask about them, does not answer from a record that is not theirs;
+- a half message's id (UNIQ_KEY) is the same each time its row is written for the batch
+  (sink, batch, partition, row number), so ids alone no longer tell a recorded half from
+  another attempt's or a replay's: each task attempt tags its halves with a nonce, which the
+  record keeps per partition (``nonces``), and a check-back of a half whose nonce is not the
+  recorded one is rolled back. Halves are told apart by position (the whole :class:`Txn`)
+  wherever the driver compares them;
+- a recorded half its broker answers it does not hold (the broker lost its store: a second
+  END of a half still in the commit log is applied, so it was not "ended before") and whose
+  message is not in the destination past the marks is *lost*: listed in the record's
+  ``lost``, the batch not ended. The driver holds no bodies; a replay (which prepares the
+  batch's rows again, with the same ids) commits, for each lost one, its own half of the same
+  id instead (its *twin*), once the row's checksum (``sums``, taken by the task: body, tag,
+  keys, other properties) and topic match, and records it in place of the lost one
+  (``twins``: its nonce) before ending it. A check-back of a half whose id is lost is left
+  unanswered until then (it may be the twin to commit).
 
 Records written by earlier versions have no marks: their replays commit the transactions past
 the progress mark without looking (the ENDs in flight when the first commit stopped may then be
@@ -37,6 +52,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Mapping
 
 from ..files import atomic_write
 from ..model import MessageQueue, Txn
@@ -47,8 +63,8 @@ log = logging.getLogger(__name__)
 __all__ = ["TxLog", "Txn"]
 
 #: what a batch leaves under the directory (pruned with its record); "checked", "ending" and
-#: "lock" are what earlier versions left
-_PRUNED = ("json", "ended", "progress", "checked", "ending", "lock")
+#: "lock" are what earlier versions left; "accept-lost" an operator's
+_PRUNED = ("json", "ended", "progress", "checked", "ending", "lock", "accept-lost")
 
 
 class TxLog:
@@ -90,10 +106,13 @@ class TxLog:
         obj = self._load(batch_id)
         return None if obj is None else {str(m) for m in obj["msgIds"]}
 
-    def record(self, batch_id: int, txns: list[Txn], marks: dict[MessageQueue, int] | None = None) -> list[Txn]:
+    def record(self, batch_id: int, txns: list[Txn], marks: Mapping[MessageQueue, int] | None = None, *,
+               sums: Mapping[str, str] | None = None, nonces: Mapping[int, str] | None = None) -> list[Txn]:
         """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, with ``marks``:
         each destination queue's max offset before any of them was committed (where their
-        messages will be found). Replaces any earlier record of the batch and deletes the
+        messages will be found); ``sums``: each row's checksum by message id, ``nonces``: the
+        nonce of the task attempt whose halves are recorded, by partition (see the module
+        docstring). Replaces any earlier record of the batch and deletes the
         records and marks of batch ids below ``batch_id - keep``. Returns ``txns`` in the
         record's order (:meth:`txns`, which :meth:`mark_progress` counts in). OSError when the
         directory cannot be written."""
@@ -102,10 +121,73 @@ class TxLog:
         rec: dict[str, object] = {"batchId": batch_id, "msgIds": sorted(t.msg_id for t in txns),
                                   "txns": ordered}  # each as its list (Txn is a tuple)
         if marks is not None:
-            rec["marks"] = Offsets(marks).to_json()
-        atomic_write(self._path(batch_id), json.dumps(rec).encode())
+            rec["marks"] = Offsets(dict(marks)).to_json()
+        if sums is not None:
+            rec["sums"] = dict(sums)
+        if nonces is not None:
+            rec["nonces"] = {str(p): n for p, n in nonces.items()}
+        self._write(batch_id, rec)
         self._prune(batch_id)
         return ordered
+
+    def _write(self, batch_id: int, rec: dict) -> None:
+        atomic_write(self._path(batch_id), json.dumps(rec).encode())
+
+    def sums(self, batch_id: int) -> dict[str, str] | None:
+        """Each recorded row's checksum by message id; None when the record has none (an
+        earlier version's) or the batch is not recorded."""
+        obj = self._load(batch_id)
+        return None if obj is None or "sums" not in obj else {str(k): str(v) for k, v in obj["sums"].items()}
+
+    def lost(self, batch_id: int) -> set[str]:
+        """Message ids of the recorded halves their broker lost (see :meth:`mark_lost`)."""
+        obj = self._load(batch_id)
+        return set() if obj is None else {str(m) for m in obj.get("lost", ())}
+
+    def mark_lost(self, batch_id: int, msg_ids: set[str]) -> None:
+        """Add ``msg_ids`` to the batch's lost halves (atomically, fsynced): their broker holds
+        them no more and their messages are not in the destination; a replay commits their twins
+        instead (:meth:`substitute`)."""
+        obj = self._load(batch_id)
+        if obj is None:
+            raise FileNotFoundError(self._path(batch_id))
+        obj["lost"] = sorted(set(obj.get("lost", ())) | msg_ids)
+        self._write(batch_id, obj)
+
+    def substitute(self, batch_id: int, twins: Mapping[int, tuple[Txn, str]],
+                   marks: Mapping[MessageQueue, int]) -> list[Txn]:
+        """Put each twin (a replay's half of the same id, and its task's nonce) in place of the
+        lost transaction at its index of the record (whose order :meth:`mark_progress` counts
+        in), no longer lost; ``marks`` (the twins' destination queues' max offsets now) are
+        merged into the record's, the lower of two kept per queue (a queue's offsets only grow
+        in one store; a lower one now means its broker lost the store the record's was taken
+        on). Atomic, fsynced, before any twin is ended. Returns the record's transactions."""
+        obj = self._load(batch_id)
+        if obj is None:
+            raise FileNotFoundError(self._path(batch_id))
+        txns = [Txn.from_list(t) for t in obj["txns"]]
+        lost = set(obj.get("lost", ()))
+        named = dict(obj.get("twins", {}))
+        for i, (twin, nonce) in twins.items():
+            txns[i] = twin
+            lost.discard(twin.msg_id)
+            named[twin.msg_id] = nonce
+        merged = dict(Offsets.from_json(obj["marks"])) if "marks" in obj else {}
+        for mq, off in marks.items():
+            merged[mq] = min(off, merged.get(mq, off))
+        obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json())
+        self._write(batch_id, obj)
+        return txns
+
+    def accept_lost_path(self, batch_id: int) -> str:
+        """The file an operator creates to end the batch without its lost halves that cannot be
+        redone (see :meth:`lost_accepted`)."""
+        return os.path.join(self.dir, f"{batch_id}.accept-lost")
+
+    def lost_accepted(self, batch_id: int) -> bool:
+        """Whether an operator accepted the loss of the batch's lost halves (the file
+        :meth:`accept_lost_path` exists)."""
+        return os.path.exists(self.accept_lost_path(batch_id))
 
     def marks(self, batch_id: int) -> Offsets | None:
         """The destination queues' max offsets recorded with the batch (see :meth:`record`);
@@ -172,16 +254,30 @@ class TxLog:
             return None
         return max(ids) if ids else None
 
-    def decide(self, batch_id: int, msg_id: str) -> bool | None:
+    def decide(self, batch_id: int, msg_id: str, partition: int | None = None, nonce: str | None = None
+               ) -> bool | None:
         """Check-back answer: False roll back, None no answer (the broker asks again); never
         commit (the driver's commit ends every recorded transaction, see the module docstring).
 
         A half message not in its batch's record is rolled back at any time (a failed task
-        attempt's, or one a replay sent again); one of a batch not recorded while a later batch
-        is recorded is rolled back too (its batch was aborted or replaced)."""
-        recorded = self.read(batch_id)
-        if recorded is not None:
-            return None if msg_id in recorded else False
+        attempt's, or one a replay sent again); so is one whose id is recorded but whose task
+        attempt (``partition``, ``nonce`` from its tag) is not the recorded one (ids repeat
+        across attempts and replays), unless its id is lost and not yet replaced (it may be
+        the twin the driver commits). One of a batch not recorded while a later batch is
+        recorded is rolled back too (its batch was aborted or replaced)."""
+        obj = self._load(batch_id)
+        if obj is not None:
+            if msg_id not in obj["msgIds"]:
+                return False
+            if msg_id in obj.get("lost", ()):
+                return None  # first: a twin recorded before may have been lost again
+            twins = obj.get("twins", {})
+            if msg_id in twins:
+                return None if nonce is None or nonce == twins[msg_id] else False
+            nonces = obj.get("nonces")
+            if nonce is None or partition is None or not nonces or str(partition) not in nonces:
+                return None  # an earlier version's half or record: ids told them apart
+            return None if nonces[str(partition)] == nonce else False
         latest = self.latest()
         if latest is not None and latest > batch_id:
             return False

@@ -13,6 +13,8 @@ commit finished (see :func:`commit_batch`).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -97,11 +99,40 @@ _BROKER_PAUSE_S = 5.0
 class TaskReport(WriterCommitMessage):
     """What a task hands the driver (Spark's commit message): its partition id, the rows it
     sent, and in exactly-once mode its half messages (:meth:`Txn.to_list` form), which the
-    driver commits or rolls back."""
+    driver commits or rolls back, each row's checksum by message id (:func:`row_sum`) and the
+    nonce its half messages' tag carries (which attempt of the task sent them)."""
 
     partition: int
     rows: int
     txns: list[list[Any]] = field(default_factory=list)
+    sums: dict[str, str] = field(default_factory=dict)
+    nonce: str = ""
+
+
+#: what each letter of a row checksum (:func:`row_sum`) covers, for the error that names a difference
+_SUM_PARTS = {"b": "body", "t": "tag", "k": "keys",
+              "p": "properties (messageGroup, deliveryTimestamp or the properties column)"}
+
+
+def row_sum(body: bytes, tag: str = "", keys: str = "", props: str = "") -> str:
+    """A short checksum of an exactly-once row as written (the body before compression; the
+    tag, keys and the other properties it sets, each as the message carries it): a letter
+    and 8 hex digits (CRC-32) per part set, so a replay's row of the same message id can be
+    told the same, and a difference named (:data:`_SUM_PARTS`)."""
+    out = f"b{zlib.crc32(body):08x}"
+    for letter, part in (("t", tag), ("k", keys), ("p", props)):
+        if part:
+            out += f"{letter}{zlib.crc32(part.encode()):08x}"
+    return out
+
+
+def sum_difference(recorded: str, replayed: str) -> list[str]:
+    """The parts (:data:`_SUM_PARTS` names) in which two :func:`row_sum` checksums differ."""
+    def split(s: str) -> dict[str, str]:
+        return {s[i]: s[i + 1:i + 9] for i in range(0, len(s), 9)}
+
+    a, b = split(recorded), split(replayed)
+    return [_SUM_PARTS.get(k, k) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
 def _task_identity() -> tuple[int, int]:
@@ -138,8 +169,19 @@ class _Sender:
         self.client: BrokerClient = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
-        self._uniq_prefix = uuid.uuid4().hex[:22].upper()
+        #: which attempt of the task sent a half message (in its tag): ids repeat across attempts
+        self.nonce = uuid.uuid4().hex[:8]
+        if self.txlog is not None and batch_id is not None:
+            # a streaming batch's rows get the same ids each time the batch is written (its
+            # tasks retried, or the batch replayed after a restart): a replay's half of a row
+            # whose recorded half its broker lost is found by its id and committed instead
+            self._uniq_prefix = hashlib.sha1(f"{self.txlog.sink_id}:{batch_id}:{self.partition}".encode()
+                                             ).hexdigest()[:22].upper()
+        else:
+            self._uniq_prefix = uuid.uuid4().hex[:22].upper()
         self._seq = 0
+        #: exactly-once rows' checksums by message id (see row_sum)
+        self.sums: dict[str, str] = {}
         self.rows = 0
         self.txns: list[Txn] = []
         #: sends in flight: (answer, queue, messages, sysFlag, the batch's own properties)
@@ -150,9 +192,9 @@ class _Sender:
         self._checked_topics: set[str] = set()
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
         #: what a half message's properties end with: TRAN_MSG, its producer group and the
-        #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>`` check-backs are answered by
+        #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>:<nonce>`` check-backs are answered by
         tag = (f"{batch_id if batch_id is not None else -1}:{self.partition}:{self.attempt}:"
-               f"{self.txlog.sink_id if self.txlog is not None else '-'}")
+               f"{self.txlog.sink_id if self.txlog is not None else '-'}:{self.nonce}")
         self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
 
     # -- queues ---------------------------------------------------------------------
@@ -160,7 +202,10 @@ class _Sender:
     def queues(self, topic: str) -> list[MessageQueue]:
         qs = self._queues.get(topic)
         if qs is None:
-            qs = self.client.message_queues(topic, writable=True)
+            # a task's client is new and knows no route: a name server restarting (seconds)
+            # failed every task that started meanwhile, and then the query
+            qs = _riding_out(lambda: self.client.message_queues(topic, writable=True),
+                             f"partition {self.partition}: route lookup of topic {topic!r}")
             if not qs:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
@@ -237,10 +282,12 @@ class _Sender:
         group = _Column(batch, "messageGroup")
         deliver = _Column(batch, "deliveryTimestamp")
         default_topic = self.opts.topic
+        exactly_once = self.opts.exactly_once
         for i in range(n):
             row_index = self.rows
             self.rows += 1
-            b, sys_flag = self._body(body[i], row_index)
+            raw_body = body[i]
+            b, sys_flag = self._body(raw_body, row_index)
             t = topic[i] or default_topic
             if not t:
                 raise OptionError("column topic", None,
@@ -256,6 +303,7 @@ class _Sender:
             if ks:
                 parts.append(f"KEYS\x01{ks}\x02")
             uniq = self._uniq()
+            own_from = len(parts)  # the properties past the tag and keys, for the row's checksum
             parts.append(f"UNIQ_KEY\x01{uniq}\x02")
             g = group[i]
             d = deliver[i]
@@ -283,7 +331,9 @@ class _Sender:
                                 "disagree on which of two counts): leave it out of properties")
                         parts.append(f"{pk}\x01{pv}\x02")
             entry = BatchEntry(b, "".join(parts))
-            if self.opts.exactly_once:
+            if exactly_once:
+                self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tg or "", ks,
+                                          "".join(parts[own_from + 1:]))
                 self._send_half(t, g, entry, sys_flag, uniq)
             elif sys_flag or d is not None:
                 # compressed bodies travel alone (a batch has one sysFlag)
@@ -312,11 +362,12 @@ class _Sender:
         self._check_topic(topic)
         suffix = self._half_suffix
         prepared = int(TransactionType.PREPARED)
-        next_queue, submit = self._next_queue, self._submit
-        for b in bodies:
-            b, sys_flag = self._body(b, self.rows)
+        next_queue, submit, sums = self._next_queue, self._submit, self.sums
+        for raw in bodies:
+            b, sys_flag = self._body(raw, self.rows)
             self.rows += 1
             uniq = self._uniq()
+            sums[uniq] = f"b{zlib.crc32(raw.encode() if isinstance(raw, str) else raw):08x}"  # row_sum(body)
             submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag | prepared,
                    ordered=False, uniq=uniq)
 
@@ -425,27 +476,33 @@ class _Sender:
                     self.txns.append(self.client.half_transaction(send.queue, resp, send.uniq))
 
     def _retry(self, send: _Send, first: BaseException) -> list[Any]:
-        """Send again (bounded, with backoff). An unordered batch whose broker cannot be
-        reached moves to another broker at once; a message group's stays on its queue."""
+        """Send again, with backoff: three attempts, and while the broker cannot be reached
+        (a restart: seconds on Apache RocketMQ) for up to :data:`_BROKER_DOWN_S` from the
+        first failure. An unordered batch whose broker cannot be reached moves to another
+        broker at once; a message group's stays on its queue (its order), so it waits."""
         last: BaseException = first
         mq, entries = send.queue, send.entries
         target = mq
         move_now = self._pause(mq.broker, first) and not send.ordered
-        for attempt in range(3):
+        deadline = time.monotonic() + _BROKER_DOWN_S
+        attempt = 0
+        while attempt < 3 or (isinstance(last, ConnectionFailedError) and time.monotonic() < deadline):
             if attempt or not move_now:
-                time.sleep(min(2.0, 0.1 * (2 ** attempt)))
+                time.sleep(max(0.0, min(2.0, 0.1 * (2 ** attempt), deadline - time.monotonic())))
             try:
                 if not send.ordered and (attempt or move_now):
                     self._queues.pop(mq.topic, None)
-                    self.client.message_queues(mq.topic, refresh=True, writable=True)
+                    with contextlib.suppress(ConnectionFailedError):  # a name server down: the routes known
+                        self.client.message_queues(mq.topic, refresh=True, writable=True)
                     target = self._next_queue(mq.topic, avoid=target.broker)
                 return self.client.send_batch(target, entries, producer_group=self.opts.producer_group,
                                               sys_flag=send.sys_flag, batch_properties=send.batch_properties)
             except RocketMQSparkError as exc:
                 last = exc
                 self._pause(target.broker, exc)
+            attempt += 1
         raise RocketMQSparkError(f"partition {self.partition}: sending {len(entries)} messages to {target} "
-                                 f"failed after retries: {last}") from last
+                                 f"failed after {attempt + 1} attempts: {last}") from last
 
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
         entry.properties += self._half_suffix
@@ -458,7 +515,7 @@ class _Sender:
         self._buffers.clear()
         self._drain(0)
         self.client.close()
-        return TaskReport(self.partition, self.rows, [t.to_list() for t in self.txns])
+        return TaskReport(self.partition, self.rows, [t.to_list() for t in self.txns], self.sums, self.nonce)
 
     def abort_own(self) -> None:
         """After a failure inside the task: roll back the half messages it already sent."""
@@ -478,10 +535,11 @@ class _Sender:
 
 
 def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> bool | None:
-    """The fate of a half message a broker asks about (a check-back): commit (True) when its
-    batch is recorded with it (and no replay is ending it), roll back (False) when recorded
-    without it, None while its batch is not recorded yet (the broker asks again) or when it is
-    not this sink's (the tag names another checkpoint location, or none)."""
+    """The fate of a half message a broker asks about (a check-back), never a commit (only
+    the driver commits, see :meth:`TxLog.decide`): roll back (False) when its batch is
+    recorded without it, None while its batch is not recorded yet or is recorded with it
+    (the broker asks again) or when it is not this sink's (the tag names another checkpoint
+    location, or none)."""
     fields = properties.get(TX_TAG, "").split(":")
     try:
         batch_id = int(fields[0])
@@ -493,7 +551,12 @@ def check_decision(txlog: TxLog, properties: dict[str, str], msg_id: str) -> boo
         # a batch write's (df.write): its driver ends its transactions without a record, so the
         # stream records that may share the checkpoint location say nothing of it
         return None
-    return txlog.decide(batch_id, msg_id)
+    try:
+        partition: int | None = int(fields[1])
+    except (IndexError, ValueError):
+        partition = None
+    # an earlier version's tag has no nonce: its ids were the task attempt's own
+    return txlog.decide(batch_id, msg_id, partition, fields[4] if len(fields) > 4 and fields[4] else None)
 
 
 def _stored(client: BrokerClient, mq: MessageQueue, offset: int) -> MessageRecord:
@@ -596,6 +659,29 @@ def _txns(messages: list[Any]) -> list[Txn]:
     return out
 
 
+class _Rows(NamedTuple):
+    """What the tasks reported of their rows beside their transactions (see TaskReport)."""
+
+    sums: dict[str, str]  # message id -> row checksum
+    nonces: dict[int, str]  # partition -> the nonce of the attempt whose halves these are
+    reports: tuple[TaskReport, ...] = ()
+
+    def nonce_of(self, msg_id: str) -> str:
+        """The nonce of the task attempt that wrote the row ``msg_id`` ("" when none did)."""
+        return next((r.nonce for r in self.reports if msg_id in r.sums), "")
+
+
+def _rows(messages: list[Any]) -> _Rows:
+    sums: dict[str, str] = {}
+    nonces: dict[int, str] = {}
+    reports = tuple(m for m in messages if isinstance(m, TaskReport))
+    for m in reports:
+        sums.update(getattr(m, "sums", None) or {})  # a report pickled by an earlier version has none
+        if getattr(m, "nonce", ""):
+            nonces[m.partition] = m.nonce
+    return _Rows(sums, nonces, reports)
+
+
 class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     """``writeStream.format("rocketmq")``: tasks send (:meth:`write`), the driver ends the
     batch (:meth:`commit` / :meth:`abort`); see the module docstring."""
@@ -620,7 +706,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         :func:`commit_batch` on the tasks' half messages; at-least-once has nothing to do."""
         if not self.opts.exactly_once:
             return
-        commit_batch(self.opts, _txns(messages), batchId)
+        commit_batch(self.opts, _txns(messages), batchId, _rows(messages))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         """Driver side, when the batch failed: exactly-once runs :func:`abort_batch` on the
@@ -700,9 +786,10 @@ _T = TypeVar("_T")
 
 
 def _riding_out(fn: Callable[[], _T], what: str) -> _T:
-    """``fn()``, called again while it fails for want of a broker (ConnectionFailedError, after
-    the client's own retries) for up to :data:`_BROKER_DOWN_S` from the first failure, then
-    its error. Only for calls that may be repeated: reads, rollbacks."""
+    """``fn()``, called again while it fails for want of a broker or name server
+    (ConnectionFailedError, after the client's own retries) for up to :data:`_BROKER_DOWN_S`
+    from the first failure, then its error. Only for calls that may be repeated: reads, route
+    lookups, rollbacks."""
     deadline: float | None = None
     pause = 0.2
     while True:
@@ -712,7 +799,7 @@ def _riding_out(fn: Callable[[], _T], what: str) -> _T:
             now = time.monotonic()
             if deadline is None:
                 deadline = now + _BROKER_DOWN_S
-                log.warning("exactly-once: %s failed (%s); asking again for up to %.0fs", what, exc, _BROKER_DOWN_S)
+                log.warning("%s failed (%s); asking again for up to %.0fs", what, exc, _BROKER_DOWN_S)
             if now >= deadline:
                 raise
             time.sleep(min(pause, deadline - now))
@@ -728,43 +815,92 @@ def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> Non
 
 
 def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
-                  done: int, marks: Mapping[MessageQueue, int] | None, *, look_first: bool) -> None:
-    """:func:`commit_once` of a recorded batch, its progress marked in ``txlog``."""
-    commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
-                on_progress=lambda n: txlog.mark_progress(batch_id, n))
+                  done: int, marks: Mapping[MessageQueue, int] | None, *, look_first: bool,
+                  skip: frozenset[int] = frozenset()) -> list[int]:
+    """:func:`commit_once` of a recorded batch, its progress marked in ``txlog``; the indices
+    of the record it found lost."""
+    return commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
+                       on_progress=lambda n: txlog.mark_progress(batch_id, n), skip=skip)
+
+
+def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]]
+                     ) -> dict[str, str]:
+    """The brokers among ``pairs`` holding a destination queue whose max offset is now below
+    its mark (a queue's offsets only grow in one store: the broker lost the store the marks
+    were taken on), each with what says so. An END sent there by position could end another
+    half message that now sits where the recorded one was."""
+    queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
+    now = _riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
+    out: dict[str, str] = {}
+    for mq in queues:
+        if mq in now and now[mq] < marks[mq] and mq.broker not in out:
+            out[mq.broker] = f"{mq} holds up to offset {now[mq]}, below its mark {marks[mq]}"
+    return out
 
 
 def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], done: int,
                 marks: Mapping[MessageQueue, int] | None, *, look_first: bool, what: str,
-                on_progress: Callable[[int], None] | None = None) -> None:
-    """Commit the transactions of ``record`` from index ``done`` on, each once.
+                on_progress: Callable[[int], None] | None = None, skip: frozenset[int] = frozenset()) -> list[int]:
+    """Commit the transactions of ``record`` from index ``done`` on, each once, but those at
+    the indices in ``skip``; return the indices of those found lost.
 
     With ``marks``, a transaction whose END may have been applied is committed only if its
     message is not in the destination past the marks: before the first round when
     ``look_first`` (a replay: the commit before it may have had ENDs in flight), and after any
-    round a fault stopped (an END whose answer was lost may have been applied). Without marks
-    (the destination cannot be read back) a failed END is retried alone, as ever.
-    ``on_progress(n)``: the first ``n`` of ``record`` are committed (``what`` names them in logs)."""
-    pending = list(range(done, len(record)))
+    round a fault stopped (an END whose answer was lost may have been applied). A replay sends
+    no END to a broker whose store changed since the marks (:func:`_replaced_stores`). A
+    transaction whose broker holds no half message for it (gone, see the client's
+    ``end_transactions``) was committed before if its message is in the destination past the
+    marks, and is lost otherwise (returned; the caller decides). Without marks (the destination
+    cannot be read back) a failed END is retried alone, as ever, and a gone half cannot be told
+    from one ended before: it is taken as committed, with a warning.
+    ``on_progress(n)``: the first ``n`` of ``record`` are committed (never past a skipped, gone
+    or lost one; ``what`` names them in logs)."""
+    pending = [i for i in range(done, len(record)) if i not in skip]
+    limit = min((i for i in skip if i >= done), default=len(record))
+    gone: set[int] = set()
+    where = {t: i for i, t in enumerate(record)}
 
     def mark(n: int) -> None:
         if on_progress is not None:
-            on_progress(n)
+            on_progress(min(n, limit))
+
+    def note_gone(halves: Sequence[Txn]) -> None:
+        nonlocal limit
+        for t in halves:
+            i = where[t]
+            gone.add(i)
+            limit = min(limit, i)
 
     if marks is None:
-        client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
-                                on_progress=lambda n: mark(pending[n - 1] + 1))
-        return
+        halves = client.end_transactions([record[i] for i in pending], commit=True,
+                                         producer_group=opts.producer_group,
+                                         on_progress=lambda n: mark(pending[n - 1] + 1)) or []
+        if halves:
+            log.warning("%s: the brokers hold no half message for %d of its transactions (first %s on %s): ended "
+                        "before, or lost with the broker's store; the destination cannot be read back to tell, so "
+                        "they are taken as committed", what, len(halves), halves[0].msg_id, halves[0].broker)
+        return []
     pairs = {(t.broker, t.topic) for t in record}
     for round_ in range(_END_ROUNDS):
         if look_first or round_:
-            seen = committed_ids(client, marks, pairs)
+            seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
+                               "in the destination")
             already = [i for i in pending if record[i].msg_id in seen]
             pending = [i for i in pending if record[i].msg_id not in seen]
             log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
                      "%d to commit", what, len(already), done, len(pending))
+            if round_ == 0:
+                replaced = _replaced_stores(client, marks, pairs)
+                stale = [i for i in pending if record[i].broker in replaced]
+                if stale:
+                    log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
+                                "was recorded (%s): not ended there (an END by position could end another half)",
+                                what, len(stale), "; ".join(replaced.values()))
+                    note_gone([record[i] for i in stale])
+                    pending = [i for i in pending if record[i].broker not in replaced]
         if not pending:
-            return
+            break
         first = pending[0]
         answered = 0
 
@@ -775,9 +911,10 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
             mark(todo[n - 1] + 1)
 
         try:
-            client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
-                                    on_progress=progress, retry_failed=False)
-            return
+            note_gone(client.end_transactions([record[i] for i in pending], commit=True,
+                                              producer_group=opts.producer_group, on_progress=progress,
+                                              retry_failed=False) or [])
+            break
         except RocketMQSparkError as exc:
             if not exc.retriable or round_ == _END_ROUNDS - 1:
                 raise
@@ -785,13 +922,102 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
                         "at the destination before sending the rest again", what, first, answered, exc)
             pending = pending[answered:]
             _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
+    if not gone:
+        return []
+    # a half gone from its broker: its message is in the destination (committed before), or it
+    # went with the broker's store before its END was applied
+    seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
+                       "destination")
+    lost = sorted(i for i in gone if record[i].msg_id not in seen)
+    log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
+                "(seen in the destination), %d lost", what, len(gone), len(gone) - len(lost), len(lost))
+    return lost
 
 
-def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
+def _describe(txns: Sequence[Txn]) -> str:
+    """``<n> on <broker> topic <topic>, ...``: where lost transactions were to be committed."""
+    pairs: dict[tuple[str, str], int] = {}
+    for t in txns:
+        pairs[(t.broker, t.topic)] = pairs.get((t.broker, t.topic), 0) + 1
+    return ", ".join(f"{n} on broker {b} topic {tp}" for (b, tp), n in sorted(pairs.items()))
+
+
+def _lost_error(batch_id: int, record: Sequence[Txn], lost: Sequence[Txn]) -> DataLossError:
+    return DataLossError(
+        f"exactly-once batch {batch_id}: the brokers hold no prepared (half) message for {len(lost)} of the batch's "
+        f"{len(record)} rows ({_describe(lost)}), and their messages are not in the destination: the broker lost "
+        "them (its store wiped or replaced?) after the tasks sent them and before this commit. The other rows "
+        f"are committed; these are not, and the driver holds no bodies to send them again. The batch is not "
+        f"marked committed: restart the query; its replay of batch {batch_id} writes the rows again and commits "
+        "the lost ones from it, once each")
+
+
+def _unmatched_error(batch_id: int, txlog: TxLog, unmatched: Mapping[str, str]) -> DataLossError:
+    first = "; ".join(f"{m}: {why}" for m, why in sorted(unmatched.items())[:3])
+    more = f" (and {len(unmatched) - 3} more)" if len(unmatched) > 3 else ""
+    return DataLossError(
+        f"exactly-once batch {batch_id}: {len(unmatched)} rows whose prepared messages their broker lost cannot be "
+        f"committed from this replay of the batch: {first}{more}. A replay's row stands in for a lost one only when "
+        "it has the same message id (partition and row number) and the same topic and checksum: the query must "
+        "write the same rows in the same order on a re-run (deterministic), and its source must still hold them "
+        "(a broker that lost its store loses the source rows it held too). The batch is not marked committed. To "
+        f"end it without these rows (they stay lost), create the file {txlog.accept_lost_path(batch_id)} and "
+        "restart the query, or write with failOnDataLoss=false")
+
+
+def _row_number(msg_id: str) -> str:
+    """The row number in its task a writer's deterministic message id ends with (hex)."""
+    try:
+        return str(int(msg_id[22:], 16) - 1)
+    except ValueError:
+        return "?"
+
+
+def _substitute_twins(client: BrokerClient, txlog: TxLog, batch_id: int, record: list[Txn], replay: Sequence[Txn],
+                      rows: _Rows) -> tuple[list[Txn], dict[str, str]]:
+    """Put the replay's twin of each lost transaction of the record in its place (recorded
+    before any END, with its destination's marks, see :meth:`TxLog.substitute`); returns the
+    record and, by message id, why a lost one has no twin."""
+    lost = txlog.lost(batch_id)
+    if not lost:
+        return record, {}
+    sums = txlog.sums(batch_id)
+    by_id = {t.msg_id: t for t in replay}
+    twins: dict[int, tuple[Txn, str]] = {}
+    unmatched: dict[str, str] = {}
+    for i, t in enumerate(record):
+        if t.msg_id not in lost:
+            continue
+        twin = by_id.get(t.msg_id)
+        if sums is None:
+            unmatched[t.msg_id] = "the batch was recorded by an earlier version, without row checksums"
+        elif twin is None:
+            unmatched[t.msg_id] = (f"the replay wrote no row of this id (row {_row_number(t.msg_id)} of its task): "
+                                   "fewer rows in its partition")
+        elif twin.topic != t.topic:
+            unmatched[t.msg_id] = f"the replay's row of this id goes to topic {twin.topic!r}, not {t.topic!r}"
+        else:
+            differ = sum_difference(sums.get(t.msg_id, ""), rows.sums.get(t.msg_id, ""))
+            if differ:
+                unmatched[t.msg_id] = f"the replay's row of this id differs in its {', '.join(differ)}"
+            else:
+                twins[i] = (twin, rows.nonce_of(t.msg_id))
+    if twins:
+        chosen = [tw for tw, _ in twins.values()]
+        fresh = _riding_out(lambda: destination_marks(client, chosen), f"batch {batch_id}: reading the "
+                            "destination's offsets") or {}
+        record = txlog.substitute(batch_id, twins, fresh)
+        log.warning("batch %d: %d rows its brokers lost are committed from the replay's rows of the same ids "
+                    "(checksums equal): %s", batch_id, len(twins), _describe(chosen))
+    return record, unmatched
+
+
+def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Rows | None = None) -> None:
     """Record the batch (once), then commit its transactions, each once.
 
     First time: the destination queues' max offsets are taken (:func:`destination_marks`) and
-    ``txns`` recorded with them under the checkpoint (:class:`TxLog`), then committed in the
+    ``txns`` recorded with them and the tasks' ``rows`` (checksums, nonces) under the checkpoint
+    (:class:`TxLog`), then committed in the
     record's order with the progress marked as their ENDs are answered, and the batch marked
     ended. A replay of a recorded batch rolls back the ``txns`` not in the record and commits
     the recorded ones past the marked progress whose messages are not in the destination past
@@ -799,43 +1025,78 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int) -> None:
     first until :data:`_SETTLE_S` after the first commit's last write; none once the batch was
     marked ended. A fault part-way (a lost answer) is handled the same way within the commit
     (:func:`_end_recorded`). A broker that cannot be reached (a restart) is waited for up to
-    :data:`_BROKER_DOWN_S` at each step. Raises OptionError without a checkpointLocation, OSError when the
+    :data:`_BROKER_DOWN_S` at each step.
+
+    Recorded transactions whose broker lost their half messages (:func:`commit_once`) are
+    listed as lost in the record; a replay commits, in place of each, its own transaction of
+    the same message id when the row's topic and checksum match (:func:`_substitute_twins`).
+    Raises DataLossError while lost ones remain (the batch not marked ended; the rest
+    committed), unless an operator accepted their loss (:meth:`TxLog.lost_accepted`);
+    OptionError without a checkpointLocation, OSError when the
     record cannot be written, the client's errors when ENDs still fail (the batch is then not
     marked ended; its replay goes on from the progress mark)."""
     if not opts.checkpoint_location:
         raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
+    rows = rows if rows is not None else _Rows({}, {})
     txlog = TxLog(opts.checkpoint_location)
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
+    unmatched: dict[str, str] = {}  # lost message id -> why the replay has no twin for it
     try:
         recorded = txlog.read(batch_id)
         if recorded is None:
             taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
                                 "destination's offsets") if txns else {}
-            record = txlog.record(batch_id, txns, taken)
-            _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
+            record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
+            lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
+            if lost:
+                txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})
+                raise _lost_error(batch_id, record, [record[i] for i in lost])
         else:
-            to_rollback = [t for t in txns if t.msg_id not in recorded]
-            done = txlog.progress(batch_id)
             if txlog.ended(batch_id):
-                log.info("batch %d was already recorded and committed: rolling back the %d transactions of its "
-                         "replay", batch_id, len(to_rollback))
+                record = txlog.txns(batch_id)
+                log.info("batch %d was already recorded and committed: rolling back the transactions of its replay",
+                         batch_id)
             else:
                 record = txlog.txns(batch_id)
                 marks = txlog.marks(batch_id)
                 if marks is None:  # an earlier version's record: its check-backs' commits are left out
+                    done = txlog.progress(batch_id)
                     checked = txlog.legacy_checked(batch_id)
                     record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
+                    _end_recorded(client, opts, txlog, batch_id, record, done, None, look_first=True)
                 else:
                     wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
                     if wait > 0:
                         time.sleep(wait)
-                log.info("batch %d was already recorded; its first commit had committed %d of %d transactions when "
-                         "it stopped: committing the rest once each, rolling back %d from the replay", batch_id,
-                         done, len(record), len(to_rollback))
-                _end_recorded(client, opts, txlog, batch_id, record, done, marks, look_first=True)
+                    # at most twice: a half found lost by this commit is replaced from the replay at once
+                    for _ in range(2):
+                        record, unmatched = _substitute_twins(client, txlog, batch_id, record, txns, rows)
+                        lost_ids = txlog.lost(batch_id)
+                        skip = frozenset(i for i, t in enumerate(record) if t.msg_id in lost_ids)
+                        done = txlog.progress(batch_id)
+                        log.info("batch %d was already recorded; %d of its %d transactions are known committed: "
+                                 "committing the rest once each (%d lost are left out), then rolling back the "
+                                 "replay's", batch_id, done, len(record), len(skip))
+                        found = _end_recorded(client, opts, txlog, batch_id, record, done,
+                                              txlog.marks(batch_id), look_first=True, skip=skip)
+                        if not found:
+                            break
+                        txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
+                    unmatched = {m: unmatched.get(m, "lost again while this replay committed it")
+                                 for m in txlog.lost(batch_id)}
+            kept = set(record)
+            # halves are told apart by position: a replay's carry the recorded ids again
+            to_rollback = [t for t in txns if t not in kept]
             _riding_out(lambda: client.end_transactions(to_rollback, commit=False,
                                                         producer_group=opts.producer_group),
                         f"batch {batch_id}: rolling back its replay's transactions")
+        if unmatched:
+            accepted = txlog.lost_accepted(batch_id)
+            if not accepted and opts.fail_on_data_loss:
+                raise _unmatched_error(batch_id, txlog, unmatched)
+            log.error("batch %d: ended without %d rows its brokers lost, as %s (first: %s)", batch_id,
+                      len(unmatched), f"{txlog.accept_lost_path(batch_id)} says" if accepted else
+                      "failOnDataLoss=false allows", next(iter(sorted(unmatched.items()))))
         txlog.mark_ended(batch_id)
     finally:
         client.close()
@@ -845,10 +1106,12 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
     """Roll back ``txns``, except those recorded for ``batch_id`` under the checkpoint (a
     recorded batch is committed, never aborted); all of them without a checkpointLocation or
     a batch id. Raises the client's errors when a rollback fails after retries."""
-    recorded = TxLog(opts.checkpoint_location).read(batch_id) if (opts.checkpoint_location and
-                                                                   batch_id is not None) else None
+    log_ = TxLog(opts.checkpoint_location) if opts.checkpoint_location and batch_id is not None else None
+    recorded = set(log_.txns(batch_id)) if log_ is not None and batch_id is not None and \
+        log_.read(batch_id) is not None else set()
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
-    todo = [t for t in txns if not recorded or t.msg_id not in recorded]
+    # by position: a replay's halves carry the recorded ids again
+    todo = [t for t in txns if t not in recorded]
     try:
         _riding_out(lambda: client.end_transactions(todo, commit=False, producer_group=opts.producer_group),
                     f"batch {batch_id}: rolling back its transactions")
@@ -875,7 +1138,13 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
             try:
                 txns = sorted(_txns(messages))
                 marks = destination_marks(client, txns) if txns else {}
-                commit_once(client, self.opts, txns, 0, marks, look_first=False, what="the batch write")
+                lost = commit_once(client, self.opts, txns, 0, marks, look_first=False, what="the batch write")
+                if lost:
+                    raise DataLossError(
+                        f"the batch write: the brokers hold no prepared (half) message for {len(lost)} of its "
+                        f"{len(txns)} rows ({_describe([txns[i] for i in lost])}), and their messages are not in the "
+                        "destination: the broker lost them (its store wiped or replaced?) after the tasks sent them. "
+                        "The other rows are written; these are not (a batch write is not replayed): write them again")
             finally:
                 client.close()
 

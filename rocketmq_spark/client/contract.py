@@ -214,12 +214,15 @@ class BrokerClient(Protocol):
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> None:
-        """Commit or roll back every half message, up to ``window`` requests in flight; one
-        the broker no longer holds (ended before) is fine; a failed one is retried alone, or,
+                         retry_failed: bool = True) -> list[Txn]:
+        """Commit or roll back every half message, up to ``window`` requests in flight; returns
+        the ones the broker answered it does not hold (gone: not "ended before", since brokers
+        apply a second END of a half still in their commit log; the half went with its store,
+        or retention deleted it; a caller committing looks for their messages in the
+        destination); a failed one is retried alone, or,
         with ``retry_failed=False``, not: no more are sent, those in flight are waited for and
         the first failure is raised (a commit whose answer was lost may have been applied: a
         second one would store its message twice). ``on_progress(n)``: the first ``n`` of
-        ``txns`` had their ENDs answered (called as that grows, at most once per
-        ``window // 2``; never past a failure)."""
+        ``txns`` had their ENDs applied (called as that grows, at most once per
+        ``window // 2``; never past a failure or a gone half)."""
 

@@ -608,7 +608,9 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def end_transaction(self, broker: str, *, topic: str, msg_id: str, transaction_id: str, commit: bool,
                         from_check: bool = False) -> bool:
-        """EndTransaction; False when the server no longer has it open (already ended)."""
+        """EndTransaction; False when the server answers INVALID_TRANSACTION_ID: it has no such
+        open transaction (the embedded broker: no half message there; an Apache 5.x proxy: it
+        holds no data for that id: ended through it before, or the proxy restarted)."""
         req = self._end_request(topic, msg_id, transaction_id, commit, from_check)
         try:
             self._call(self.broker_addr(broker, topic), "EndTransaction", req,
@@ -621,22 +623,28 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> None:
-        """EndTransaction for every ``txns``, up to ``window`` in flight; already-ended ones
-        are fine; a failed one is retried alone (with the client's bounded retries), or with
-        ``retry_failed=False`` not: no more are sent, those in flight are waited for, and the
-        first failure is raised. The producer group is the client's (its settings name it),
-        so ``producer_group`` is not sent."""
+                         retry_failed: bool = True) -> list[Txn]:
+        """EndTransaction for every ``txns``, up to ``window`` in flight; returns those answered
+        INVALID_TRANSACTION_ID (gone, or unknown to the proxy: see :meth:`end_transaction`;
+        an Apache 5.x proxy relays an END oneway and answers OK whether or not the broker still
+        holds the half, so a half its broker lost is not seen here); a failed one is retried
+        alone (with the client's bounded retries), or with ``retry_failed=False`` not: no more
+        are sent, those in flight are waited for, and the first failure is raised. The producer
+        group is the client's (its settings name it), so ``producer_group`` is not sent."""
         pending: deque[tuple[int, Txn, Future[Any]]] = deque()
         failed: list[RocketMQSparkError] = []
+        gone: list[Txn] = []
         what = f"{'commit' if commit else 'rollback'} of transaction"
 
         def settle(t: Txn, fut: Future[Any]) -> bool:
             addr = self._broker_endpoints.get(t.broker, "?")
             try:
                 resp = fut.result(self.config.request_timeout_s)
-                if resp.status.code in (pb.OK, pb.INVALID_TRANSACTION_ID):
+                if resp.status.code == pb.OK:
                     return True
+                if resp.status.code == pb.INVALID_TRANSACTION_ID:
+                    gone.append(t)
+                    return False
                 err: RocketMQSparkError = _status_error(resp.status, address=addr, operation=f"{what} {t.msg_id}")
             except grpc.RpcError as exc:
                 err = _rpc_error(exc, address=addr, operation=f"{what} {t.msg_id}", rpc="EndTransaction")
@@ -646,15 +654,18 @@ class GrpcClient(SequentialManyQueueCalls):
             if not retry_failed:
                 failed.append(err)
                 return False
-            self.end_transaction(t.broker, topic=t.topic, msg_id=t.msg_id, transaction_id=t.transaction_id,
-                                 commit=commit)
-            return True
+            if self.end_transaction(t.broker, topic=t.topic, msg_id=t.msg_id, transaction_id=t.transaction_id,
+                                    commit=commit):
+                return True
+            gone.append(t)
+            return False
 
         def settle_to(keep: int, *, report: bool) -> None:
+            # the prefix applied stops at the first failure or gone transaction
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(t, fut) and not failed:
+                if settle(t, fut) and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0 and report:
                 on_progress(done + 1)
@@ -672,6 +683,7 @@ class GrpcClient(SequentialManyQueueCalls):
         settle_to(0, report=True)
         if failed:
             raise failed[0]
+        return gone
 
     def transaction(self, result: SendResult, msg_id: str) -> Txn:
         """A half message is named by the transaction id the proxy gave (commit-log position 0)."""

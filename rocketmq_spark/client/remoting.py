@@ -94,9 +94,20 @@ def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
 _SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, str, str] | None]] = {}
 
 
-def _already_ended(code: int, remark: str | None) -> bool:
-    """A broker's answer to END_TRANSACTION of a half message it no longer holds (ended before)."""
-    return code == ResponseCode.SYSTEM_ERROR and "Find prepared transaction message failed" in (remark or "")
+#: what a broker's END_TRANSACTION answer (SYSTEM_ERROR) says when the commit-log position it was
+#: given holds no half message, or another record than the one named (Java brokers check the
+#: record's producer group and both offsets; older ones spell the remarks lower-case)
+_NOT_THE_HALF = ("find prepared transaction message failed", "the producer group wrong",
+                 "the transaction state table offset wrong", "the commit log offset wrong")
+
+
+def _half_gone(code: int, remark: str | None) -> bool:
+    """A broker's answer to END_TRANSACTION of a half message it does not hold (:data:`_NOT_THE_HALF`).
+    Not "ended before": Java brokers and the embedded one apply a second END of a half still in
+    the commit log (it stays there after its END), so the half is gone with its commit log (a
+    store lost or replaced, or files deleted by retention)."""
+    text = (remark or "").lower()
+    return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
@@ -888,8 +899,9 @@ class RemotingClient:
 
     def end_transaction(self, broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
                         msg_id: str, commit: bool, from_check: bool = False, topic: str | None = None) -> bool:
-        """END_TRANSACTION; False when the broker has no such half message. Brokers apply a second
-        commit of the same half again (a duplicate): end each half message once."""
+        """END_TRANSACTION; False when the broker has no such half message (gone: see
+        :func:`_half_gone`). Brokers apply a second commit of the same half again (a duplicate):
+        end each half message once."""
         addr = self.broker_addr(broker, topic)
         req = self.end_transaction_request(broker, producer_group=producer_group, commit_log_offset=commit_log_offset,
                                            queue_offset=queue_offset, msg_id=msg_id, commit=commit,
@@ -897,27 +909,33 @@ class RemotingClient:
         try:
             self.invoke(addr, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
         except BrokerError as exc:
-            if _already_ended(exc.code, exc.remark):
+            if _half_gone(exc.code, exc.remark):
                 return False
             raise
         return True
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> None:
+                         retry_failed: bool = True) -> list[Txn]:
         """END_TRANSACTION for every ``txns``, written a chunk (``window // 2``) per broker at a
-        time, up to ``window`` in flight; already-ended ones are fine; a failed one is retried
-        alone, or with ``retry_failed=False`` not: no more are sent, those in flight are
-        waited for, and the first failure is raised. ``on_progress``: see the client contract."""
+        time, up to ``window`` in flight; returns those the broker holds no half message for
+        (gone, see :func:`_half_gone`); a failed one is retried alone, or with
+        ``retry_failed=False`` not: no more are sent, those in flight are waited for, and the
+        first failure is raised. ``on_progress``: see the client contract."""
         pending: deque[tuple[int, Txn, Reply]] = deque()
         what = f"{'commit' if commit else 'rollback'} of transactions"
         failed: list[RocketMQSparkError] = []
+        gone: list[Txn] = []
 
         def settle(t: Txn, fut: Reply) -> bool:
             try:
                 resp = fut.result(self.config.request_timeout_s)
-                if resp.code == ResponseCode.SUCCESS or _already_ended(resp.code, resp.remark):
+                if resp.code == ResponseCode.SUCCESS:
                     return True
+                if _half_gone(resp.code, resp.remark):
+                    gone.append(t)
+                    return False
+
                 err: RocketMQSparkError = broker_error(resp.code, resp.remark,
                                                        address=self._broker_addrs.get(t.broker, "?"),
                                                        operation=f"{what} ({t.msg_id})")
@@ -929,17 +947,19 @@ class RemotingClient:
             if not retry_failed:
                 failed.append(err)
                 return False
-            self.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
-                                 queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic)
-            return True
+            if self.end_transaction(t.broker, producer_group=producer_group, commit_log_offset=t.commit_log_offset,
+                                    queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit, topic=t.topic):
+                return True
+            gone.append(t)
+            return False
 
         def settle_to(keep: int) -> None:
-            # answers are settled in the order of txns: the prefix answered grows with each, up
-            # to the first failure
+            # answers are settled in the order of txns: the prefix applied grows with each, up
+            # to the first failure or gone half (a gone half is not applied: its caller decides)
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(t, fut) and not failed:
+                if settle(t, fut) and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0:
                 on_progress(done + 1)
@@ -976,6 +996,7 @@ class RemotingClient:
         settle_to(0)
         if failed:
             raise failed[0]
+        return gone
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,

@@ -103,6 +103,9 @@ def start_queries(spark: SparkSession, cfg: dict[str, Any], available_now: bool,
     eos = (source("faults_eos").select("body")
            .writeStream.format("rocketmq").option("namesrvAddr", cfg["namesrv"])
            .option("topic", cfg["topic_b"]).option("delivery", "exactly-once")
+           # as the reader: rows a wiped broker took with its store (their source rows too) are
+           # lost with it, not a query that fails at each restart
+           .option("failOnDataLoss", str(cfg["fail_on_data_loss"]).lower())
            .option("checkpointLocation", os.path.join(ckpt, "eos")))
     queries.append(trigger(eos).start())
     progress.names[str(queries[-1].id)] = "eos"

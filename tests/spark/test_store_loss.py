@@ -7,12 +7,20 @@ reads each queue again from its new earliest offset, every new message exactly o
 reads alike; and also when the queue has grown past the query's offset by the time the query
 looks (a mark of a message it planned past no longer matches).
 
+The exactly-once sink alike: a destination broker that loses the half messages a batch's tasks
+prepared before the driver commits them fails the batch, and the query's restart writes those
+rows again, each once.
+
 Each broker here is the module's own (its store is deleted): an EmbeddedCluster, whose name
 server stays up while its broker is away, and an Apache RocketMQ name server and broker."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -25,8 +33,8 @@ from brokers import skip_or_fail, wait_until
 from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker, EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.codec import BatchEntry
-from rocketmq_spark.errors import DataLossError
+from rocketmq_spark.codec import BatchEntry, decode_records
+from rocketmq_spark.errors import DataLossError, RocketMQSparkError
 from rocketmq_spark.source import Planner, ReaderOptions
 from rocketmq_spark.source.reader import read_range
 
@@ -302,3 +310,91 @@ def test_a_range_planned_before_the_store_was_lost_reads_nothing_of_the_new_stor
         list(read_range(strict))
     assert f"{topic}/broker-a:0: planned offsets [0, {OLD}) are not on the broker: offset {OLD - 1}, stored at " \
         in str(err.value), str(err.value)
+
+
+EOS_DRIVER = os.path.join(os.path.dirname(__file__), "eos_lost_driver.py")
+
+
+def _routed(broker: LossyBroker, topic: str, queues: int) -> bool:
+    c = RemotingClient(broker.namesrv_addr)
+    try:
+        return len(c.message_queues(topic, refresh=True)) == queues
+    except RocketMQSparkError:
+        return False
+    finally:
+        c.close()
+
+
+def _topic_bodies(broker: LossyBroker, topic: str, at_least: int) -> Counter[str]:
+    """Every message body of ``topic``, read once it holds ``at_least`` (Apache RocketMQ's broker
+    indexes a committed message a moment after answering its END)."""
+    c = RemotingClient(broker.namesrv_addr)
+    try:
+        qs = c.message_queues(topic, refresh=True)
+        assert wait_until(lambda: sum(c.max_offset(q) for q in qs) >= at_least, 30), \
+            f"{topic} holds {sum(c.max_offset(q) for q in qs)} messages, fewer than {at_least}"
+        out: Counter[str] = Counter()
+        for q in qs:
+            at, end = 0, c.max_offset(q)
+            while at < end:
+                res = c.pull(q, at, 32)
+                out.update(bytes(r.payload()).decode() for r in decode_records(res.body))
+                at = res.next_offset
+        return out
+    finally:
+        c.close()
+
+
+def test_an_exactly_once_batch_whose_destination_lost_its_halves_is_written_again_each_row_once(
+        broker: LossyBroker, tmp_path) -> None:
+    """The fault suite's wipe-broker-now, on the sink: a batch's tasks prepared its rows as half
+    messages on the destination broker, which lost its store and came back empty before the
+    driver committed them. Its "no half message" answers used to be taken as "ended before": the
+    batch was marked committed and its rows lost. Now the commit fails naming them, the batch
+    stays uncommitted, and the query's restart writes them again: every row exactly once."""
+    kind = broker.kind.upper()
+    dst = broker.create_topic(f"EOS_LOST_{kind}", 2)
+    src, ck, handshake = tmp_path / "src", tmp_path / "ck", tmp_path / "handshake"
+    src.mkdir()
+    handshake.mkdir()
+    rows = Counter(f"row-{f}-{i}" for f in range(2) for i in range(40))
+    for f in range(2):
+        (src / f"part-{f}.txt").write_text("".join(f"row-{f}-{i}\n" for i in range(40)))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+    def driver(mode: str) -> list[str]:
+        return [sys.executable, EOS_DRIVER, broker.namesrv_addr, str(src), dst, str(ck), str(handshake), mode]
+
+    err_path = tmp_path / "first.stderr"  # a file: Spark's logs would fill a pipe nobody reads while waiting
+    with open(err_path, "w") as err_file:
+        first = subprocess.Popen(driver("pause"), stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=env)
+        try:
+            assert wait_until(lambda: (handshake / "prepared").exists() or first.poll() is not None, 240, 0.2), \
+                "the first run's commit did not start within 240 s"
+            assert (handshake / "prepared").exists(), \
+                f"the first run ended before its commit: {err_path.read_text()[-3000:]}"
+            broker.lose_store({}, tmp_path / "scratch")
+            # back empty, with the topic created again (as the fault suite's cluster does)
+            broker.create_topic(dst, 2)
+            assert wait_until(lambda: _routed(broker, dst, 2), 60), f"{dst} is not routed after the store was lost"
+            (handshake / "lost").touch()
+            first.wait(300)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+    err = err_path.read_text()
+    assert first.returncode != 0, "the commit of halves the broker lost succeeded: " + err[-3000:]
+    assert "DataLossError" in err and "exactly-once batch 0" in err, err[-3000:]
+    assert "80 of the batch's 80 rows" in err and f"broker broker-a topic {dst}" in err, err[-3000:]
+    assert "restart the query" in err, err[-3000:]
+    commits = ck / "rocketmq-sink" / "commits"
+    assert len(json.loads((commits / "0.json").read_text())["lost"]) == 80
+    assert not (commits / "0.ended").exists()
+    assert _topic_bodies(broker, dst, 0) == Counter()  # nothing committed into the new store
+
+    done = subprocess.run(driver("normal"), capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = _topic_bodies(broker, dst, 80)
+    assert got == rows, f"lost {rows - got}, doubled {got - rows}"  # every row exactly once
+    assert (commits / "0.ended").exists() and json.loads((commits / "0.json").read_text())["lost"] == []

@@ -288,6 +288,9 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
     ("maxReconsumeTimes", {"delivery": "send-back", "consumerGroup": "g", "maxReconsumeTimes": "-1"}, "-1",
      "a whole number 0..10000"),
     ("maxReconsumeTimes", {"maxReconsumeTimes": "3"}, "3", "only delivery=send-back takes it"),
+    ("failOnDataLoss", {"failOnDataLoss": "false"}, "false", "only delivery=exactly-once takes it"),
+    ("failOnDataLoss", {"delivery": "exactly-once", "checkpointLocation": "/tmp/ck", "failOnDataLoss": "maybe"},
+     "maybe", "true or false"),
     ("endpoints", {"namesrvAddr": DROP, "endpoints": "h:8081", "delivery": "send-back", "consumerGroup": "g"},
      "h:8081", "only the remoting protocol has"),
 ]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import zlib
+
 import pyarrow as pa
 import pytest
 
-from rocketmq_spark.errors import RequestTimeoutError
+from rocketmq_spark.errors import DataLossError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult, Txn
 from rocketmq_spark.sink.txlog import TxLog
 
@@ -60,12 +63,19 @@ def test_a_check_back_for_another_sinks_half_message_is_not_answered(tmp_path) -
 class FakeBroker:
     """A broker as the commit sees it, without sockets: each committed half message becomes a
     message in queue 0 of its topic; ``lose_after`` makes an END past that many applied but its
-    answer lost (a timeout), once."""
+    answer lost (a timeout), once; :meth:`lose_store` takes its store away (its messages, and the
+    half messages named), as a wiped disk does."""
 
     def __init__(self) -> None:
         self.stored: dict[MessageQueue, list[str]] = {}
         self.ends: list[list[str]] = []
+        self.ended: list[tuple[Txn, bool]] = []  # every END sent: the transaction, commit or not
         self.lose_after: int | None = None
+        self.gone: set[Txn] = set()  # half messages the broker no longer holds
+
+    def lose_store(self, halves) -> None:  # noqa: ANN001
+        self.stored = {mq: [] for mq in self.stored}
+        self.gone |= set(halves)
 
     def apply(self, txns) -> None:  # noqa: ANN001
         for t in txns:
@@ -91,6 +101,15 @@ class FakeBroker:
     def end_transactions(self, txns, *, commit, producer_group, on_progress=None, retry_failed=True):  # noqa: ANN001
         txns = list(txns)
         self.ends.append([t.msg_id for t in txns])
+        self.ended += [(t, commit) for t in txns]
+        gone = [t for t in txns if t in self.gone]
+        if gone:  # as the clients: the others ended, the prefix applied reported up to the first gone one
+            if commit:
+                self.apply([t for t in txns if t not in self.gone])
+            first = txns.index(gone[0])
+            if on_progress is not None and first:
+                on_progress(first)
+            return gone
         if commit and self.lose_after is not None and len(txns) > self.lose_after:
             k, self.lose_after = self.lose_after, None
             self.apply(txns[:k + 1])  # the END at k was applied, its answer lost
@@ -101,6 +120,7 @@ class FakeBroker:
             self.apply(txns)
         if on_progress is not None and txns:
             on_progress(len(txns))
+        return []
 
     def close(self) -> None:
         pass
@@ -174,3 +194,345 @@ def test_a_batch_write_commits_each_half_once_when_an_answer_is_lost(fake) -> No
     writer.RocketMQBatchWriter(opts).commit([report])
     assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(5)]  # each once
     assert broker.ends[1] == ["ID-3", "ID-4"]  # the rest, after looking
+
+
+# -- a destination broker that lost its store between the tasks' sends and the driver's ENDs ------
+
+
+MQ = MessageQueue("T", "broker-a", 0)
+
+
+def _sum(body: bytes) -> str:
+    """A body-only row's checksum as the writer's row_sum writes it (a letter, CRC-32 in hex)."""
+    return f"b{zlib.crc32(body):08x}"
+
+
+def _report(partition: int, txns: list[Txn], nonce: str, sums: dict[str, str] | None = None):  # noqa: ANN202
+    from rocketmq_spark.sink.writer import TaskReport
+
+    report = TaskReport(partition, len(txns), [t.to_list() for t in txns])
+    # set after: what the task reports beside its transactions (an earlier version's report has neither)
+    report.sums = sums if sums is not None else {t.msg_id: _sum(t.msg_id.encode()) for t in txns}
+    report.nonce = nonce
+    return report
+
+
+def _replayed(txns: list[Txn]) -> list[Txn]:
+    """The replay's halves of the same rows: the same ids (deterministic), other positions."""
+    return [t._replace(queue_offset=t.queue_offset + 1000, commit_log_offset=t.commit_log_offset + 100_000)
+            for t in txns]
+
+
+def _lost_in_first_commit(fake, tmp_path):  # noqa: ANN001, ANN202
+    """Batch 9 of six rows (partition 0): the store holding halves ID-2..4 is lost before the
+    driver's commit (its queue comes back empty, as in wipe-broker-now); -> the first commit's error."""
+    broker, opts, writer = fake
+    txns = _txns(6)
+    broker.lose_store(txns[2:5])
+    with pytest.raises(DataLossError) as err:
+        writer.RocketMQStreamWriter(opts).commit([_report(0, txns, "n1")], 9)
+    return txns, err.value
+
+
+def test_a_half_its_broker_lost_fails_the_batch_instead_of_being_taken_as_ended(fake, tmp_path) -> None:
+    broker, _, _ = fake
+    txns, err = _lost_in_first_commit(fake, tmp_path)
+    msg = str(err)
+    assert "batch 9" in msg and "3 of the batch's 6 rows" in msg and "broker broker-a topic T" in msg, msg
+    assert "restart the query" in msg and "lost" in msg, msg
+    log = TxLog(str(tmp_path))
+    # the rest committed, each once; the batch not ended, the lost ones remembered, the progress
+    # before the first of them
+    assert broker.stored[MQ] == ["ID-0", "ID-1", "ID-5"]
+    assert not log.ended(9) and log.lost(9) == {"ID-2", "ID-3", "ID-4"} and log.progress(9) == 2
+
+
+def test_a_replay_commits_its_twins_of_the_lost_rows_and_rolls_back_the_rest(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns, _ = _lost_in_first_commit(fake, tmp_path)
+    replay = _replayed(txns)
+    broker.ended.clear()
+    writer.RocketMQStreamWriter(opts).commit([_report(0, replay, "n2")], 9)
+    log = TxLog(str(tmp_path))
+    assert sorted(broker.stored[MQ]) == [f"ID-{i}" for i in range(6)]  # every row once
+    committed = {t for t, commit in broker.ended if commit}
+    rolled_back = {t for t, commit in broker.ended if not commit}
+    assert committed == set(replay[2:5])  # the twins of the lost ones, none of the originals again
+    assert rolled_back == set(replay[:2] + replay[5:])  # by position: the replay's ids are the recorded ones
+    assert log.ended(9) and log.lost(9) == set() and log.txns(9) == txns[:2] + replay[2:5] + txns[5:]
+    # check-backs: the chosen twin and the recorded halves are the driver's; another attempt's not
+    assert log.decide(9, "ID-3", 0, "n2") is None and log.decide(9, "ID-3", 0, "n1") is False
+    assert log.decide(9, "ID-0", 0, "n1") is None and log.decide(9, "ID-0", 0, "n2") is False
+    # the store is lost again, twins and all: the next replay's half of ID-3 waits for its driver
+    log.mark_lost(9, {"ID-3"})
+    assert log.decide(9, "ID-3", 0, "n3") is None
+
+
+def test_a_twin_that_differs_or_is_missing_fails_the_replay_naming_why(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns, _ = _lost_in_first_commit(fake, tmp_path)
+    replay = _replayed(txns)
+    sums = {t.msg_id: _sum(t.msg_id.encode()) for t in replay}
+    sums["ID-3"] = _sum(b"another body")  # a non-deterministic query: row 3 is not what it was
+    without_4 = [t for t in replay if t.msg_id != "ID-4"]
+    sums.pop("ID-4")
+    log = TxLog(str(tmp_path))
+    # before the replay's commit, a check-back of a half whose id is lost waits: it may be the twin
+    assert log.decide(9, "ID-3", 0, "n2") is None and log.decide(9, "ID-1", 0, "n2") is False
+    with pytest.raises(DataLossError) as err:
+        writer.RocketMQStreamWriter(opts).commit([_report(0, without_4, "n2", sums)], 9)
+    msg = str(err.value)
+    assert "ID-3: the replay's row of this id differs in its body" in msg, msg
+    assert "ID-4: the replay wrote no row of this id" in msg, msg
+    assert "deterministic" in msg and log.accept_lost_path(9) in msg, msg
+    assert sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2", "ID-5"]  # row 2's twin matched
+    assert not log.ended(9) and log.lost(9) == {"ID-3", "ID-4"}
+    assert {t for t, commit in broker.ended if not commit} >= {replay[3]}  # the differing twin rolled back
+    # the operator accepts the loss: the next replay ends the batch without them
+    open(log.accept_lost_path(9), "w").close()
+    writer.RocketMQStreamWriter(opts).commit([_report(0, without_4, "n3", sums)], 9)
+    assert log.ended(9) and sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2", "ID-5"]
+
+
+def test_with_fail_on_data_loss_false_a_replay_ends_the_batch_without_rows_it_cannot_write_again(
+        fake, tmp_path, caplog) -> None:
+    """The broker that lost the halves held their source rows too (the fault suite's
+    wipe-broker-now): the replay has no twin for them. failOnDataLoss=false ends the batch
+    without them, logged, as the reader skips what its broker lost; the twins it has are
+    committed."""
+    import dataclasses
+
+    broker, opts, writer = fake
+    txns, _ = _lost_in_first_commit(fake, tmp_path)  # the first commit fails either way: a replay may redo them
+    replay = [t for t in _replayed(txns) if t.msg_id != "ID-4"]  # row 4's source went with the store
+    lenient = dataclasses.replace(opts, fail_on_data_loss=False)
+    writer.RocketMQStreamWriter(lenient).commit([_report(0, replay, "n2")], 9)
+    log = TxLog(str(tmp_path))
+    assert log.ended(9) and sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2", "ID-3", "ID-5"]
+    assert "ended without 1 rows its brokers lost, as failOnDataLoss=false allows" in caplog.text
+
+
+def test_fail_on_data_loss_is_an_exactly_once_option() -> None:
+    from rocketmq_spark.errors import OptionError
+    from rocketmq_spark.sink.options import WriterOptions
+
+    base = {"namesrvAddr": "127.0.0.1:9876", "topic": "T"}
+    assert WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x",
+                                "failOnDataLoss": "false"}).fail_on_data_loss is False
+    assert WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x"}).fail_on_data_loss
+    with pytest.raises(OptionError, match="failOnDataLoss.*only delivery=exactly-once takes it"):
+        WriterOptions.parse({**base, "failOnDataLoss": "false"})
+    with pytest.raises(OptionError, match="failOnDataLoss"):
+        WriterOptions.parse({**base, "delivery": "exactly-once", "checkpointLocation": "/tmp/x",
+                             "failOnDataLoss": "maybe"})
+
+
+def test_a_record_without_checksums_reports_its_lost_rows_as_not_redoable(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns = _txns(4)
+    log = TxLog(str(tmp_path))
+    log.record(9, txns, {MQ: 0})  # an earlier version's record: marks, no checksums nor nonces
+    broker.lose_store(txns[1:2])
+    replay = [t._replace(msg_id=f"NEW-{i}", queue_offset=t.queue_offset + 1000) for i, t in enumerate(txns)]
+    with pytest.raises(DataLossError) as err:
+        writer.commit_batch(opts, replay, 9)
+    msg = str(err.value)
+    assert "ID-1: the batch was recorded by an earlier version, without row checksums" in msg, msg
+    assert broker.stored[MQ] == ["ID-0", "ID-2", "ID-3"] and not log.ended(9) and log.lost(9) == {"ID-1"}
+    assert {t for t, commit in broker.ended if not commit} == set(replay)  # none of the replay's kept
+
+
+def test_a_replay_sends_no_end_to_a_broker_whose_store_changed_since_the_record(fake, tmp_path) -> None:
+    # recorded on the old store (marks at 5); the broker comes back empty: an END by position
+    # would end whatever half now sits there. The replay ends nothing there and commits its twins.
+    broker, opts, writer = fake
+    txns = _txns(3)
+    broker.stored[MQ] = [f"OLD-{i}" for i in range(5)]
+    log = TxLog(str(tmp_path))
+    log.record(9, txns, {MQ: 5})
+    path = tmp_path / "rocketmq-sink" / "commits" / "9.json"  # with each row's checksum, as record(sums=) keeps it
+    path.write_text(json.dumps({**json.loads(path.read_text()), "sums": {t.msg_id: _sum(t.msg_id.encode())
+                                                                           for t in txns}}))
+    broker.lose_store([])  # the halves' positions may hold other halves now: the broker would take the ENDs
+    replay = _replayed(txns)
+    writer.RocketMQStreamWriter(opts).commit([_report(0, replay, "n2")], 9)
+    assert not any(t in txns for t, _ in broker.ended), broker.ended
+    assert sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
+    assert log.marks(9) == {MQ: 0}  # the twins' marks, taken on the new store
+
+
+def test_a_retried_tasks_halves_share_ids_and_are_told_apart_by_position_and_nonce(fake, tmp_path) -> None:
+    from rocketmq_spark.sink.writer import TX_TAG, check_decision
+
+    broker, opts, writer = fake
+    first_attempt = _txns(3)
+    second = _replayed(first_attempt)  # attempt 1 of the task: the same ids, other positions
+    log = TxLog(str(tmp_path))
+    log.record(9, second, {MQ: 0})
+    # a replay's abort must roll back its own halves, not keep them for their recorded ids
+    writer.abort_batch(opts, first_attempt + second, 9)
+    assert [t for t, _ in broker.ended] == first_attempt
+    log.record(9, second, {MQ: 0}, nonces={0: "n-second"})
+    tag = f"9:0:0:{log.sink_id}:n-first"
+    assert check_decision(log, {TX_TAG: tag}, "ID-1") is False  # the first attempt's stray
+    assert check_decision(log, {TX_TAG: tag.replace("n-first", "n-second")}, "ID-1") is None
+    assert check_decision(log, {TX_TAG: f"9:0:0:{log.sink_id}"}, "ID-1") is None  # an earlier version's tag
+
+
+def test_a_streaming_tasks_message_ids_repeat_across_attempts_and_replays(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.writer as writer
+    from rocketmq_spark.sink.options import WriterOptions
+
+    monkeypatch.setattr(writer, "connect", lambda *a, **k: object())
+    opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+    a, b = writer._Sender(opts, 9), writer._Sender(opts, 9)  # two attempts (or a replay) of one task
+    assert [a._uniq() for _ in range(3)] == [b._uniq() for _ in range(3)] and a.nonce != b.nonce
+    assert writer._Sender(opts, 10)._uniq() != writer._Sender(opts, 9)._uniq()  # another batch's
+    assert f":{a.nonce}\x02" in a._half_suffix
+
+
+def test_row_checksums_name_the_parts_that_differ() -> None:
+    from rocketmq_spark.sink.writer import row_sum, sum_difference
+
+    one = row_sum(b"body", "tag", "k1 k2", "__SHARDINGKEY\x01g\x02")
+    assert sum_difference(one, one) == []
+    assert sum_difference(one, row_sum(b"body", "tag", "k1", "__SHARDINGKEY\x01g\x02")) == ["keys"]
+    assert sum_difference(one, row_sum(b"Body", "", "k1 k2", "__SHARDINGKEY\x01g\x02")) == ["body", "tag"]
+
+
+@pytest.mark.parametrize(("retry_failed", "remark"), [
+    (False, "Find prepared transaction message failed: no half message at commitLogOffset 100"),
+    (True, "Find prepared transaction message failed"),
+    (False, "The producer group wrong"),  # Apache RocketMQ: another record at that position (a new store)
+    (False, "The transaction state table offset wrong"),
+])
+def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(retry_failed: bool, remark: str) -> None:
+    # "Find prepared transaction message failed" used to be taken as "ended before"; brokers apply
+    # a second END of a half still in their commit log, so it means the half is gone (a lost store)
+    from rocketmq_spark.client import ClientConfig, RemotingClient
+    from rocketmq_spark.client.connection import Reply
+    from rocketmq_spark.remoting.codes import ResponseCode
+    from rocketmq_spark.remoting.frame import RemotingCommand
+
+    nothing_there = (ResponseCode.SYSTEM_ERROR, remark)
+
+    class Conn:
+        def send_many(self, reqs):  # noqa: ANN001, ANN202
+            out = []
+            for r in reqs:
+                code, remark = nothing_there if r.ext_fields["msgId"] == "ID-1" else (ResponseCode.SUCCESS, None)
+                reply = Reply()
+                reply.set_result(RemotingCommand(code, remark=remark))
+                out.append(reply)
+            return out
+
+    c = RemotingClient.__new__(RemotingClient)
+    c.config, c._broker_addrs = ClientConfig(), {"broker-a": "127.0.0.1:10911"}
+    c.broker_addr = lambda broker, topic=None: "127.0.0.1:10911"  # type: ignore[method-assign]
+    c._conn = lambda addr, what: Conn()  # type: ignore[method-assign]
+    c.invoke = lambda addr, req, what: RemotingCommand(ResponseCode.SUCCESS)  # type: ignore[method-assign]
+    txns = _txns(4)
+    progress: list[int] = []
+    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=retry_failed)
+    assert gone == [txns[1]] and progress == [1]  # applied: ID-0 only before it (ID-2, ID-3 answered too)
+
+
+def test_the_grpc_client_reports_an_invalid_transaction_id_as_gone() -> None:
+    # the embedded broker's gRPC service answers INVALID_TRANSACTION_ID for a half it does not
+    # hold; it used to be taken as "ended before"
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from rocketmq_spark.client import ClientConfig, GrpcClient
+    from rocketmq_spark.proto import pb
+
+    def answer(req, timeout, metadata):  # noqa: ANN001, ANN202
+        fut: Future = Future()
+        code = pb.INVALID_TRANSACTION_ID if req.message_id == "ID-1" else pb.OK
+        fut.set_result(pb.EndTransactionResponse(status=pb.Status(code=code)))
+        return fut
+
+    c = GrpcClient.__new__(GrpcClient)
+    c.config, c._broker_endpoints = ClientConfig(), {"broker-a": "127.0.0.1:8081"}
+    c.broker_addr = lambda broker, topic=None: "127.0.0.1:8081"  # type: ignore[method-assign]
+    c.stub = lambda addr: SimpleNamespace(EndTransaction=SimpleNamespace(future=answer))  # type: ignore[method-assign]
+    c.metadata = lambda: ()  # type: ignore[method-assign]
+    txns = [t._replace(transaction_id=f"TX-{i}") for i, t in enumerate(_txns(4))]
+    progress: list[int] = []
+    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=False)
+    assert gone == [txns[1]] and progress == [1]
+
+
+class _HalfClient:
+    """Takes a task's half messages without a broker: each stored at the next position."""
+
+    class config:
+        request_timeout_s = 5
+
+    compresses_bodies = True
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def message_queues(self, topic: str, **_: object) -> list[MessageQueue]:
+        return [MessageQueue(topic, "broker-a", 0)]
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        return "127.0.0.1:10911"
+
+    def start_producer(self, *a: object) -> None:
+        pass
+
+    def send_request(self, mq, entries, **kw):  # noqa: ANN001, ANN003, ANN201
+        return entries
+
+    def _answer(self):  # noqa: ANN202
+        from concurrent.futures import Future
+
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
+
+    def send_async_many(self, reqs):  # noqa: ANN001, ANN201
+        return [self._answer() for _ in reqs]
+
+    def send_async(self, mq, req):  # noqa: ANN001, ANN201
+        return self._answer()
+
+    def check_sent(self, *a: object) -> None:
+        pass
+
+    def half_transaction(self, mq: MessageQueue, answer: object, msg_id: str) -> Txn:
+        self.at += 1
+        return Txn(mq.broker, mq.topic, self.at, 100 * self.at, msg_id)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.writer as writer
+    from rocketmq_spark.sink.options import WriterOptions
+
+    monkeypatch.setattr(writer, "connect", lambda *a, **k: _HalfClient())
+    opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
+                                "checkpointLocation": str(tmp_path)})
+
+    def rows(keys: str) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"], "tag": ["t", None], "keys": [keys, None],
+                                           "properties": [[("k", "v")], None]},
+                                          schema=pa.schema([("body", pa.binary()), ("tag", pa.string()),
+                                                            ("keys", pa.string()),
+                                                            ("properties", pa.map_(pa.string(), pa.string()))]))
+
+    first, again = writer.write_rows(opts, iter([rows("K")]), 9), writer.write_rows(opts, iter([rows("K")]), 9)
+    assert first.sums == again.sums and len(first.sums) == 2 and first.nonce != again.nonce
+    assert [t[4] for t in first.txns] == [t[4] for t in again.txns]  # the message ids
+    other = writer.write_rows(opts, iter([rows("OTHER")]), 9)
+    ids = [t[4] for t in first.txns]
+    assert writer.sum_difference(first.sums[ids[0]], other.sums[ids[0]]) == ["keys"]
+    assert first.sums[ids[1]] == other.sums[ids[1]]
+    # a row with a body only is summed alike on the fast path (only bodies in the batch)
+    bodies = writer.write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 9)
+    assert bodies.sums[ids[1]] == first.sums[ids[1]] == writer.row_sum(b"b1")
