@@ -191,6 +191,18 @@ def _caught_up(run: Run, broker: str, timeout_s: float) -> bool:
     return True
 
 
+def _replace_store(run: Run, target: str, caught_up: bool, snapshot: dict[str, Any]) -> int | None:
+    """Records the wipe with what ``target`` held (``snapshot``), then kills it, deletes its
+    store, starts it and creates the topics again; returns the pid it had."""
+    run.record_wipe(target, caught_up, snapshot)
+    pid = run.cluster.pid(target)
+    run.cluster.kill(target)
+    run.cluster.wipe(target)
+    run.cluster.start(target)
+    run.cluster.create_topics(run.topics, brokers=(target,))
+    return pid
+
+
 def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     """A broker restarted with a new, empty disk. Beforehand the producer pauses and the
     suite waits until every query read and committed all of topic A on that broker, and
@@ -201,12 +213,7 @@ def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     try:
         caught_up = _caught_up(run, target, 120.0)
         snapshot = {t: read_topic(run.cluster.namesrv_addr, t, brokers=[target]) for t in run.topics}
-        run.record_wipe(target, caught_up, snapshot)
-        pid = run.cluster.pid(target)
-        run.cluster.kill(target)
-        run.cluster.wipe(target)
-        run.cluster.start(target)
-        run.cluster.create_topics(run.topics, brokers=(target,))
+        pid = _replace_store(run, target, caught_up, snapshot)
     finally:
         run.producer.resume()
     return {"pid": pid, "caught_up": caught_up, "wiped": {t: len(c) for t, c in snapshot.items()}}
@@ -227,12 +234,7 @@ def _wipe_broker_now(run: Run, rng: random.Random, target: str) -> dict[str, Any
         time.sleep(1.5)  # what the broker had received before the cut is stored (and readable) by then
         direct = {target: run.cluster.direct_addr(target)}
         snapshot = {t: read_topic(ns, t, brokers=[target], direct=direct) for t in run.topics}
-        run.record_wipe(target, False, snapshot)
-        pid = run.cluster.pid(target)
-        run.cluster.kill(target)
-        run.cluster.wipe(target)
-        run.cluster.start(target)
-        run.cluster.create_topics(run.topics, brokers=(target,))
+        pid = _replace_store(run, target, False, snapshot)
     finally:
         proxy.heal()
         run.producer.resume()
