@@ -1086,10 +1086,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
                                  for m in txlog.lost(batch_id)}
             kept = set(record)
             # halves are told apart by position: a replay's carry the recorded ids again
-            to_rollback = [t for t in txns if t not in kept]
-            _riding_out(lambda: client.end_transactions(to_rollback, commit=False,
-                                                        producer_group=opts.producer_group),
-                        f"batch {batch_id}: rolling back its replay's transactions")
+            _roll_back(client, opts, [t for t in txns if t not in kept],
+                       f"batch {batch_id}: rolling back its replay's transactions")
         if unmatched:
             accepted = txlog.lost_accepted(batch_id)
             if not accepted and opts.fail_on_data_loss:
@@ -1105,7 +1103,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
     """Roll back ``txns``, except those recorded for ``batch_id`` under the checkpoint (a
     recorded batch is committed, never aborted); all of them without a checkpointLocation or
-    a batch id. Raises the client's errors when a rollback fails after retries."""
+    a batch id. A rollback that fails is left to the brokers' check-backs (see :func:`_roll_back`)."""
     log_ = TxLog(opts.checkpoint_location) if opts.checkpoint_location and batch_id is not None else None
     recorded = set(log_.txns(batch_id)) if log_ is not None and batch_id is not None and \
         log_.read(batch_id) is not None else set()
@@ -1113,10 +1111,23 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
     # by position: a replay's halves carry the recorded ids again
     todo = [t for t in txns if t not in recorded]
     try:
-        _riding_out(lambda: client.end_transactions(todo, commit=False, producer_group=opts.producer_group),
-                    f"batch {batch_id}: rolling back its transactions")
+        _roll_back(client, opts, todo, f"batch {batch_id}: rolling back its transactions")
     finally:
         client.close()
+
+
+def _roll_back(client: BrokerClient, opts: WriterOptions, txns: list[Txn], what: str) -> None:
+    """Roll back ``txns``, riding out an unreachable broker (:func:`_riding_out`). One that
+    still fails, or that the broker refuses, is logged and left to the brokers: they ask
+    about a half message until it is ended, and a check-back rolls back any half its batch
+    record does not name (a batch write's are discarded after the broker's last check). A
+    rollback sent by position to a broker that lost its store can hit other bytes there
+    (Apache RocketMQ answered one with IllegalArgumentException "newLimit < 0"), and failed
+    the query though nothing was left to undo."""
+    try:
+        _riding_out(lambda: client.end_transactions(txns, commit=False, producer_group=opts.producer_group), what)
+    except RocketMQSparkError as exc:
+        log.warning("%s failed (%s): the brokers roll those half messages back when they ask about them", what, exc)
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):

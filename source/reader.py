@@ -80,6 +80,9 @@ _MARK_RETRY_S = 60.0
 _MARK_SCAN_S = 5.0
 #: Marks taken per trigger at most: one pull each, pipelined (many queues get theirs over a few triggers)
 _MARKS_PER_TRIGGER = 256
+#: How long a restarted queue waits for its new store's mark before it is read unmarked
+#: (seconds; see Planner._hold_unmarked)
+_UNMARKED_HOLD_S = 30.0
 #: the retry budget of asking a broker known to be down again (seconds): quick faults (a
 #: refused connection) are retried within it, a request that times out is not asked again
 #: (brokerDownTimeoutMs bounds the wait for the broker, not a chain of timeouts per trigger)
@@ -220,6 +223,9 @@ class Planner:
         #: queues the next batch reads again from their min offset: their broker no longer has
         #: what the query planned past (see take_restarts)
         self._restarts: QueueOffsets = {}
+        #: restarted queues (their broker lost its store) not planned past their start until
+        #: they are marked again, with when that began (see _hold_unmarked)
+        self._unmarked: dict[MessageQueue, float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader into its planning process: sockets open lazily there.
@@ -605,6 +611,7 @@ class Planner:
         self._marks_scanned = -1e18  # its new store is marked in this trigger's planning
         self._doubts.discard(mq)
         self._restarts[mq] = offset
+        self._unmarked.setdefault(mq, time.monotonic())
 
     def take_restarts(self) -> QueueOffsets:
         """The queues restarted at their min offset since the last call (their broker lost what
@@ -674,6 +681,49 @@ class Planner:
             log.debug("marks not taken now (tried again later): %s",
                       "; ".join(f"{mq}: {e}" for mq, e in failed.items()))
 
+    def _hold_unmarked(self, begin: QueueOffsets, end: QueueOffsets) -> bool:
+        """Keeps each restarted queue at its start (``end[mq] = begin[mq]``, in place) until
+        its new store is marked: its read task compares the mark before handing rows on, and
+        without one a store lost again before the task reads (a broker restarted twice in a
+        row) would be read as the planned one, then read again once the loss is seen. The
+        mark is asked for at every trigger; a broker that does not answer the pull holds the
+        queue, for up to ``_UNMARKED_HOLD_S`` (then it is read unmarked, with a warning), one
+        that refuses it (a permission) lets it go at once. True when a queue was held."""
+        held = False
+        due: dict[MessageQueue, int] = {}
+        for mq in list(self._unmarked):
+            if mq not in end or end[mq] <= begin[mq]:
+                continue
+            mark = self._marks.get(mq)
+            if mark is not None and self._lows.get(mq, 0) <= mark[0] < end[mq]:
+                del self._unmarked[mq]
+            else:
+                due[mq] = end[mq] - 1
+        if not due:
+            return False
+        times, failed = self._store_times(due)
+        now = time.monotonic()
+        for mq, off in due.items():
+            ts = times.get(mq)
+            exc = failed.get(mq)
+            self._marked_at[mq] = now
+            if ts is not None:
+                self._marks[mq] = (off, ts)
+                del self._unmarked[mq]
+            elif exc is not None and not isinstance(exc, ConnectionFailedError):  # timeouts too
+                del self._unmarked[mq]  # refused: read unmarked, as _take_marks says
+            elif now - self._unmarked[mq] >= _UNMARKED_HOLD_S:
+                log.warning("%s: its new store could not be marked in %.0fs (%s); read on unmarked: a store "
+                            "lost again before a batch reads it is not noticed by that batch", mq,
+                            now - self._unmarked[mq], exc or f"no message at offset {off}")
+                del self._unmarked[mq]
+            else:
+                log.info("%s: not planned past offset %d until its new store is marked (%s)", mq, begin[mq],
+                         exc or f"no message at offset {off} yet")
+                end[mq] = begin[mq]
+                held = True
+        return held
+
     def next_end(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:
         """The end offsets of the next batch (registered as in flight).
 
@@ -697,12 +747,13 @@ class Planner:
                     s = self.client.min_offset(mq)
                 begin[mq] = min(s, hi) if s <= hi else s
             end = {mq: max(begin[mq], latest[mq]) for mq in latest}
-            if not (missing and self.target is not None and all(end[mq] == begin[mq] for mq in end)):
+            if isinstance(limit, ReadMaxRows):
+                end = self._admit(begin, end, limit.max_rows)
+            self._take_marks(begin, end)
+            held = self._hold_unmarked(begin, end)
+            if not ((missing or held) and self.target is not None and all(end[mq] == begin[mq] for mq in end)):
                 break
             self._sleep(_POLL_S)
-        if isinstance(limit, ReadMaxRows):
-            end = self._admit(begin, end, limit.max_rows)
-        self._take_marks(begin, end)
         now = int(time.time() * 1000)
         for mq in end:
             self.tracker.register(mq, begin[mq], end[mq])

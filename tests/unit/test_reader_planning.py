@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+import rocketmq_spark.source.reader as reader
 from rocketmq_spark.client.many import SequentialManyQueueCalls
-from rocketmq_spark.errors import DataLossError, OptionError
+from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.offsets import Offsets
 from rocketmq_spark.sink import WriterOptions
@@ -785,3 +787,53 @@ def test_a_task_whose_range_is_past_the_queues_end_fails_or_ends_there() -> None
         raise reader_mod._RangeGone
 
     assert [nxt for _res, nxt in reader_mod._until_gone(gone())] == [110]
+
+
+class _MarkPullFails(FakeClient):
+    """A broker just back with a new store: its pulls of one queue fail (``down``) while it
+    serves max offsets, as a restarting Apache RocketMQ broker may."""
+
+    def __init__(self, queues: dict[MessageQueue, tuple[int, int]]) -> None:
+        super().__init__(queues)
+        self.down: set[MessageQueue] = set()
+
+    def pull_result(self, mq: MessageQueue, pending: tuple[MessageQueue, int]) -> PullResult:
+        if mq in self.down:
+            raise ConnectionFailedError("addr-of-broker-a", f"pull of {mq}", "connection reset")
+        return super().pull_result(mq, pending)
+
+
+def test_a_restarted_queue_is_planned_past_its_start_only_once_its_new_store_is_marked(caplog) -> None:
+    """Without a mark a batch planned on the new store cannot tell, in its task, that the store
+    was lost again before it read (the fault suite's wipe-broker-now on Apache RocketMQ: rows
+    read twice). The queue waits at its start until the mark is taken."""
+    a0, a1 = Q(0), Q(1)
+    c = _MarkPullFails({a0: (0, 100), a1: (0, 100)})
+    r = _stream(c, failOnDataLoss="false")
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.commit(e1)
+    c.ranges, c.era = {a0: (0, 7), a1: (0, 100)}, {a0: 1}  # a0's store lost: 7 new messages
+    c.down = {a0}  # and its pulls fail for now
+    caplog.set_level(logging.INFO)
+    e2 = r.latestOffset(e1, ReadAllAvailable())
+    assert _ranges(r, e1, e2) == [], "planned on a store it could not mark"
+    assert "t/broker-a:0: not planned past offset 0 until its new store is marked" in caplog.text
+    c.down = set()
+    e3 = r.latestOffset(e2, ReadAllAvailable())
+    assert _ranges(r, e2, e3) == [(0, 0, 7)]
+    assert e3["@marks"]["t"]["broker-a:0"] == [6, 10**9 + 1006]  # the new store's mark, which the task compares
+
+
+def test_a_restarted_queue_that_cannot_be_marked_is_read_unmarked_after_the_bound(monkeypatch, caplog) -> None:
+    a0 = Q(0)
+    c = _MarkPullFails({a0: (0, 100)})
+    r = _stream(c, failOnDataLoss="false")
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    r.commit(e1)
+    c.ranges, c.era, c.down = {a0: (0, 7)}, {a0: 1}, {a0}
+    e2 = r.latestOffset(e1, ReadAllAvailable())
+    assert _ranges(r, e1, e2) == []
+    monkeypatch.setattr(reader, "_UNMARKED_HOLD_S", 0.0)
+    e3 = r.latestOffset(e2, ReadAllAvailable())
+    assert _ranges(r, e2, e3) == [(0, 0, 7)]
+    assert "could not be marked" in caplog.text and "read on unmarked" in caplog.text

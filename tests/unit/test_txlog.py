@@ -536,3 +536,22 @@ def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(t
     # a row with a body only is summed alike on the fast path (only bodies in the batch)
     bodies = writer.write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 9)
     assert bodies.sums[ids[1]] == first.sums[ids[1]] == writer.row_sum(b"b1")
+
+
+def test_a_rollback_the_broker_refuses_is_left_to_its_check_backs(fake, tmp_path, caplog) -> None:
+    """Apache RocketMQ answered an abort's rollback, sent by position to a broker that had lost
+    its store, with SYSTEM_ERROR (IllegalArgumentException "newLimit < 0"): the query failed
+    though nothing was left to undo. A rollback that fails is logged; check-backs roll back
+    any half no record names."""
+    from rocketmq_spark.errors import BrokerError
+
+    broker, opts, writer = fake
+
+    def refuse(txns, *, commit, **kw):  # noqa: ANN001, ANN003, ANN202
+        raise BrokerError(1, "java.lang.IllegalArgumentException: newLimit < 0", address="127.0.0.1:10911",
+                          operation="rollback of transaction X")
+
+    broker.end_transactions = refuse
+    writer.abort_batch(opts, _txns(3), 4)  # before: BrokerError, the query failed
+    assert "batch 4: rolling back its transactions failed" in caplog.text
+    assert "roll those half messages back when they ask about them" in caplog.text
