@@ -666,9 +666,10 @@ class _Rows(NamedTuple):
     nonces: dict[int, str]  # partition -> the nonce of the attempt whose halves these are
     reports: tuple[TaskReport, ...] = ()
 
-    def nonce_of(self, msg_id: str) -> str:
-        """The nonce of the task attempt that wrote the row ``msg_id`` ("" when none did)."""
-        return next((r.nonce for r in self.reports if msg_id in r.sums), "")
+    def nonce_by_id(self) -> dict[str, str]:
+        """Message id -> the nonce of the task attempt that wrote that row (built once per
+        replay that has twins to choose, not scanned per row)."""
+        return {m: r.nonce for r in self.reports for m in r.sums}
 
 
 def _rows(messages: list[Any]) -> _Rows:
@@ -983,6 +984,7 @@ def _substitute_twins(client: BrokerClient, txlog: TxLog, batch_id: int, record:
         return record, {}
     sums = txlog.sums(batch_id)
     by_id = {t.msg_id: t for t in replay}
+    nonces = rows.nonce_by_id()
     twins: dict[int, tuple[Txn, str]] = {}
     unmatched: dict[str, str] = {}
     for i, t in enumerate(record):
@@ -1001,7 +1003,7 @@ def _substitute_twins(client: BrokerClient, txlog: TxLog, batch_id: int, record:
             if differ:
                 unmatched[t.msg_id] = f"the replay's row of this id differs in its {', '.join(differ)}"
             else:
-                twins[i] = (twin, rows.nonce_of(t.msg_id))
+                twins[i] = (twin, nonces.get(t.msg_id, ""))
     if twins:
         chosen = [tw for tw, _ in twins.values()]
         fresh = _riding_out(lambda: destination_marks(client, chosen), f"batch {batch_id}: reading the "
