@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..checkpoints.offset_store import RETRY_AFTER_S
 from ..client import BrokerClient, ClientConfig, Credentials, connect
-from ..client.membership import GroupPresence, QueueStatus
+from ..client.membership import GroupPresence, QueueStatus, crashed_member
 from ..client.retry import bounded
 from ..codec import PropertyKey, property_of, split_record, subscribed_tags
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
@@ -793,7 +793,8 @@ class Planner:
     def check_group(self) -> None:
         """Once per query, of every broker serving the topics: fail when other clients consume
         in the group (their commits would interleave with Spark's), unless allowSharedGroup
-        (remoting only: gRPC has no consumer-list call); and make sure the brokers know the
+        (remoting only: gRPC has no consumer-list call; members of gone processes of this host are
+        passed, see :func:`~..client.membership.crashed_member`); and make sure the brokers know the
         group before its offsets are committed (see :meth:`_make_group_known`)."""
         if self._group_checked or not self.options.consumer_group:
             return
@@ -809,11 +810,19 @@ class Planner:
         if others is None:
             log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
             return
+        gone = {b: [i for i in ids if crashed_member(i)] for b, ids in others.items()}
+        for broker, ids in sorted(gone.items()):
+            if ids:
+                log.warning("consumer group %s: broker %s still lists %s, of a process of this host that is gone (a "
+                            "crash it did not see): passed", group, broker, ", ".join(ids))
+        others = {b: rest for b, ids in others.items() if (rest := [i for i in ids if i not in gone[b]])}
         if others:
             listed = "; ".join(f"{b}: {', '.join(ids)}" for b, ids in sorted(others.items()))
             raise GroupInUseError(
                 f"consumer group {group!r} has online consumers ({listed}); their offset commits would interleave "
-                f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that")
+                f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that (a "
+                f"driver of this group that crashed on another host where a broker could not see it stays listed "
+                f"there for up to 2 minutes)")
 
     def _make_group_known(self, group: str) -> None:
         """Brokers refuse offset commits of a consumer group they do not know and create one

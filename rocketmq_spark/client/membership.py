@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,13 +35,42 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupMember", "GroupPresence", "QueueStatus", "ResetNotice"]
+__all__ = ["GroupMember", "GroupPresence", "QueueStatus", "ResetNotice", "crashed_member"]
 
 #: Java's heartbeatBrokerInterval
 HEARTBEAT_INTERVAL_S = 30.0
 #: how long leaving the group waits for a broker's answer (seconds): a query's stop waits for
 #: it, and a broker that does not answer drops the client with its connection anyway
 _UNREGISTER_TIMEOUT_S = 3.0
+
+
+def crashed_member(client_id: str) -> bool:
+    """Whether ``client_id`` names a :class:`GroupMember` of a process of this host that is gone
+    (``rocketmq-spark@<host>@<pid>@<member>``, see :attr:`GroupMember.client_id`): a driver that
+    crashed where a broker could not see its connection close (a partition, a paused broker)
+    stays listed there until the broker's channel expiry (120 s on Apache RocketMQ). Nothing
+    consumes under such an id; a restarted query of the group may pass it. Ids of other hosts,
+    of this process, of live processes and of other clients are never taken for gone."""
+    parts = client_id.split("@")
+    if len(parts) != 4 or parts[0] != "rocketmq-spark" or parts[1] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    try:  # killed but not yet reaped by its parent
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[:1] == ["Z"]
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

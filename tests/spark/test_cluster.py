@@ -154,6 +154,33 @@ def test_a_group_with_other_online_consumers_is_refused_unless_shared(spark, clu
         other.close()
 
 
+def test_a_query_restarted_after_a_crash_a_broker_did_not_see_is_not_refused(spark, cluster, cclient, tmp_path) -> None:
+    # a driver SIGKILLed while broker-b was partitioned stays listed there as an online consumer
+    # (Apache RocketMQ drops it after 120 s without heartbeats): its restart must not be refused
+    import subprocess
+    import sys
+
+    from rocketmq_spark.remoting.frame import RemotingCommand
+
+    topic, group = "CL_CRASHED", "cl-crashed"
+    _produce(cclient, topic, 6)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    crashed = RemotingClient(cluster.namesrv_addr)
+    try:  # its heartbeat's connection stays open: the broker never saw the crash
+        crashed.invoke(cluster.broker_addrs["broker-b"], RemotingCommand(34, body=json.dumps({
+            "clientID": f"rocketmq-spark@{socket.gethostname()}@{gone.pid}@7f00", "producerDataSet": [],
+            "consumerDataSet": [{"groupName": group}]}).encode()), "heartbeat")
+        assert cclient.group_consumers(group, [topic]) == {
+            "broker-b": [f"rocketmq-spark@{socket.gethostname()}@{gone.pid}@7f00"]}
+        q = _stream(spark, cluster.namesrv_addr, topic, group, str(tmp_path / "ck"), startingOffsets="earliest")
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert spark.sql("select count(*) c from q_cl_crashed").collect()[0].c == 6
+    finally:
+        crashed.close()
+
+
 def test_failover_writer_moves_on_reader_waits_then_fails_naming_the_broker(spark, tmp_path) -> None:
     with EmbeddedCluster(str(tmp_path / "mq"), brokers=2) as cl:
         ns = cl.namesrv_addr

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import subprocess
+import sys
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -837,3 +842,63 @@ def test_a_restarted_queue_that_cannot_be_marked_is_read_unmarked_after_the_boun
     e3 = r.latestOffset(e2, ReadAllAvailable())
     assert _ranges(r, e2, e3) == [(0, 0, 7)]
     assert "could not be marked" in caplog.text and "read on unmarked" in caplog.text
+
+
+def _gone_pid() -> int:
+    """The pid of a process of this host that has exited and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_crashed_member_of_this_host_is_told_from_live_and_foreign_ids() -> None:
+    from rocketmq_spark.client.membership import crashed_member
+
+    host = socket.gethostname()
+    assert crashed_member(f"rocketmq-spark@{host}@{_gone_pid()}@7f00")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not crashed_member(f"rocketmq-spark@{host}@{live.pid}@7f00")
+        live.kill()  # killed, not yet reaped: a zombie consumes nothing
+        deadline = time.monotonic() + 10
+        while not crashed_member(f"rocketmq-spark@{host}@{live.pid}@7f00"):
+            assert time.monotonic() < deadline, "a killed child was never seen gone"
+            time.sleep(0.05)
+    finally:
+        live.kill()
+        live.wait()
+    for other in (f"rocketmq-spark@{host}@{os.getpid()}@7f00",  # this process: maybe another query
+                  f"rocketmq-spark@not-{host}@{_gone_pid()}@7f00",  # another host: cannot be told
+                  f"10.0.0.9@{_gone_pid()}",  # a Java client's
+                  f"rocketmq-spark@{host}@x@7f00", "rocketmq-spark"):
+        assert not crashed_member(other), other
+
+
+class ListedClient(ResettableClient):
+    def __init__(self, queues: dict[MessageQueue, tuple[int, int]], listed: dict[str, list[str]]) -> None:
+        super().__init__(queues)
+        self.listed = listed
+
+    def group_consumers(self, group: str, topics: object) -> dict[str, list[str]]:
+        return self.listed
+
+    def make_group_known(self, *a: object) -> None:
+        return None
+
+
+def test_a_query_restarted_after_a_crash_the_broker_did_not_see_is_not_refused(caplog) -> None:
+    # the fault suite's driver, SIGKILLed while broker-b was partitioned, stayed listed there
+    # for up to 2 minutes: its restart failed with GroupInUseError seven times in one run
+    from rocketmq_spark.errors import GroupInUseError
+
+    host = socket.gethostname()
+    dead = f"rocketmq-spark@{host}@{_gone_pid()}@7f00"
+    p = _planner(ListedClient({Q(0): (0, 10)}, {"broker-b": [dead]}), startingOffsets="earliest")
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+        p.check_group()
+    assert dead in caplog.text and "gone" in caplog.text
+    live = "10.0.0.9@4242"
+    p = _planner(ListedClient({Q(0): (0, 10)}, {"broker-a": [live], "broker-b": [dead]}), startingOffsets="earliest")
+    with pytest.raises(GroupInUseError, match=r"online consumers \(broker-a: 10\.0\.0\.9@4242\);") as err:
+        p.check_group()
+    assert dead not in str(err.value)
