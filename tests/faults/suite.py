@@ -385,6 +385,7 @@ def _document(cfg: SuiteConfig, run: Run, outputs: dict[str, OutputReport], skip
         "fault_errors": [e for e in faults if "error" in e],
         "faults_without_effect": [e for e in faults if "skipped" in e],
         "messages": sends or (dict(producer.counts) if producer is not None else {}),
+        "producer_active_s": round(producer.active_s, 1) if producer is not None else 0.0,
         "driver": {"starts": driver.starts if driver else 0,
                    "exits_after_failure": driver.unplanned_exits if driver else []},
         "wipes": [{"broker": w.broker, "caught_up": w.caught_up, "held": {t: len(c) for t, c in w.copies.items()}}
@@ -426,7 +427,8 @@ def format_table(doc: dict[str, Any]) -> str:
     m = doc["messages"]
     if m:
         lines.append(f"messages sent: {m.get('acked', 0):,} acked, {m.get('unknown', 0):,} with unknown outcome, "
-                     f"{m.get('failed', 0):,} failed (not sent)")
+                     f"{m.get('failed', 0):,} failed (not sent), in {doc.get('producer_active_s', 0):g} s of "
+                     f"sending (pauses for wipes left out)")
     d = doc["driver"]
     lines.append(f"driver: {d['starts']} starts, {len(d['exits_after_failure'])} exits after a query failed")
     for e in doc["events"]:

@@ -56,7 +56,14 @@ def test_nothing_is_lost_or_duplicated_under_faults(kind: str, tmp_path: Path, s
         assert outputs[name].duplicated == {}, f"{name}: duplicates\n{result.table}"
     assert outputs["topic A (source)"].reordered == [] and outputs["topic C (at-least-once)"].reordered == [], \
         result.table
-    assert outputs["topic A (source)"].distinct >= 5000, result.table  # the pipeline had work under the faults
+    # the pipeline had work under the faults: at least half of what the producer's rate gives in
+    # the time it was allowed to send (a wipe-broker pauses it until the queries caught up,
+    # which takes longer on a loaded machine)
+    floor = max(1000, int(0.5 * cfg.rate * result.doc["producer_active_s"]))
+    assert outputs["topic A (source)"].distinct >= floor, \
+        f"topic A holds {outputs['topic A (source)'].distinct} distinct ids, fewer than the floor {floor} " \
+        f"(half of {cfg.rate:g} msgs/s for the {result.doc['producer_active_s']:g} s the producer sent)\n" \
+        f"{result.table}"
     assert result.ok, result.table
     if result.skipped:
         skip_or_fail("; ".join(f"fault {k} not run: {why}" for k, why in result.skipped.items()))

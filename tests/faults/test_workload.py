@@ -42,12 +42,16 @@ def test_the_send_log_says_acked_for_stored_failed_for_refused_and_unknown_for_u
             acked = producer.counts["acked"]
             assert wait_until(lambda: producer.counts["acked"] >= acked + 100, 20)
             producer.pause()
-            paused = dict(producer.counts)
+            paused, active = dict(producer.counts), producer.active_s
             time.sleep(0.5)
             assert producer.counts == paused  # nothing starts while paused
+            assert producer.active_s == active  # and the pause is not counted as time of sending
             producer.resume()
         finally:
             producer.stop()
+        stopped = producer.active_s
+        time.sleep(0.2)
+        assert 0 < producer.active_s == stopped  # stopped: no longer grows
         log = SendLog.load(log_path)
         assert sum(producer.counts.values()) == len(log.acked) + len(log.unknown) + len(log.failed)
         assert log.bad_lines == 0

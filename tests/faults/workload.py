@@ -153,6 +153,10 @@ class Producer:
         self._threads: list[threading.Thread] = []
         self.counts = {"acked": 0, "unknown": 0, "failed": 0}
         self.queues: list[MessageQueue] = []
+        #: seconds spent sending (not paused) before the latest pause or stop, and since when
+        #: sending is allowed again (None: paused, stopped or not started)
+        self._active_s = 0.0
+        self._active_since: float | None = None
 
     # -- control ---------------------------------------------------------------------------
 
@@ -164,6 +168,7 @@ class Producer:
         finally:
             admin.close()
         self._running.set()
+        self._active_since = time.monotonic()
         per_queue = self.rate / len(self.queues)
         for mq in self.queues:
             t = threading.Thread(target=self._loop, args=(mq, per_queue), name=f"producer-{queue_key(mq)}",
@@ -174,14 +179,30 @@ class Producer:
     def pause(self, timeout_s: float = 30.0) -> None:
         """No new send starts; returns once those in flight ended (or ``timeout_s`` passed)."""
         self._running.clear()
+        self._account()
         with self._idle:
             self._idle.wait_for(lambda: self._busy == 0, timeout_s)
 
     def resume(self) -> None:
+        if self._active_since is None and not self._stopping.is_set():
+            self._active_since = time.monotonic()
         self._running.set()
+
+    def _account(self) -> None:
+        if self._active_since is not None:
+            self._active_s += time.monotonic() - self._active_since
+            self._active_since = None
+
+    @property
+    def active_s(self) -> float:
+        """Seconds the producer was allowed to send (started, not paused, not stopped): what
+        the number of messages it sent can be held against."""
+        since = self._active_since
+        return self._active_s + (time.monotonic() - since if since is not None else 0.0)
 
     def stop(self) -> None:
         """Ends every thread (each finishes the send it is in) and closes the log."""
+        self._account()
         self._stopping.set()
         self._running.set()
         for t in self._threads:
