@@ -204,7 +204,8 @@ class _Sender:
         if qs is None:
             # a task's client is new and knows no route: a name server restarting (seconds)
             # failed every task that started meanwhile, and then the query
-            qs = _riding_out(lambda: self._route(topic), f"partition {self.partition}: route lookup of topic {topic!r}")
+            qs = _riding_out(lambda: self.client.message_queues(topic, writable=True),
+                             f"partition {self.partition}: route lookup of topic {topic!r}")
             if not qs:
                 raise BrokerError(17, f"topic {topic!r} has no writable queue", address="?", operation="send")
             self._queues[topic] = qs
@@ -212,24 +213,6 @@ class _Sender:
                 self._refuse_proxy_port(topic, qs)
                 self.client.start_producer(self.opts.producer_group, [topic], self._on_check)
         return qs
-
-    def _route(self, topic: str) -> list[MessageQueue]:
-        """The writable queues of ``topic``. A name server that lists no broker at all answers
-        any topic as unknown: one just restarted, before the brokers registered again (every
-        30 s by default): that is a name server not ready (ConnectionFailedError, ridden out),
-        not a missing topic, which fails at once."""
-        try:
-            return self.client.message_queues(topic, writable=True)
-        except TopicNotFoundError as exc:
-            listed = getattr(self.client, "cluster_brokers", None)
-            try:
-                empty = listed is not None and not listed()
-            except RocketMQSparkError:
-                empty = False
-            if empty:
-                raise ConnectionFailedError(exc.address, exc.operation, "the name servers list no broker yet "
-                                            f"(restarted?): {exc.remark}") from exc
-            raise
 
     def _refuse_proxy_port(self, topic: str, queues: list[MessageQueue]) -> None:
         """A 5.x proxy's remoting port routes every broker to itself and drops the

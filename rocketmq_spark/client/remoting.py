@@ -272,9 +272,10 @@ class RemotingClient:
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
         """The topic's route from the name servers, cached for ``route_refresh_s`` seconds
-        unless ``refresh``; TopicNotFoundError when they have none. When they do not answer
-        and the topic's route is known, the known route is returned (see :meth:`_cached_route`);
-        a first lookup retries (bounded) and raises their ConnectionFailedError."""
+        unless ``refresh``; TopicNotFoundError when they have none. When they do not answer, or
+        answer "no route" while they list no broker at all (just restarted), and the topic's route
+        is known, the known route is returned (see :meth:`_cached_route`); a first lookup
+        retries (bounded) and raises ConnectionFailedError."""
         cached = self._routes.get(topic)
         now = time.monotonic()
         if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
@@ -283,11 +284,24 @@ class RemotingClient:
             return cached[1]  # the name servers did not answer lately: see _cached_route
         cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
         operation = f"route lookup of topic {topic!r}"
+
+        def lookup() -> RemotingCommand:
+            try:
+                return self._invoke_namesrv(cmd, operation)
+            except TopicNotFoundError as exc:
+                if not self._lists_no_broker():
+                    raise
+                # a name server just restarted knows no topic until the brokers register again
+                # (every registerNameServerPeriod, 30 s by default): not ready, as one that does
+                # not answer, rather than a topic that does not exist
+                raise ConnectionFailedError(exc.address, operation, "the name server lists no broker yet (restarted? "
+                                            f"brokers register again within 30 s): {exc.remark}") from None
+
         try:
             if cached is None:
-                resp = self._retrying(lambda: self._invoke_namesrv(cmd, operation))
+                resp = self._retrying(lookup)
             else:  # one round of the name servers: the route known serves meanwhile
-                resp = self._invoke_namesrv(cmd, operation)
+                resp = lookup()
         except ConnectionFailedError as exc:
             if cached is None:
                 raise
@@ -305,6 +319,16 @@ class RemotingClient:
             if b.master_addr:
                 self._broker_addrs[b.broker_name] = b.master_addr
         return route
+
+    def _lists_no_broker(self) -> bool:
+        """Whether the name server asked last lists no broker at all (GET_BROKER_CLUSTER_INFO,
+        one attempt; False when that cannot be told)."""
+        try:
+            resp = self._invoke_namesrv(RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info")
+            table = _object_body(resp.body, "cluster info").get("brokerAddrTable") if resp.body else None
+        except RocketMQSparkError:
+            return False
+        return not table
 
     def _cached_route(self, topic: str, cached: tuple[float, TopicRouteData],
                       exc: ConnectionFailedError) -> TopicRouteData:

@@ -15,7 +15,7 @@ from test_writer_encode import _FakeClient, _opts, _sender
 
 import rocketmq_spark.sink.writer as writer
 from rocketmq_spark.codec import BatchEntry
-from rocketmq_spark.errors import ConnectionFailedError, RocketMQSparkError, TopicNotFoundError
+from rocketmq_spark.errors import ConnectionFailedError, RocketMQSparkError
 from rocketmq_spark.model import MessageQueue
 
 DOWN_S = writer._BROKER_DOWN_S
@@ -105,41 +105,3 @@ def test_other_send_errors_are_tried_three_times_as_before(clock: Clock) -> None
     with pytest.raises(RocketMQSparkError, match="failed after 4 attempts"):
         s._retry(_ordered_send(MessageQueue("t", "broker-a", 0)), RocketMQSparkError("broker busy"))
     assert len(calls) == 3 and clock.t - 1000.0 < 2.0
-
-
-class _Restarted(_FakeClient):
-    """A name server just restarted: it lists no broker and knows no topic until ``ready_at``."""
-
-    def __init__(self, clock: Clock, ready_at: float, brokers: dict[str, str] | None = None) -> None:
-        super().__init__()
-        self.clock, self.ready_at = clock, ready_at
-        self.brokers = {"broker-a": "127.0.0.1:10911"} if brokers is None else brokers
-
-    def cluster_brokers(self) -> dict[str, str]:
-        return self.brokers if self.clock.t >= self.ready_at else {}
-
-    def message_queues(self, topic: str, writable: bool = True, refresh: bool = False) -> list[MessageQueue]:
-        if self.clock.t < self.ready_at or not self.brokers:
-            raise TopicNotFoundError(17, f"no route for topic {topic!r}", address="127.0.0.1:9876",
-                                     operation=f"route lookup of topic {topic!r}")
-        return super().message_queues(topic, writable)
-
-
-def test_a_task_waits_for_a_restarted_name_server_to_list_the_brokers_again(clock: Clock) -> None:
-    """Apache RocketMQ's name server, restarted, knows no topic until the brokers register
-    again (the fault suite's restart-namesrv on real: TopicNotFoundError failed the task)."""
-    s = _sender(_opts())
-    s.client = _Restarted(clock, ready_at=clock.t + 12.0)
-    assert s.queues("t")
-    assert clock.t >= s.client.ready_at
-
-
-def test_a_topic_a_working_name_server_does_not_know_fails_at_once(clock: Clock) -> None:
-    s = _sender(_opts())
-    s.client = _Restarted(clock, ready_at=clock.t, brokers={"broker-a": "127.0.0.1:10911"})
-    s.client.message_queues = lambda topic, writable=True, refresh=False: (_ for _ in ()).throw(  # type: ignore
-        TopicNotFoundError(17, "no route", address="127.0.0.1:9876", operation="route lookup of topic 't'"))
-    start = clock.t
-    with pytest.raises(TopicNotFoundError):
-        s.queues("t")
-    assert clock.t == start
