@@ -10,7 +10,7 @@ query. Every offset is the NEXT offset to read (one past the last message read).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .model import MessageQueue
@@ -110,21 +110,32 @@ class Offsets(Mapping[MessageQueue, int]):
             raise OffsetsFormatError(f"a JSON {type(obj).__name__}, not an object; expected {_SHAPE}")
         lowest = EARLIEST if special else 0
         out: dict[MessageQueue, int] = {}
-        for topic, queues in obj.items():
-            if not isinstance(queues, Mapping):
-                raise OffsetsFormatError(f"topic {topic!r} maps to a {type(queues).__name__}, not an object "
-                                         f"of queues; expected {_SHAPE}", "")
-            for key, off in queues.items():
-                try:
-                    mq = MessageQueue.from_key(str(topic), str(key))
-                except ValueError:
-                    raise OffsetsFormatError(f"queue {key!r} of topic {topic!r} is not 'broker:queueId'",
-                                             str(key)) from None
-                if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
-                    accepted = "an integer >= -2 (-2 earliest, -1 latest)" if special else "an integer >= 0"
-                    raise OffsetsFormatError(f"offset {off!r} of queue {key!r}: {accepted}", str(key))
-                out[mq] = off
+        def not_queues(topic: Any, queues: Any) -> str:
+            return f"topic {topic!r} maps to a {type(queues).__name__}, not an object of queues; expected {_SHAPE}"
+
+        for key, mq, off in _queue_items(obj, "", not_queues):
+            if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
+                accepted = "an integer >= -2 (-2 earliest, -1 latest)" if special else "an integer >= 0"
+                raise OffsetsFormatError(f"offset {off!r} of queue {key!r}: {accepted}", key)
+            out[mq] = off
         return cls(out)
+
+
+def _queue_items(tree: Mapping[Any, Any], prefix: str,
+                 not_queues: Callable[[Any, Any], str]) -> Iterator[tuple[str, MessageQueue, Any]]:
+    """(queue key, queue, value) of a ``{"topic": {"broker:queueId": value}}`` tree; a topic
+    that does not map to an object raises ``not_queues(topic, what it maps to)``, a key that is
+    not ``broker:queueId`` names itself (``prefix`` before the message)."""
+    for topic, queues in tree.items():
+        if not isinstance(queues, Mapping):
+            raise OffsetsFormatError(not_queues(topic, queues), "")
+        for key, value in queues.items():
+            try:
+                mq = MessageQueue.from_key(str(topic), str(key))
+            except ValueError:
+                raise OffsetsFormatError(f"{prefix}queue {key!r} of topic {topic!r} is not 'broker:queueId'",
+                                         str(key)) from None
+            yield str(key), mq, value
 
 
 def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int],
@@ -153,20 +164,12 @@ def marks_of(value: str | Mapping[str, Any]) -> dict[MessageQueue, Mark]:
     shape = 'an object like {"topic":{"broker-a:0":[offset, storeTimeMs]}}'
     if not isinstance(marks, Mapping):
         raise OffsetsFormatError(f"{MARKS_KEY} is a JSON {type(marks).__name__}, not {shape}")
-    for topic, queues in marks.items():
-        if not isinstance(queues, Mapping):
-            raise OffsetsFormatError(f"{MARKS_KEY} of topic {topic!r} is not {shape}", "")
-        for key, mark in queues.items():
-            try:
-                mq = MessageQueue.from_key(str(topic), str(key))
-            except ValueError:
-                raise OffsetsFormatError(f"{MARKS_KEY}: queue {key!r} of topic {topic!r} is not 'broker:queueId'",
-                                         str(key)) from None
-            if (not isinstance(mark, list) or len(mark) != 2
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in mark)):
-                raise OffsetsFormatError(f"{MARKS_KEY}: mark {mark!r} of queue {key!r} is not [offset, storeTimeMs]",
-                                         str(key))
-            out[mq] = (mark[0], mark[1])
+    for key, mq, mark in _queue_items(marks, f"{MARKS_KEY}: ",
+                                      lambda topic, _queues: f"{MARKS_KEY} of topic {topic!r} is not {shape}"):
+        if (not isinstance(mark, list) or len(mark) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in mark)):
+            raise OffsetsFormatError(f"{MARKS_KEY}: mark {mark!r} of queue {key!r} is not [offset, storeTimeMs]", key)
+        out[mq] = (mark[0], mark[1])
     return out
 
 
