@@ -238,3 +238,32 @@ def test_over_grpc_a_running_query_is_a_simple_consumer_of_its_group(spark, brok
                                                                     tmp_path) -> None:
     with _member_query(spark, broker, client, transport, tmp_path, "grpc") as (_q, _topic, _group, ids):
         assert len(ids) == 1
+
+
+def test_a_restarted_query_with_nothing_new_brings_the_group_offsets_up_to_its_checkpoint(
+        spark, broker, client, tmp_path) -> None:
+    # Spark commits a batch to the source only when the next batch starts: the last batch of a
+    # run is never committed. A restart with nothing new to read runs no batch, so the group's
+    # offsets stayed behind the checkpoint for good (test_driver_kills, a kill right after the
+    # last batch: 3,250 of 3,750 on every queue)
+    topic, group = "OR_CATCH_UP", "or-catch-up"
+    broker.create_topic(topic, 2)
+    _send(client, topic, "c", 40)
+    qs = client.message_queues(topic)
+
+    def run(out: str):  # type: ignore[no-untyped-def]
+        q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+             .option("consumerGroup", group).option("startingOffsets", "earliest")
+             .option("maxMessagesPerTrigger", "10").load().selectExpr("CAST(body AS STRING) AS body")
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    run(str(tmp_path / "out"))
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 40
+    behind = client.query_consumer_offsets(group, qs)
+    assert sum(v or 0 for v in behind.values()) < 40, behind  # the run's last batch: not committed by Spark
+    run(str(tmp_path / "out"))  # nothing new
+    assert client.query_consumer_offsets(group, qs) == client.max_offsets(qs)
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 40
