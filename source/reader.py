@@ -812,14 +812,16 @@ class Planner:
         if others is None:
             log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
             return
-        gone = {b: [i for i in ids if crashed_member(i)] for b, ids in others.items()}
-        for broker, ids in sorted(gone.items()):
-            if ids:
-                log.warning("consumer group %s: broker %s still lists %s, of a process of this host that is gone (a "
-                            "crash it did not see): passed", group, broker, ", ".join(ids))
-        others = {b: rest for b, ids in others.items() if (rest := [i for i in ids if i not in gone[b]])}
-        if others:
-            listed = "; ".join(f"{b}: {', '.join(ids)}" for b, ids in sorted(others.items()))
+        live: dict[str, list[str]] = {}
+        for broker, ids in sorted(others.items()):
+            for cid in ids:
+                if crashed_member(cid):
+                    log.warning("consumer group %s: broker %s still lists %s, of a process of this host that is gone "
+                                "(a crash it did not see): passed", group, broker, cid)
+                else:
+                    live.setdefault(broker, []).append(cid)
+        if live:
+            listed = "; ".join(f"{b}: {', '.join(ids)}" for b, ids in sorted(live.items()))
             raise GroupInUseError(
                 f"consumer group {group!r} has online consumers ({listed}); their offset commits would interleave "
                 f"with this query's. Use a consumerGroup of its own, or set allowSharedGroup=true to accept that (a "
@@ -929,15 +931,20 @@ class Planner:
         # pushed since, and, before this run has read the group's offsets once (Spark plans, and
         # so reads them in latestOffset, before it commits), the broker's moved offsets
         self.find_resets(committable, read=not self._synced, fail=False)
-        todo = {mq: off for mq, off in committable.items() if mq not in self._resets}
+        self._write_offsets({mq: off for mq, off in committable.items() if mq not in self._resets})
+
+    def _write_offsets(self, offsets: QueueOffsets) -> None:
+        """Write ``offsets`` as the group's (:meth:`BrokerOffsetStore.commit`: failures logged and
+        retried at the next write); a broker found unreachable is noted down, and each offset a
+        broker took is the query's own (see find_resets)."""
         asked = time.monotonic()
         with bounded(_REPROBE_BUDGET_S):  # a failed commit waits for the next commit, not a chain of timeouts
-            failed = self.store.commit(todo)
+            failed = self.store.commit(offsets)
         for mq, exc in failed.items():
             if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
                 self._down.setdefault(mq.broker, (asked, str(exc)))
         now = int(time.time() * 1000)
-        for mq, off in todo.items():
+        for mq, off in offsets.items():
             if mq not in failed:
                 st = self._status_of(mq)
                 st.committed, st.last_committed_ms = off, now
@@ -1059,22 +1066,11 @@ class Planner:
                                           f"{now_held} (a server-side reset or a direct write)")
         self._synced = True
         if behind:
-            self._catch_up(behind)
-
-    def _catch_up(self, behind: QueueOffsets) -> None:
-        """Write the checkpoint's offsets of a restarted run where the broker holds less: Spark
-        processed everything below them, and it commits a batch only when the next one starts,
-        so a driver killed after its last batch left the broker behind for good when no new
-        message came (the driver-kill test: 3,250 of 3,750 on every queue after the final
-        AvailableNow run). Failures are logged, as every commit's; the next commit retries."""
-        with bounded(_REPROBE_BUDGET_S):
-            failed = self.store.commit(behind)
-        now = int(time.time() * 1000)
-        for mq, off in behind.items():
-            if mq not in failed:
-                st = self._status_of(mq)
-                st.committed, st.last_committed_ms = off, now
-                self._remember_own(mq, off)
+            # the checkpoint's offsets go to the broker now: Spark processed everything below
+            # them and commits a batch only when the next one starts, so a driver killed after
+            # its last batch left the broker behind for good when no new message came (the
+            # driver-kill test: 3,250 of 3,750 on every queue after the final AvailableNow run)
+            self._write_offsets(behind)
 
     def _reconnected_since_read(self, brokers: Iterable[str]) -> set[str]:
         """Brokers of ``brokers`` the client reached over another connection than at the

@@ -49,7 +49,7 @@ from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler
 from .membership import GroupMember, GroupPresence, QueueStatus
-from .retry import ClientConfig, may_retry, retrying
+from .retry import ClientConfig, bounded, may_retry, retrying
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -321,14 +321,13 @@ class RemotingClient:
         return route
 
     def _lists_no_broker(self) -> bool:
-        """Whether the name server asked last lists no broker at all (GET_BROKER_CLUSTER_INFO,
-        one attempt; False when that cannot be told)."""
+        """Whether the name servers list no broker at all (:meth:`cluster_brokers`, one attempt;
+        False when that cannot be told)."""
         try:
-            resp = self._invoke_namesrv(RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info")
-            table = _object_body(resp.body, "cluster info").get("brokerAddrTable") if resp.body else None
+            with bounded(0.0):
+                return not self.cluster_brokers()
         except RocketMQSparkError:
             return False
-        return not table
 
     def _cached_route(self, topic: str, cached: tuple[float, TopicRouteData],
                       exc: ConnectionFailedError) -> TopicRouteData:
