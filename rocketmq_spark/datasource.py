@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,8 @@ from .source import (
 )
 
 __all__ = ["RocketMQDataSource", "register"]
+
+logger = logging.getLogger(__name__)
 
 
 class RocketMQDataSource(DataSource):
@@ -87,5 +90,37 @@ def _no_overwrite(overwrite: bool) -> None:
 
 
 def register(spark: Any) -> None:
-    """Make ``format("rocketmq")`` available in ``spark``."""
-    spark.dataSource.register(RocketMQDataSource)
+    """Make ``format("rocketmq")`` available in ``spark``.
+
+    The class is registered with a thread-safe environment map. Spark 4.x hands the map of a
+    registered Python data source to every streaming query that reads it: each query's
+    driver-side source runner puts its worker settings into that one map
+    (``PythonStreamingSourceRunner.init``) while other queries' tasks serialize it. Two queries
+    starting at once in one session could tear a plain map (its size no longer matching its
+    entries), after which every task of the source failed to deserialize on every attempt
+    (``java.io.OptionalDataException``). Where that cannot be built (another pyspark, Spark
+    Connect), pyspark's own registration is used and a warning says so."""
+    try:
+        _register_thread_safe(spark)
+    except Exception as exc:  # a private pyspark/py4j path: any failure falls back, said once
+        logger.warning("rocketmq: registered through pyspark's own DataSource registration (%s: %s); "
+                       "several streaming queries starting at once in this session share a map "
+                       "that is not thread-safe", type(exc).__name__, exc)
+        spark.dataSource.register(RocketMQDataSource)
+
+
+def _register_thread_safe(spark: Any) -> None:
+    """pyspark's ``spark.dataSource.register`` with the wrapped class's environment copied into a
+    ``java.util.concurrent.ConcurrentHashMap``: puts from query threads cannot tear it, and it
+    serializes consistently while they happen."""
+    from pyspark.sql.udf import _wrap_function
+
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    wrapped = _wrap_function(sc, RocketMQDataSource)
+    env = jvm.java.util.concurrent.ConcurrentHashMap(wrapped.envVars())
+    func = jvm.org.apache.spark.api.python.SimplePythonFunction(
+        wrapped.command(), env, wrapped.pythonIncludes(), wrapped.pythonExec(), wrapped.pythonVer(),
+        wrapped.broadcastVars(), wrapped.accumulator())
+    source = getattr(jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource")(func)
+    spark._jsparkSession.dataSource().registerPython(RocketMQDataSource.name(), source)
