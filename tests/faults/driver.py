@@ -118,11 +118,38 @@ class Driver:
         return True
 
     def read_up_to(self, query: str) -> dict[MessageQueue, int]:
-        """The end offsets of ``query``'s last finished batch (what it read and committed)."""
+        """The end offsets of ``query``'s last finished batch (what it read and committed): the
+        later of the progress the listener wrote and the checkpoint's last committed batch. The
+        listener runs behind the batches, so a driver killed between a batch's commit and its
+        progress leaves the progress one batch behind; a restarted driver with nothing new runs
+        no batch to write it again (Spark 4 reports an idle trigger as a QueryIdleEvent, with no
+        offsets). In busy4 a wipe waited its full 120 s for a catch-up that had happened, with
+        the producer paused."""
         p = self.progress(query)
-        if p is None or not p.get("end"):
+        found = [(int(p["batch"]), str(p["end"]))] if p is not None and p.get("end") else []
+        committed = self.last_committed(query)
+        if committed is not None:
+            found.append(committed)
+        if not found:
             return {}
-        return dict(split_batch_end(p["end"])[0])
+        return dict(split_batch_end(max(found, key=lambda f: f[0])[1])[0])
+
+    def last_committed(self, query: str) -> tuple[int, str] | None:
+        """``query``'s last batch in its checkpoint's commit log, with its end offsets (the
+        offset log's source line), or None before its first commit."""
+        ckpt = self.out_dir / "checkpoints" / query
+        try:
+            done = sorted((int(n) for n in os.listdir(ckpt / "commits") if n.isdigit()), reverse=True)
+        except OSError:
+            return None
+        for batch in done:
+            try:
+                lines = (ckpt / "offsets" / str(batch)).read_text().splitlines()
+            except OSError:
+                continue
+            if len(lines) >= 3 and lines[0] == "v1":  # version, batch metadata, then the one source
+                return batch, lines[2]
+        return None
 
     # -- supervision -------------------------------------------------------------------------
 
