@@ -1,15 +1,19 @@
-"""A StreamingQueryListener that keeps the group's broker offsets at the end of every batch.
+"""A StreamingQueryListener for a stopping query's last batch, and the lag per queue.
 
-Spark calls a source's ``commit(end)`` for batch N only when batch N+1 starts, and never
-for the last batch of a query (an AvailableNow run's end, an idle stream). Attach this
-listener and the broker offsets follow each batch's ``endOffset`` as soon as Spark
-reports the batch done::
+A streaming query's reader writes the group's offsets at every trigger: Spark plans a batch
+only once the one before it finished, so the broker holds the end of every finished batch by
+the next trigger, idle ones included. What no trigger follows is the last batch of a query
+stopped (``query.stop()``, the driver's shutdown) before it planned again. Attach this listener
+and that batch's ``endOffset`` goes to the brokers when the query terminates::
 
     spark.streams.addListener(RocketMQOffsetCommitter("127.0.0.1:9876", "etl"))
 
-It also measures lag per queue (:func:`~rocketmq_spark.checkpoints.progress.queue_lags`):
-messages behind the latest offset and milliseconds behind (now minus the store time of the
-oldest unread message), logged and kept in :attr:`RocketMQOffsetCommitter.lag`.
+It writes a queue's offset only where the broker still holds the one the reader wrote when it
+planned that batch (its start): a reset made meanwhile (``mqadmin resetOffsetByTime``) is left
+for the next run to follow. It also measures lag per queue
+(:func:`~rocketmq_spark.checkpoints.progress.queue_lags`): messages behind the latest offset and
+milliseconds behind (now minus the store time of the oldest unread message), at each progress
+event, logged and kept in :attr:`RocketMQOffsetCommitter.lag`.
 """
 
 from __future__ import annotations
@@ -44,14 +48,26 @@ def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
         return {}
 
 
+def _held_at_start(raw: Any) -> dict[MessageQueue, int]:
+    """What the reader wrote to the brokers when it planned a batch of ``raw`` start offsets:
+    the ends of the batch before (a queue the batch read from a reset offset: that offset)."""
+    try:
+        ends, restarted = split_batch_end(raw)
+    except OffsetsFormatError:
+        return {}
+    out = dict(ends)
+    out.update(restarted)
+    return out
+
+
 class RocketMQOffsetCommitter(StreamingQueryListener):
-    """Commits each finished batch's ``endOffset`` of rocketmq sources to ``consumer_group``.
+    """Commits the ``endOffset`` of a terminated query's last batch of rocketmq sources to
+    ``consumer_group`` (see the module docstring), and measures the lag at each progress event.
 
     ``topics`` limits it to those topics (default: every offset that has the rocketmq
     shape); ``query_name`` to one query. Against brokers with ACL on, pass the query's
     ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
-    reader's. Commit failures are logged with the queue and
-    offset and retried at the next progress event; they never fail the query.
+    reader's. Commit failures are logged with the queue and offset; they never fail the query.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
@@ -76,6 +92,9 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
         self.measure_lag = measure_lag
         self.lag: dict[MessageQueue, QueueLag] = {}
         self.committed: dict[MessageQueue, int] = {}
+        #: per query run: the offsets the reader wrote to the brokers when it planned its latest
+        #: batch (the batch's start), and that batch's end
+        self._last: dict[str, tuple[dict[MessageQueue, int], dict[MessageQueue, int]]] = {}
         self._lock = threading.Lock()
 
     def onQueryStarted(self, event: Any) -> None:
@@ -85,34 +104,70 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
         progress = event.progress
         if self.query_name is not None and progress.name != self.query_name:
             return
+        ends: dict[MessageQueue, int] = {}
+        starts: dict[MessageQueue, int] = {}
         for source in progress.sources:
             offsets = _parse_offsets(source.endOffset)
             if self.topics is not None:
                 offsets = {mq: o for mq, o in offsets.items() if mq.topic in self.topics}
-            if offsets:
-                self.commit(offsets)
-
-    def commit(self, offsets: dict[MessageQueue, int]) -> None:
+            ends.update(offsets)
+            held = _held_at_start(source.startOffset) if source.startOffset else {}
+            starts.update({mq: o for mq, o in held.items() if mq in offsets})
+        if not ends:
+            return
         with self._lock:
-            failed = self.store.commit(offsets)
-            for mq, off in offsets.items():
-                if mq not in failed:
-                    self.committed[mq] = off
-            if self.measure_lag:
-                # not of the queues whose commit failed: their broker may not answer, and each
-                # progress event would wait for it again
-                reached = {mq: off for mq, off in offsets.items() if mq not in failed}
-                try:
-                    self.lag.update(queue_lags(self.client, reached))
-                except RocketMQSparkError as exc:
-                    log.warning("lag of group %s on %d queues unavailable: %s", self.group, len(offsets), exc)
-                total = sum(x.messages_behind for x in self.lag.values())
-                worst = max((x.ms_behind for x in self.lag.values()), default=0)
-                log.info("group %s committed %d queues; lag %d messages, %d ms behind at worst",
-                         self.group, len(offsets), total, worst)
+            self._last[str(progress.runId)] = (starts, ends)
+        if self.measure_lag:
+            self._measure(ends)
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        pass
+        """The query's last batch (from its last progress event): each queue's end offset goes to
+        the brokers where they still hold the offset the reader wrote when it planned the batch
+        (where they hold the end already, or another offset, a reset, nothing is written)."""
+        with self._lock:
+            last = self._last.pop(str(event.runId), None)
+        if last is None:
+            return
+        starts, ends = last
+        try:
+            held = self.store.read_many(sorted(ends))
+        except RocketMQSparkError as exc:
+            log.warning("group %s: offsets of the query's last batch not committed at its end, the brokers' not "
+                        "readable: %s", self.group, exc)
+            return
+        todo = {mq: off for mq, off in ends.items() if held.get(mq) != off
+                and (held.get(mq) is None or held.get(mq) == starts.get(mq))}
+        for mq, off in ends.items():
+            if mq not in todo and held.get(mq) != off:
+                log.info("%s: group %s holds %s, neither the last batch's start (%s) nor its end (%d): a reset, "
+                         "left to the next run", mq, self.group, held.get(mq), starts.get(mq), off)
+        if todo:
+            self.commit(todo)
+
+    def commit(self, offsets: dict[MessageQueue, int]) -> None:
+        """Write ``offsets`` as the group's (failures logged, retried at the next write)."""
+        with self._lock:
+            failed = self.store.commit(offsets)
+            for mq, off in offsets.items():
+                if mq not in failed:
+                    self.committed[mq] = off
+        log.info("group %s: the last batch's offsets of %d queues committed", self.group, len(offsets) - len(failed))
+        if self.measure_lag:
+            self._measure({mq: off for mq, off in offsets.items() if mq not in failed})
+
+    def _measure(self, reached: dict[MessageQueue, int]) -> None:
+        """The lag of the queues at ``reached`` (not of queues whose commit failed: their broker
+        may not answer, and each progress event would wait for it again)."""
+        try:
+            lags = queue_lags(self.client, reached)
+        except RocketMQSparkError as exc:
+            log.warning("lag of group %s on %d queues unavailable: %s", self.group, len(reached), exc)
+            return
+        with self._lock:
+            self.lag.update(lags)
+            total = sum(x.messages_behind for x in self.lag.values())
+            worst = max((x.ms_behind for x in self.lag.values()), default=0)
+        log.info("group %s: lag %d messages, %d ms behind at worst", self.group, total, worst)

@@ -65,9 +65,6 @@ V = TypeVar("V")
 _DECODE_BYTES = 2 * 1024 * 1024
 #: How often an AvailableNow run with only a down broker's queues left looks for it again.
 _POLL_S = 1.0
-#: how many of its latest planned and committed offsets per queue the planner remembers (see
-#: Planner.find_resets)
-_OWN_KEPT = 256
 #: A broker known to be down is asked again at most this often (seconds).
 _REPROBE_S = 2.0
 #: A queue's mark (see Planner._marks) is taken again after this long (seconds), when the queue
@@ -196,10 +193,9 @@ class Planner:
         self._resets: dict[MessageQueue, tuple[int, str]] = {}
         #: True once the broker's offsets were compared with this run's first offsets
         self._synced = False
-        #: the offsets this query planned (batch ends) or committed lately, per queue: the broker
-        #: holding one of them is not a reset (a broker restarted without its latest commits, or
-        #: RocketMQOffsetCommitter committing the batch ends from Spark's progress)
-        self._own: dict[MessageQueue, deque[int]] = {}
+        #: per queue, an offset whose commit failed (the broker may have applied it all the same,
+        #: its answer lost): the broker holding it is not a reset
+        self._unsure: dict[MessageQueue, int] = {}
         #: queues whose reset the next batch follows: Spark's commit of the batch before it
         #: (it comes after the next batch is planned) no longer counts for them
         self._stale: set[MessageQueue] = set()
@@ -761,7 +757,6 @@ class Planner:
             self.tracker.register(mq, begin[mq], end[mq])
             st = self._status_of(mq)
             st.planned, st.last_planned_ms = end[mq], now
-            self._remember_own(mq, end[mq])
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
@@ -907,19 +902,42 @@ class Planner:
         except RocketMQSparkError:
             return None
 
+    def processed(self, start: QueueOffsets) -> None:
+        """The batch ending at ``start`` finished: Spark plans a batch (latestOffset) only once
+        the one before it is done, and a restarted query runs the batch its offset log planned
+        before it plans again. So the group's offsets go to the brokers at every trigger, an
+        idle one included, not only when Spark commits a batch as the next one starts (it
+        never does for the last batch before an idle stretch or the end of an AvailableNow
+        run). Queues with a reset noted (see :meth:`find_resets`) are left to
+        :meth:`follow_resets`, those read again from their first offset (their broker lost its
+        store, see :meth:`take_restarts`) to the batch that does; each queue is written only when
+        the broker does not hold the offset already."""
+        self._done({mq: off for mq, off in start.items() if mq not in self._resets and mq not in self._restarts})
+
     def commit(self, end: QueueOffsets) -> None:
-        """Spark processed every batch up to ``end``: with commitOffsets and a consumerGroup,
-        each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes
-        to the brokers. Broker faults are logged and retried at the next commit, not raised
-        (:meth:`BrokerOffsetStore.commit`); a broker found unreachable is noted as down (asked
-        again at the next trigger, see :meth:`_ask_brokers`). A queue whose offset on the
-        broker moved since this query wrote it (a reset) is not committed: the next batch
-        applies the reset."""
-        committable: QueueOffsets = {}
+        """Spark's commit of the batches up to ``end`` (it comes as the batch after them starts,
+        after :meth:`processed` wrote the same offsets at that batch's planning): what the
+        broker does not hold yet is written (a commit that failed at planning). The end of a
+        batch planned before a queue's reset no longer counts for that queue."""
+        fresh: QueueOffsets = {}
         for mq, off in end.items():
             if mq in self._stale:  # the end of a batch planned before the queue's reset
                 self._stale.discard(mq)
                 continue
+            fresh[mq] = off
+        # resets a commit would overwrite are left to the next batch (see follow_resets): those
+        # pushed since, and, before this run has read the group's offsets once (Spark plans, and
+        # so reads them in latestOffset, before it commits), the broker's moved offsets
+        self._done(fresh, find=True)
+
+    def _done(self, end: QueueOffsets, *, find: bool = False) -> None:
+        """Spark processed everything below ``end``: with commitOffsets and a consumerGroup,
+        each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes to
+        the brokers where they do not hold it. Broker faults are logged and retried at the next
+        write, not raised (:meth:`BrokerOffsetStore.commit`); a broker found unreachable is
+        noted as down (asked again at the next trigger, see :meth:`_ask_brokers`)."""
+        committable: QueueOffsets = {}
+        for mq, off in end.items():
             self.tracker.complete_through(mq, off)
             self._status_of(mq).processed = off
             c = self.tracker.committable(mq)
@@ -927,39 +945,33 @@ class Planner:
                 committable[mq] = c
         if not self.options.commit_offsets or not self.options.consumer_group:
             return
-        # resets a commit would overwrite are left to the next batch (see follow_resets): those
-        # pushed since, and, before this run has read the group's offsets once (Spark plans, and
-        # so reads them in latestOffset, before it commits), the broker's moved offsets
-        self.find_resets(committable, read=not self._synced, fail=False)
-        self._write_offsets({mq: off for mq, off in committable.items() if mq not in self._resets})
+        if find:
+            self.find_resets(committable, read=not self._synced, fail=False)
+        todo = {mq: off for mq, off in committable.items()
+                if mq not in self._resets and self._status_of(mq).committed != off}
+        if todo or self.store.pending:
+            self._write_offsets(todo)
 
     def _write_offsets(self, offsets: QueueOffsets) -> None:
         """Write ``offsets`` as the group's (:meth:`BrokerOffsetStore.commit`: failures logged and
-        retried at the next write); a broker found unreachable is noted down, and each offset a
-        broker took is the query's own (see find_resets)."""
+        retried at the next write); a broker found unreachable is noted down, and what each broker
+        took is what the query expects it to hold (see find_resets)."""
         asked = time.monotonic()
         with bounded(_REPROBE_BUDGET_S):  # a failed commit waits for the next commit, not a chain of timeouts
             failed = self.store.commit(offsets)
         for mq, exc in failed.items():
             if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
                 self._down.setdefault(mq.broker, (asked, str(exc)))
+            if mq in offsets:
+                self._unsure[mq] = offsets[mq]
         now = int(time.time() * 1000)
         for mq, off in offsets.items():
             if mq not in failed:
                 st = self._status_of(mq)
                 st.committed, st.last_committed_ms = off, now
-                self._remember_own(mq, off)
+                self._unsure.pop(mq, None)
 
     # -- the group: membership and offset resets ---------------------------------------
-
-    def _remember_own(self, mq: MessageQueue, offset: int) -> None:
-        """``offset`` is one this query planned or committed (see find_resets). Idle triggers plan
-        the same end again and again: kept once, they do not push the older ones out."""
-        own = self._own.get(mq)
-        if own is None:
-            own = self._own[mq] = deque(maxlen=_OWN_KEPT)
-        if not own or own[-1] != offset:
-            own.append(offset)
 
     def _status_of(self, mq: MessageQueue) -> QueueStatus:
         st = self._status.get(mq)
@@ -1004,7 +1016,7 @@ class Planner:
             for notice in self._member.take_resets():
                 for mq, off in notice.offsets.items():
                     when = "now" if notice.timestamp_ms < 0 else f"timestamp {notice.timestamp_ms}"
-                    self._resets[mq] = (off, f"RESET_CONSUMER_CLIENT_OFFSET from {notice.broker_addr} ({when})")
+                    self._note_reset(mq, off, f"RESET_CONSUMER_CLIENT_OFFSET from {notice.broker_addr} ({when})")
         if not read or not self.options.commit_offsets or self.options.allow_shared_group:
             return  # not asked, or the group's offsets are not this query's alone to compare
         mqs = sorted(mq for mq in expected if mq not in self._resets)
@@ -1028,8 +1040,8 @@ class Planner:
                 if not self._synced and now_held > expected[mq]:
                     # the broker holds a later offset than the checkpoint: never one this query
                     # wrote (it commits what its checkpoint holds): a reset while it was stopped
-                    self._resets[mq] = (now_held, f"the group's offset on the broker ({now_held}) is past the "
-                                                  f"checkpoint's ({expected[mq]}): reset while the query was stopped")
+                    self._note_reset(mq, now_held, f"the group's offset on the broker ({now_held}) is past the "
+                                                   f"checkpoint's ({expected[mq]}): reset while the query was stopped")
                 elif not self._synced and now_held < expected[mq]:
                     log.info("%s: group %s holds %d on the broker, the checkpoint %d: the commit of the last batch "
                              "before the restart (Spark does not wait for it), or a reset to an earlier time made "
@@ -1039,15 +1051,12 @@ class Planner:
                 continue
             if now_held == st.committed:
                 continue
-            if now_held in self._own.get(mq, ()):
-                # an offset this query planned or committed: the committer listener's commit of a
-                # batch end, or a broker that lost later commits in a restart; the next commit
-                # writes this query's offset again
-                log.info("%s: group %s's offset on the broker is %d, not %d: an offset this query planned or "
-                         "committed (the offset committer's, or a broker restarted without its latest commits), "
-                         "not a reset", mq, group, now_held, st.committed)
+            if self._unsure.get(mq) == now_held:
+                # a commit of this query whose answer was lost: the broker applied it
+                log.info("%s: group %s's offset on the broker is %d, a commit of this query whose answer was lost, "
+                         "not a reset", mq, group, now_held)
                 st.committed = now_held
-                self.store.forget(mq)
+                del self._unsure[mq]
                 continue
             if now_held < st.committed and mq.broker in reconnected:
                 # lower, read over a new connection: the broker restarted (or was reached anew)
@@ -1062,8 +1071,8 @@ class Planner:
                 st.committed = now_held
                 self.store.forget(mq)
                 continue
-            self._resets[mq] = (now_held, f"the group's offset on the broker changed from {st.committed} to "
-                                          f"{now_held} (a server-side reset or a direct write)")
+            self._note_reset(mq, now_held, f"the group's offset on the broker changed from {st.committed} to "
+                                           f"{now_held} (a server-side reset or a direct write)")
         self._synced = True
         if behind:
             # the checkpoint's offsets go to the broker now: Spark processed everything below
@@ -1071,6 +1080,14 @@ class Planner:
             # its last batch left the broker behind for good when no new message came (the
             # driver-kill test: 3,250 of 3,750 on every queue after the final AvailableNow run)
             self._write_offsets(behind)
+
+    def _note_reset(self, mq: MessageQueue, offset: int, why: str) -> None:
+        """A reset of ``mq`` to ``offset``, followed by the next batch (see follow_resets): no
+        write of the query's, a retried one included, overwrites it meanwhile."""
+        self._resets[mq] = (offset, why)
+        if self._store is not None:
+            self._store.forget(mq)
+        self._unsure.pop(mq, None)
 
     def _reconnected_since_read(self, brokers: Iterable[str]) -> set[str]:
         """Brokers of ``brokers`` the client reached over another connection than at the
@@ -1512,9 +1529,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end of the next batch from ``start``: resets of the group's offsets seen since
-        the last batch are applied to its start first (onOffsetReset; OffsetResetError with
-        fail); then each queue's latest offset now, capped by ``limit`` (messages shared across
+        """The end of the next batch from ``start``. Spark calls it once the batch ending at
+        ``start`` is done, so ``start`` goes to the brokers as the group's offsets first
+        (:meth:`Planner.processed`: exact at every trigger, idle ones included). Resets of the
+        group's offsets seen since the last batch are applied to its start (onOffsetReset;
+        OffsetResetError with fail); then each queue's latest offset now, capped by ``limit`` (messages shared across
         queues by backlog) and, under AvailableNow, by the target
         :meth:`prepareForTriggerAvailableNow` fixed; a new queue starts at its min offset. The
         planned ranges are registered for :meth:`commit`. A start below the queue's min offset
@@ -1526,6 +1545,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner.find_resets(ends)
         restarted = self.planner.follow_resets(ends)
         begin = self.planner.check_data_loss({**ends, **restarted})
+        # the batch ending at `start` is done: its offsets go to the brokers, but for the queues
+        # read again from a reset offset or from a lost store's first message
+        self.planner.processed({mq: off for mq, off in ends.items() if mq not in restarted})
         end = self.planner.next_end(begin, limit)
         starts = {mq: begin[mq] for mq in restarted if mq in begin}
         starts.update(self.planner.take_restarts())

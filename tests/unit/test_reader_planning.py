@@ -506,9 +506,12 @@ def test_a_broker_that_lost_its_latest_commits_is_not_a_reset_and_gets_them_agai
     # query committed: following it as a reset read 19,500 messages twice in the outage test
     a0 = Q(0)
     c = ResettableClient({a0: (0, 10)})
+    c.epochs["broker-a"] = ("127.0.0.1:10911", 1)
     p, end2 = _committed_twice(c, a0)
     assert c.committed == {a0: 20}
+    p.find_resets(end2)
     c.committed[a0] = 10  # the restarted broker's
+    c.epochs["broker-a"] = ("127.0.0.1:10911", 2)  # reached over a new connection
     p.find_resets(end2)
     assert p.follow_resets(end2) == {} and c.pulled == []
     p.commit(end2)  # nothing new processed: still written again
@@ -525,15 +528,49 @@ def test_with_allow_shared_group_other_consumers_commits_are_not_resets() -> Non
     assert p.follow_resets(end) == {}
 
 
-def test_idle_triggers_do_not_push_the_querys_older_offsets_out() -> None:
-    # every trigger plans the same end when nothing new came: kept once each, an older commit
-    # is still known as the query's own when a restarted broker holds it again
+def test_a_reset_to_an_offset_the_query_committed_before_is_followed() -> None:
+    # issue 30: "read again from 10:00" lands on a batch start all the time; an offset the query
+    # planned or committed earlier is an operator's reset like any other once it moves the broker
     a0 = Q(0)
     c = ResettableClient({a0: (0, 10)})
     p, end2 = _committed_twice(c, a0)
-    for _ in range(400):  # idle triggers
-        p.next_end(end2, ReadAllAvailable())
-    c.committed[a0] = 10
+    for _ in range(5):  # idle triggers: each writes nothing new
+        p.processed(end2)
+    assert c.committed == {a0: 20}
+    c.committed[a0] = 10  # the start of the second batch, over the same connection
+    p.find_resets(end2)
+    assert p.follow_resets(end2) == {a0: 10}
+
+
+def test_each_trigger_writes_the_finished_batchs_end_and_leaves_a_noted_reset_alone() -> None:
+    # the broker holds the end of every finished batch by the next trigger, without Spark's
+    # commit (which comes only when another batch starts)
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10), a1: (0, 10)})
+    p, end = _running(c)
+    p.find_resets(end)
+    p.processed(end)
+    assert c.committed == {a0: 10, a1: 10}
+    c.ranges.update({a0: (0, 15), a1: (0, 15)})
+    end2 = p.next_end(end, ReadAllAvailable())
+    c.committed[a0] = 3  # an operator's reset, seen at the next trigger before its write
+    p.find_resets(end2)
+    p.processed(end2)
+    assert c.committed == {a0: 3, a1: 15}
+    assert p.follow_resets(end2) == {a0: 3}
+
+
+def test_a_commit_whose_answer_was_lost_is_not_a_reset() -> None:
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c)
+    p.processed(end)
+    c.ranges[a0] = (0, 20)
+    end2 = p.next_end(end, ReadAllAvailable())
+    c.failing = {a0}
+    p.processed(end2)
+    assert c.committed == {a0: 10}
+    c.committed[a0] = 20  # the broker applied it; its answer was lost
     p.find_resets(end2)
     assert p.follow_resets(end2) == {}
 
