@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..errors import ConnectionFailedError, RocketMQSparkError
+from ..errors import ConnectionFailedError, OffsetResetPendingError, RocketMQSparkError
 from ..model import MessageQueue
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,12 @@ class BrokerOffsetStore:
             failed.update(self._update(rest))
         for mq, offset in changed.items():
             exc = failed.get(mq)
+            if isinstance(exc, OffsetResetPendingError):  # the broker holds a reset: never written over it
+                log.info("commit of offset %d for %s (group %s) ignored by the broker: a reset of the queue waits "
+                         "for the group's next pull", offset, mq, self.group)
+                self._pending.pop(mq, None)
+                self._written.pop(mq, None)
+                continue
             if exc is not None:
                 log.warning("commit of offset %d for %s (group %s) failed, will retry at the next "
                             "commit: %s", offset, mq, self.group, exc)

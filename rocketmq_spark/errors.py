@@ -15,7 +15,8 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     │   ├── SystemBusyError             SYSTEM_BUSY (2), retriable
     │   ├── NoPermissionError           NO_PERMISSION (16)
     │   ├── RequestNotSupportedError    REQUEST_CODE_NOT_SUPPORTED (3)
-    │   └── MessageIllegalError         MESSAGE_ILLEGAL (13)
+    │   ├── MessageIllegalError         MESSAGE_ILLEGAL (13)
+    │   └── OffsetResetPendingError     a commit ignored: a server-side reset waits (SUCCESS)
     ├── BrokerUnavailableError      a broker's queues stayed unreachable past the bound
     ├── GroupInUseError             other clients consume in the consumer group
     ├── OffsetResetError            the group's offsets were reset while the query read them
@@ -41,6 +42,7 @@ __all__ = [
     "NoPermissionError",
     "OffsetNotFoundError",
     "OffsetResetError",
+    "OffsetResetPendingError",
     "OptionError",
     "ProtocolError",
     "RequestNotSupportedError",
@@ -169,6 +171,12 @@ class OffsetResetError(RocketMQSparkError):
     """The broker moved the consumer group's offset of a queue a read task was reading: an
     offset reset (mqadmin resetOffsetByTime, ``rocketmq-spark reset-offset``) made while the
     query runs, which a 5.x broker hands to the group's next pull of the queue."""
+
+
+class OffsetResetPendingError(BrokerError):
+    """A broker answered a commit of the group's offset with success but ignored it: a
+    server-side reset of the queue (5.x ``useServerSideResetOffset``, the embedded broker) waits
+    for the group's next pull, and the broker holds the reset offset until then."""
 
 
 class DataLossError(RocketMQSparkError):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .model import MessageQueue
 
-__all__ = ["EARLIEST", "LATEST", "MARKS_KEY", "RESET_KEY", "Mark", "Offsets", "OffsetsFormatError", "batch_end_json",
-           "marks_of", "split_batch_end"]
+__all__ = ["EARLIEST", "GROUP_KEY", "LATEST", "MARKS_KEY", "RESET_KEY", "GroupAtPlanning", "Mark", "Offsets",
+           "OffsetsFormatError", "batch_end_json", "group_of", "marks_of", "split_batch_end"]
 
 #: option-only offsets: a queue's earliest (min) and latest (max) offset
 EARLIEST, LATEST = -2, -1
@@ -32,6 +32,20 @@ RESET_KEY = "@reset"
 MARKS_KEY = "@marks"
 #: (offset, store time in epoch ms) of one message: see :data:`MARKS_KEY`
 Mark = tuple[int, int]
+#: In a stream's batch end offsets, what the query knew of its consumer group's offsets on the
+#: brokers when it planned the batch: per queue the offsets the broker may hold from the query's
+#: own writes (``held``), and when each broker had started (``boot``, epoch ms, where it says):
+#: ``"@group":{"held":{"topic":{"broker-a:0":[40]}},"boot":{"broker-a":1718000000000}}``. A
+#: restarted query finding another offset there, on a broker that has not restarted since, finds
+#: a reset made while it was stopped (see ``Planner.find_resets``).
+GROUP_KEY = "@group"
+
+
+class GroupAtPlanning(NamedTuple):
+    """The :data:`GROUP_KEY` of a batch's offsets."""
+
+    held: dict[MessageQueue, tuple[int, ...]]
+    boot: dict[str, int]
 
 
 def _loaded(value: str | Mapping[str, Any]) -> Any:
@@ -139,9 +153,10 @@ def _queue_items(tree: Mapping[Any, Any], prefix: str,
 
 
 def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int],
-                   marks: Mapping[MessageQueue, Mark] | None = None) -> dict[str, Any]:
-    """A stream batch's end offsets with the starts of the queues it reads from a reset offset
-    and the queues' marks (:data:`MARKS_KEY`)."""
+                   marks: Mapping[MessageQueue, Mark] | None = None,
+                   group: GroupAtPlanning | None = None) -> dict[str, Any]:
+    """A stream batch's end offsets with the starts of the queues it reads from a reset offset,
+    the queues' marks (:data:`MARKS_KEY`) and the group's offsets at planning (:data:`GROUP_KEY`)."""
     out: dict[str, Any] = Offsets(ends).to_json()
     if resets:
         out[RESET_KEY] = Offsets(resets).to_json()
@@ -150,7 +165,40 @@ def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueu
         for mq, (off, ts) in sorted(marks.items()):
             by_topic.setdefault(mq.topic, {})[mq.key] = [int(off), int(ts)]
         out[MARKS_KEY] = by_topic
+    if group is not None and (group.held or group.boot):
+        held: dict[str, dict[str, list[int]]] = {}
+        for mq, offs in sorted(group.held.items()):
+            held.setdefault(mq.topic, {})[mq.key] = sorted({int(o) for o in offs})
+        out[GROUP_KEY] = {"held": held, "boot": {b: int(ms) for b, ms in sorted(group.boot.items())}}
     return out
+
+
+def group_of(value: str | Mapping[str, Any]) -> GroupAtPlanning | None:
+    """The :data:`GROUP_KEY` of a stream batch's offsets, None when it has none (a batch planned
+    before it was written, or without a consumer group); OffsetsFormatError when it is not in the
+    form written."""
+    obj = _loaded(value)
+    raw = obj.get(GROUP_KEY) if isinstance(obj, Mapping) else None
+    if raw is None:
+        return None
+    shape = 'an object like {"held":{"topic":{"broker-a:0":[40]}},"boot":{"broker-a":1718000000000}}'
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("held", {}), Mapping) \
+            or not isinstance(raw.get("boot", {}), Mapping):
+        raise OffsetsFormatError(f"{GROUP_KEY} is not {shape}")
+    held: dict[MessageQueue, tuple[int, ...]] = {}
+    for key, mq, offs in _queue_items(raw.get("held", {}), f"{GROUP_KEY}: ",
+                                      lambda topic, _queues: f"{GROUP_KEY} held of topic {topic!r} is not {shape}"):
+        if not isinstance(offs, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                 for x in offs):
+            raise OffsetsFormatError(f"{GROUP_KEY}: held offsets {offs!r} of queue {key!r} are not a list of "
+                                     f"offsets", key)
+        held[mq] = tuple(offs)
+    boot: dict[str, int] = {}
+    for broker, ms in raw.get("boot", {}).items():
+        if not isinstance(ms, int) or isinstance(ms, bool):
+            raise OffsetsFormatError(f"{GROUP_KEY}: boot time {ms!r} of broker {broker!r} is not epoch ms")
+        boot[str(broker)] = ms
+    return GroupAtPlanning(held, boot)
 
 
 def marks_of(value: str | Mapping[str, Any]) -> dict[MessageQueue, Mark]:
@@ -177,7 +225,7 @@ def split_batch_end(value: str | Mapping[str, Any]) -> tuple[Offsets, Offsets]:
     """(ends, reset starts) of a stream batch's offsets (:func:`batch_end_json`; its marks are
     read by :func:`marks_of`); any offsets object without resets reads as its offsets and no resets."""
     obj = _loaded(value)
-    if isinstance(obj, Mapping) and (RESET_KEY in obj or MARKS_KEY in obj):
-        rest = {k: v for k, v in obj.items() if k not in (RESET_KEY, MARKS_KEY)}
+    if isinstance(obj, Mapping) and (RESET_KEY in obj or MARKS_KEY in obj or GROUP_KEY in obj):
+        rest = {k: v for k, v in obj.items() if k not in (RESET_KEY, MARKS_KEY, GROUP_KEY)}
         return Offsets.from_json(rest), Offsets.from_json(obj.get(RESET_KEY, {}))
     return Offsets.from_json(obj), Offsets()

@@ -44,6 +44,7 @@ from ..errors import (
     DataLossError,
     GroupInUseError,
     OffsetResetError,
+    OffsetResetPendingError,
     OptionError,
     ProtocolError,
     RocketMQSparkError,
@@ -51,7 +52,17 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..names import RETRY_PREFIX
-from ..offsets import EARLIEST, LATEST, Mark, Offsets, batch_end_json, marks_of, split_batch_end
+from ..offsets import (
+    EARLIEST,
+    LATEST,
+    GroupAtPlanning,
+    Mark,
+    Offsets,
+    batch_end_json,
+    group_of,
+    marks_of,
+    split_batch_end,
+)
 from .options import ReaderOptions
 from .pushdown import Pushed, pushed_of
 
@@ -214,6 +225,10 @@ class Planner:
         self._doubts: set[MessageQueue] = set()
         #: broker -> its connection epoch when last seen (see BrokerClient.connection_epoch)
         self._epochs: dict[str, tuple[str, int]] = {}
+        #: broker -> when it started (epoch ms), as it said at the query's last look (see _boot_now)
+        self._boots: dict[str, int] = {}
+        #: the group's offsets at the planning of the batch a restarted query starts from (adopt_group)
+        self._at_planning: GroupAtPlanning | None = None
         #: broker -> its connection epoch when find_resets last read the group's offsets there
         self._offsets_read_over: dict[str, tuple[str, int] | None] = {}
         #: min offsets of the latest data-loss check (a mark below its queue's is gone by retention)
@@ -902,7 +917,7 @@ class Planner:
         except RocketMQSparkError:
             return None
 
-    def processed(self, start: QueueOffsets) -> None:
+    def processed(self, start: QueueOffsets) -> bool:
         """The batch ending at ``start`` finished: Spark plans a batch (latestOffset) only once
         the one before it is done, and a restarted query runs the batch its offset log planned
         before it plans again. So the group's offsets go to the brokers at every trigger, an
@@ -911,8 +926,10 @@ class Planner:
         run). Queues with a reset noted (see :meth:`find_resets`) are left to
         :meth:`follow_resets`, those read again from their first offset (their broker lost its
         store, see :meth:`take_restarts`) to the batch that does; each queue is written only when
-        the broker does not hold the offset already."""
-        self._done({mq: off for mq, off in start.items() if mq not in self._resets and mq not in self._restarts})
+        the broker does not hold the offset already. True when a broker ignored a write because a
+        server-side reset of the queue waits (noted as a reset: :meth:`follow_resets` applies it)."""
+        return self._done({mq: off for mq, off in start.items()
+                           if mq not in self._resets and mq not in self._restarts})
 
     def commit(self, end: QueueOffsets) -> None:
         """Spark's commit of the batches up to ``end`` (it comes as the batch after them starts,
@@ -930,7 +947,7 @@ class Planner:
         # so reads them in latestOffset, before it commits), the broker's moved offsets
         self._done(fresh, find=True)
 
-    def _done(self, end: QueueOffsets, *, find: bool = False) -> None:
+    def _done(self, end: QueueOffsets, *, find: bool = False) -> bool:
         """Spark processed everything below ``end``: with commitOffsets and a consumerGroup,
         each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes to
         the brokers where they do not hold it. Broker faults are logged and retried at the next
@@ -944,22 +961,39 @@ class Planner:
             if c is not None:
                 committable[mq] = c
         if not self.options.commit_offsets or not self.options.consumer_group:
-            return
+            return False
         if find:
             self.find_resets(committable, read=not self._synced, fail=False)
         todo = {mq: off for mq, off in committable.items()
                 if mq not in self._resets and self._status_of(mq).committed != off}
-        if todo or self.store.pending:
-            self._write_offsets(todo)
+        return bool(todo or self.store.pending) and self._write_offsets(todo)
 
-    def _write_offsets(self, offsets: QueueOffsets) -> None:
+    def _write_offsets(self, offsets: QueueOffsets) -> bool:
         """Write ``offsets`` as the group's (:meth:`BrokerOffsetStore.commit`: failures logged and
         retried at the next write); a broker found unreachable is noted down, and what each broker
-        took is what the query expects it to hold (see find_resets)."""
+        took is what the query expects it to hold (see find_resets). A write a broker ignored
+        because a server-side reset of the queue waits for the group's next pull is that reset,
+        noted (True returned): the broker holds the reset offset until then."""
         asked = time.monotonic()
         with bounded(_REPROBE_BUDGET_S):  # a failed commit waits for the next commit, not a chain of timeouts
             failed = self.store.commit(offsets)
+        waiting = sorted(mq for mq, exc in failed.items() if isinstance(exc, OffsetResetPendingError))
+        if waiting:
+            try:
+                with bounded(_REPROBE_BUDGET_S):
+                    held = self.store.read_many(waiting)
+            except RocketMQSparkError as exc:
+                log.warning("group %s: resets wait on the brokers of %s, their offsets not readable now (the next "
+                            "trigger compares them): %s", self.options.consumer_group, waiting, exc)
+                held = {}
+            for mq in waiting:
+                off = held.get(mq)
+                if off is not None:
+                    self._note_reset(mq, off, f"the broker ignored the query's commit of {offsets.get(mq)}: a "
+                                              f"server-side reset to {off} waits for the group's next pull")
         for mq, exc in failed.items():
+            if isinstance(exc, OffsetResetPendingError):
+                continue
             if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
                 self._down.setdefault(mq.broker, (asked, str(exc)))
             if mq in offsets:
@@ -970,6 +1004,7 @@ class Planner:
                 st = self._status_of(mq)
                 st.committed, st.last_committed_ms = off, now
                 self._unsure.pop(mq, None)
+        return any(mq in self._resets for mq in waiting)
 
     # -- the group: membership and offset resets ---------------------------------------
 
@@ -1024,6 +1059,11 @@ class Planner:
             return
         held = self._ask_brokers(mqs, self.store.read_many, fail=fail)  # a down broker's: compared later
         reconnected = self._reconnected_since_read({mq.broker for mq in held})
+        # whether each broker reached anew restarted (its boot time; None: it does not say)
+        restarted = {broker: self._restarted_since(broker) for broker in reconnected}
+        for broker in {mq.broker for mq in held} - reconnected:
+            if broker not in self._boots:
+                self._boot_now(broker)
         behind: QueueOffsets = {}  # queues the broker holds below the checkpoint at this run's first look
         for mq in mqs:
             if mq not in held:
@@ -1043,11 +1083,11 @@ class Planner:
                     self._note_reset(mq, now_held, f"the group's offset on the broker ({now_held}) is past the "
                                                    f"checkpoint's ({expected[mq]}): reset while the query was stopped")
                 elif not self._synced and now_held < expected[mq]:
-                    log.info("%s: group %s holds %d on the broker, the checkpoint %d: the commit of the last batch "
-                             "before the restart (Spark does not wait for it), or a reset to an earlier time made "
-                             "while the query was stopped; the two cannot be told apart, read on from the "
-                             "checkpoint and write its offset there", mq, group, now_held, expected[mq])
-                    behind[mq] = expected[mq]
+                    why = self._earlier_at_restart(mq, now_held, expected[mq])
+                    if why is None:
+                        behind[mq] = expected[mq]
+                    else:
+                        self._note_reset(mq, now_held, why)
                 continue
             if now_held == st.committed:
                 continue
@@ -1058,7 +1098,7 @@ class Planner:
                 st.committed = now_held
                 del self._unsure[mq]
                 continue
-            if now_held < st.committed and mq.broker in reconnected:
+            if now_held < st.committed and mq.broker in reconnected and restarted.get(mq.broker) is not False:
                 # lower, read over a new connection: the broker restarted (or was reached anew)
                 # since the last read. A broker killed before it flushed its consumer offsets
                 # (every 5 s on Apache RocketMQ) comes back with an older one, which a query
@@ -1088,6 +1128,100 @@ class Planner:
         if self._store is not None:
             self._store.forget(mq)
         self._unsure.pop(mq, None)
+
+    def _boot_now(self, broker: str) -> int | None:
+        """When ``broker`` started, as it says now (asked once per connection); None when it does
+        not say or does not answer. Noted as the broker's boot time the query knows."""
+        try:
+            with bounded(_REPROBE_BUDGET_S):
+                boot = self.client.broker_boot_ms(broker)
+        except RocketMQSparkError as exc:
+            log.debug("boot time of broker %s not known: %s", broker, exc)
+            return None
+        if boot is not None:
+            self._boots[broker] = boot
+        return boot
+
+    def _restarted_since(self, broker: str) -> bool | None:
+        """Whether ``broker`` restarted since the query last asked (its boot time changed); None
+        when that is not known (the broker or the transport does not say)."""
+        then = self._boots.get(broker)
+        now = self._boot_now(broker)
+        if then is None or now is None:
+            return None
+        return now != then
+
+    def adopt_group(self, at: GroupAtPlanning | None) -> None:
+        """The group's offsets on the brokers when the batch ``start`` ends was planned, from
+        Spark's offset log (see :data:`~rocketmq_spark.offsets.GROUP_KEY`): a restarted query
+        compares them at its first look (see :meth:`_earlier_at_restart`)."""
+        if not self._synced and at is not None:
+            self._at_planning = at
+
+    def _earlier_at_restart(self, mq: MessageQueue, now_held: int, expected: int) -> str | None:
+        """At a restart's first look the broker holds ``now_held`` for ``mq``, below the
+        checkpoint's ``expected``: a reset made while the query was stopped (returned: why), or
+        an offset the query wrote itself (None: the query reads on from its checkpoint and writes
+        it). It wrote the ones the offset log's last batch names (the previous batch's end, what the
+        broker held then); a broker that restarted since may hold an older one (its last commits
+        lost), and where that cannot be known (a checkpoint written before this, the gRPC
+        transport) the checkpoint wins, logged."""
+        group = self.options.consumer_group
+        at = self._at_planning
+        own = at.held.get(mq) if at is not None else None
+        if own is not None and now_held in own:
+            if self._reset_pending(mq, now_held, expected):
+                return (f"the broker answered the group's pull at {expected} with a reset to {now_held} (a server-side "
+                        f"reset made while the query was stopped)")
+            log.info("%s: group %s holds %d on the broker, the checkpoint %d: the query stopped before it wrote its "
+                     "last batch's end (or a reset to exactly that offset the broker keeps no trace of); the query "
+                     "reads on from the checkpoint and writes its offset there", mq, group, now_held, expected)
+            return None
+        then = at.boot.get(mq.broker) if at is not None else None
+        now = self._boot_now(mq.broker) if then is not None else None
+        if own is not None and then is not None and now == then:
+            return (f"the group's offset on the broker ({now_held}) is before the checkpoint's ({expected}) and not "
+                    f"one the query wrote ({', '.join(map(str, own))}), on a broker that has not restarted since: "
+                    f"reset while the query was stopped")
+        log.info("%s: group %s holds %d on the broker, the checkpoint %d: commits the broker lost in a restart, or a "
+                 "reset to an earlier time made while the query was stopped; %s, so the query reads on from the "
+                 "checkpoint and writes its offset there", mq, group, now_held, expected,
+                 "the broker restarted since" if then is not None and now is not None else
+                 "the two cannot be told apart here")
+        return None
+
+    def _reset_pending(self, mq: MessageQueue, offset: int, at: int) -> bool:
+        """Whether ``mq``'s broker has a server-side reset of the group to ``offset`` waiting for
+        its next pull (5.x brokers and the embedded one: the pull is answered PULL_OFFSET_MOVED
+        with the reset offset, once). The group's pull at ``at`` asks; a broker without such
+        resets answers it as any pull."""
+        try:
+            with bounded(_REPROBE_BUDGET_S):
+                res = self.client.pull(mq, at, 1, group=self.options.consumer_group or "",
+                                       subscription=self.options.sub_expression)
+        except RocketMQSparkError as exc:
+            log.info("%s: not asked whether a reset waits on the broker: %s", mq, exc)
+            return False
+        return (res.status == "OFFSET_ILLEGAL" and res.next_offset == offset != at
+                and 0 <= res.min_offset <= at <= res.max_offset)
+
+    def group_at_planning(self, prev: QueueOffsets, end: QueueOffsets, restarted: Iterable[MessageQueue]
+                          ) -> GroupAtPlanning | None:
+        """What a batch's offsets keep of the group (see :meth:`adopt_group`): per queue of
+        ``end``, the offsets the broker may hold from the query's writes until the next batch is
+        planned (what it holds as the query knows it, and ``prev``, the previous batch's end, that
+        Spark's commit may still write), and the boot time of each broker."""
+        if not self.options.consumer_group or not self.options.commit_offsets or self.options.allow_shared_group:
+            return None
+        skip = set(restarted)
+        held: dict[MessageQueue, tuple[int, ...]] = {}
+        for mq in end:
+            offs = {self._status_of(mq).committed}
+            if mq in prev and mq not in skip:
+                offs.add(prev[mq])
+            held[mq] = tuple(sorted(o for o in offs if o >= 0))
+        boot = {b: self._boots[b] for b in {mq.broker for mq in end} if b in self._boots}
+        return GroupAtPlanning({mq: o for mq, o in held.items() if o}, boot)
 
     def _reconnected_since_read(self, brokers: Iterable[str]) -> set[str]:
         """Brokers of ``brokers`` the client reached over another connection than at the
@@ -1542,16 +1676,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._started()
         ends = dict(split_batch_end(start)[0])
         self.planner.adopt_marks(marks_of(start))
+        self.planner.adopt_group(group_of(start))
         self.planner.find_resets(ends)
         restarted = self.planner.follow_resets(ends)
         begin = self.planner.check_data_loss({**ends, **restarted})
         # the batch ending at `start` is done: its offsets go to the brokers, but for the queues
         # read again from a reset offset or from a lost store's first message
-        self.planner.processed({mq: off for mq, off in ends.items() if mq not in restarted})
+        if self.planner.processed({mq: off for mq, off in ends.items() if mq not in restarted}):
+            # a broker ignored a write: a server-side reset waits for the group's next pull, which
+            # this batch's tasks would make. The batch follows it instead
+            more = self.planner.follow_resets(ends)
+            restarted.update(more)
+            begin = self.planner.check_data_loss({**begin, **more})
         end = self.planner.next_end(begin, limit)
         starts = {mq: begin[mq] for mq in restarted if mq in begin}
-        starts.update(self.planner.take_restarts())
-        return batch_end_json(end, starts, self.planner.marks_of(end))
+        restarts = self.planner.take_restarts()
+        starts.update(restarts)
+        at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
+        return batch_end_json(end, starts, self.planner.marks_of(end), at)
 
     def reportLatestOffset(self) -> dict | None:
         """Every queue's max offset now (one past its last message), for Spark's progress;

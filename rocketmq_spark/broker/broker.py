@@ -41,7 +41,7 @@ from ..errors import ProtocolError
 from ..names import AUTO_CREATE_TOPIC, RETRY_PREFIX, dead_letter_topic, group_problem, retry_topic, topic_problem
 from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
-from ..remoting.frame import SERIALIZE_JSON, RemotingCommand, send_success_frame, success_frame
+from ..remoting.frame import PROTOCOL_VERSION, SERIALIZE_JSON, RemotingCommand, send_success_frame, success_frame
 from ..remoting.route import loads_lenient
 from .config import BrokerConfig
 from .connection import Connection, HandlerResult
@@ -247,6 +247,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, advertised_addr: str) -> None:
         self.config = config
         self.addr = advertised_addr
+        #: when this broker (its store) started: GET_BROKER_RUNTIME_INFO's bootTimestamp
+        self.boot_ms = int(time.time() * 1000)
         self._store_host = pack_host(advertised_addr)[0]
         self._msg_id_prefix = self._store_host.hex().upper()
         self._uniq_ids = UniqIds(self._store_host[:-4])
@@ -291,6 +293,7 @@ class Broker:
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
@@ -475,6 +478,13 @@ class Broker:
 
     def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.response_to(body=json.dumps(self.topics.to_json()).encode())
+
+    def get_broker_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO (28, mqadmin brokerStatus): a KVTable ``{"table": {...}}`` of
+        strings; clients read bootTimestamp (a restart changes it)."""
+        table = {"bootTimestamp": str(self.boot_ms), "brokerActive": "true",
+                 "brokerVersion": str(PROTOCOL_VERSION), "brokerVersionDesc": "rocketmq-spark embedded broker"}
+        return req.response_to(body=json.dumps({"table": table}).encode())
 
     def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         """GET_ALL_CONSUMER_OFFSET (43): ``{"offsetTable": {"topic@group": {"queueId": offset}}}``."""

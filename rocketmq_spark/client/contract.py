@@ -69,6 +69,10 @@ class BrokerClient(Protocol):
         dropped it). None when not known: no connection yet, or a transport whose connections
         reconnect out of sight (gRPC channels)."""
 
+    def broker_boot_ms(self, broker: str) -> int | None:
+        """When ``broker`` started (epoch ms; a different one later means it restarted), or None
+        when the transport or the broker does not say. Asked once per connection."""
+
     def remember_broker_addr(self, broker: str, addr: str) -> None:
         """Requests for ``broker`` go to ``addr`` (one another client's route gave) without a
         route lookup, until a route lookup of this client says otherwise."""

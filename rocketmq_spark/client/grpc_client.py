@@ -181,6 +181,10 @@ class GrpcClient(SequentialManyQueueCalls):
         """None: a gRPC channel reconnects by itself, out of the caller's sight."""
         return None
 
+    def broker_boot_ms(self, broker: str) -> int | None:
+        """None: the 5.x protocol does not say when a broker started."""
+        return None
+
     def metadata(self) -> list[tuple[str, str]]:
         """Per-call metadata; with credentials it is signed (RocketMQ 5 MQv2-HMAC-SHA1)."""
         date_time = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -34,6 +34,7 @@ from ..errors import (
     BrokerError,
     ConnectionFailedError,
     NoPermissionError,
+    OffsetResetPendingError,
     ProtocolError,
     RequestTimeoutError,
     RocketMQSparkError,
@@ -159,6 +160,8 @@ class RemotingClient:
         self._conns: dict[str, RemotingConnection] = {}
         self._conn_lock = threading.Lock()
         self._opened: dict[str, int] = {}  # address -> connections opened to it (see connection_epoch)
+        #: broker -> (the connection epoch it answered over, its boot time or None), see broker_boot_ms
+        self._boots: dict[str, tuple[tuple[str, int] | None, int | None]] = {}
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
         self._broker_addrs: dict[str, str] = {}
         self._ns_index = random.randrange(len(self.namesrv_addrs))
@@ -202,6 +205,31 @@ class RemotingClient:
         with self._conn_lock:
             n = self._opened.get(addr, 0) if addr is not None else 0
         return (addr, n) if addr is not None and n else None
+
+    def broker_boot_ms(self, broker: str) -> int | None:
+        """When ``broker``'s store started (GET_BROKER_RUNTIME_INFO's bootTimestamp, what mqadmin
+        brokerStatus shows), asked once per connection; None when the broker does not say (or
+        refuses the request, e.g. under ACL). Raises the request's faults."""
+        epoch = self.connection_epoch(broker)
+        known = self._boots.get(broker)
+        if known is not None and epoch is not None and known[0] == epoch:
+            return known[1]
+        addr = self.broker_addr(broker)
+        op = f"runtime info of broker {broker}"
+        refused = (ResponseCode.NO_PERMISSION, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        resp = self.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), op,
+                           ok=(ResponseCode.SUCCESS, *refused))
+        boot: int | None = None
+        if resp.code == ResponseCode.SUCCESS:
+            obj = loads_lenient(resp.body or b"{}")
+            table = obj.get("table") if isinstance(obj, dict) else None
+            raw = table.get("bootTimestamp") if isinstance(table, dict) else None
+            try:
+                boot = int(raw) if raw is not None else None
+            except (TypeError, ValueError):
+                boot = None
+        self._boots[broker] = (self.connection_epoch(broker), boot)
+        return boot
 
     def _on_broker_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """A request a broker sent on one of our connections: a transaction check-back is
@@ -612,7 +640,14 @@ class RemotingClient:
               {"topic": mq.topic, "consumerGroup": group, "queueId": str(mq.queue_id),
                "commitOffset": str(offsets[mq])}) for mq in mqs],
             f"update offset of group {group!r}")
-        return {mq: r for mq, r in zip(mqs, res) if isinstance(r, RocketMQSparkError)}
+        out: dict[MessageQueue, RocketMQSparkError] = {}
+        for mq, r in zip(mqs, res):
+            if isinstance(r, RocketMQSparkError):
+                out[mq] = r
+            elif r.remark == _RESET_WAITS:  # answered SUCCESS, not stored (see OffsetResetPendingError)
+                out[mq] = OffsetResetPendingError(r.code, r.remark, address=self.broker_addr(mq.broker, mq.topic),
+                                                  operation=f"update offset of group {group!r} on {mq}")
+        return out
 
     def offset_ranges(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         """(min, max) offsets of many queues: one GET_TOPIC_STATS_INFO per topic and broker
@@ -1264,6 +1299,9 @@ class RemotingClient:
             out.update(parse_offset_table(resp.body, default_broker=b.broker_name))
         return out
 
+
+#: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
+_RESET_WAITS = "Offset has been previously reset"
 
 _MQ_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*(-?\d+)")
 

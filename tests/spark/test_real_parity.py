@@ -312,10 +312,12 @@ def test_on_4_9_a_new_group_starts_where_consume_from_where_says(spark, rocketmq
         where = {"namesrvAddr": rocketmq_49.namesrv_addr}
         assert _available_now(spark, where, "PAR_49", "q_par49_latest", str(tmp_path / "a"),
                               consumerGroup="g49") == []
+        # the run's position is on the broker when it ends, read nothing as it did
+        assert c.query_consumer_offsets("g49", [q0, q1]) == {q0: 4, q1: 0}
         rows = _available_now(spark, where, "PAR_49", "q_par49_earliest", str(tmp_path / "b"),
                               consumerGroup="g49_e", consumeFromWhere="earliest")
         assert sorted(bytes(r.body) for r in rows) == [b"m0", b"m1", b"m2", b"m3"]
-        c.update_consumer_offset("g49", q1, 0)  # a committed 0 stays a committed 0
-        assert c.query_consumer_offsets("g49", [q0, q1]) == {q0: None, q1: 0}
+        c.update_consumer_offset("g49_z", q1, 0)  # a committed 0 stays a committed 0
+        assert c.query_consumer_offsets("g49_z", [q0, q1]) == {q0: None, q1: 0}
     finally:
         c.close()

@@ -32,10 +32,14 @@ class FakeClient(SequentialManyQueueCalls):
         self.committed: dict[MessageQueue, int] = {}
         self.era: dict[MessageQueue, int] = {}
         self.epochs: dict[str, tuple[str, int]] = {}  # broker -> connection epoch
+        self.boots: dict[str, int] = {}  # broker -> boot time (none: the broker does not say)
         self.pulled_at: list[tuple[MessageQueue, int]] = []
 
     def connection_epoch(self, broker: str) -> tuple[str, int] | None:
         return self.epochs.get(broker)
+
+    def broker_boot_ms(self, broker: str) -> int | None:
+        return self.boots.get(broker)
 
     def stored_at(self, mq: MessageQueue, offset: int) -> int:
         return self.era.get(mq, 0) * 10**9 + 1000 + offset
@@ -43,6 +47,9 @@ class FakeClient(SequentialManyQueueCalls):
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> tuple[MessageQueue, int]:
         self.pulled_at.append((mq, offset))
         return mq, offset
+
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any) -> PullResult:
+        return self.pull_result(mq, (mq, offset))
 
     def pull_result(self, mq: MessageQueue, pending: tuple[MessageQueue, int]) -> PullResult:
         lo, hi = self.ranges[mq]
@@ -397,17 +404,25 @@ class ResettableClient(FakeClient):
         super().__init__(queues)
         self.failing: set[MessageQueue] = set()
         self.pulled: list[tuple[MessageQueue, int, str]] = []
+        self.pending_resets: dict[MessageQueue, int] = {}
 
     def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        if mq in self.pending_resets:  # a 5.x broker ignores the group's commits until its next pull
+            from rocketmq_spark.errors import OffsetResetPendingError
+
+            raise OffsetResetPendingError(0, "Offset has been previously reset")
         if mq in self.failing:
             from rocketmq_spark.errors import ConnectionFailedError
 
             raise ConnectionFailedError("127.0.0.1:10911", f"update offset of {mq}", "connection reset")
         super().update_consumer_offset(group, mq, offset)
 
-    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: str) -> object:
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: str) -> PullResult:
         self.pulled.append((mq, offset, kw.get("group", "")))
-        return None
+        lo, hi = self.ranges[mq]
+        if mq in self.pending_resets:  # a 5.x broker's server-side reset, answered once
+            return PullResult("OFFSET_ILLEGAL", self.pending_resets.pop(mq), lo, hi, b"")
+        return PullResult("FOUND" if lo <= offset < hi else "NO_NEW_MSG", offset + 1, lo, hi, b"")
 
     def join_group(self, *a: object) -> None:
         return None
@@ -491,6 +506,79 @@ def test_at_restart_a_group_offset_past_the_checkpoint_is_a_reset_one_before_it_
     assert p.follow_resets(checkpoint) == {}  # its own write is not taken for a reset
 
 
+def test_at_restart_an_earlier_offset_the_query_never_wrote_on_a_broker_not_restarted_is_a_reset() -> None:
+    # issue 30: between two AvailableNow runs, or while a driver restarts, an operator resets the
+    # group to an earlier time. The batch the query restarts from says what the broker held from
+    # the query's own writes when it was planned, and when the broker had started
+    from rocketmq_spark.offsets import GroupAtPlanning
+
+    a0, a1, a2 = Q(0), Q(1), Q(2)
+    c = ResettableClient({a0: (0, 30), a1: (0, 30), a2: (0, 30)})
+    c.boots["broker-a"] = 1000
+    c.committed = {a0: 7, a1: 15, a2: 20}  # a reset; the last batch's start; its end
+    p = _planner(c)
+    checkpoint = {a0: 20, a1: 20, a2: 20}
+    p.adopt_group(GroupAtPlanning({a0: (15,), a1: (15,), a2: (15,)}, {"broker-a": 1000}))
+    p.find_resets(checkpoint)
+    assert p.follow_resets(checkpoint) == {a0: 7}
+    assert c.committed[a1] == 20  # the query stopped before it wrote its last batch's end: written now
+    # the same offset reset by a broker that applies resets at the group's next pull: it says so
+    c.committed[a1], c.pending_resets[a1] = 15, 15
+    p = _planner(c)
+    p.adopt_group(GroupAtPlanning({a0: (15,), a1: (15,), a2: (15,)}, {"broker-a": 1000}))
+    p.find_resets(checkpoint)
+    assert p.follow_resets(checkpoint) == {a0: 7, a1: 15}
+
+
+def test_at_restart_an_earlier_offset_on_a_broker_that_restarted_since_is_not_a_reset() -> None:
+    # a broker killed before it flushed its consumer offsets comes back with an older one
+    from rocketmq_spark.offsets import GroupAtPlanning
+
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 30)})
+    c.boots["broker-a"] = 2000  # started again since the batch was planned
+    c.committed = {a0: 7}
+    p = _planner(c)
+    p.adopt_group(GroupAtPlanning({a0: (15,)}, {"broker-a": 1000}))
+    p.find_resets({a0: 20})
+    assert p.follow_resets({a0: 20}) == {} and c.committed[a0] == 20
+    # nor where nothing says (a checkpoint written before the group's offsets were kept in it)
+    c.committed = {a0: 7}
+    p = _planner(c)
+    p.find_resets({a0: 20})
+    assert p.follow_resets({a0: 20}) == {} and c.committed[a0] == 20
+
+
+def test_a_lower_offset_over_a_new_connection_to_a_broker_that_did_not_restart_is_a_reset() -> None:
+    # reached anew (a dropped connection), the broker's boot time says whether it restarted
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    c.epochs["broker-a"], c.boots["broker-a"] = ("127.0.0.1:10911", 1), 1000
+    p, end = _running(c)
+    p.commit(end)
+    p.find_resets(end)
+    c.committed[a0] = 4
+    c.epochs["broker-a"] = ("127.0.0.1:10911", 2)
+    p.find_resets(end)
+    assert p.follow_resets(end) == {a0: 4}
+
+
+def test_a_batchs_offsets_keep_what_the_group_held_at_planning_and_the_brokers_boot_times() -> None:
+    from rocketmq_spark.offsets import group_of
+
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10), a1: (0, 10)})
+    c.boots["broker-a"] = 1000
+    r = _stream(c)
+    s0 = r.initialOffset()
+    e1 = r.latestOffset(s0, ReadAllAvailable())
+    c.ranges.update({a0: (0, 15), a1: (0, 12)})
+    e2 = r.latestOffset(e1, ReadAllAvailable())
+    at = group_of(e2)
+    assert at is not None and at.held == {a0: (10,), a1: (10,)} and at.boot == {"broker-a": 1000}
+    assert c.committed == {a0: 10, a1: 10}
+
+
 def _committed_twice(c: ResettableClient, mq: MessageQueue) -> tuple[Planner, dict[MessageQueue, int]]:
     """A running query that read ``mq`` to 10, committed, read on to 20 and committed again."""
     p, end = _running(c)
@@ -558,6 +646,26 @@ def test_each_trigger_writes_the_finished_batchs_end_and_leaves_a_noted_reset_al
     p.processed(end2)
     assert c.committed == {a0: 3, a1: 15}
     assert p.follow_resets(end2) == {a0: 3}
+
+
+def test_a_write_the_broker_ignores_for_a_waiting_server_side_reset_is_that_reset() -> None:
+    # a batch finished, the next trigger has not come yet: the broker holds the batch's start, and
+    # an operator resets the queue to exactly that offset. The offset does not change; the broker
+    # ignores the query's write of the batch's end, and that says a reset waits
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10), a1: (0, 10)})
+    p, end = _running(c)
+    p.processed(end)
+    c.ranges.update({a0: (0, 15), a1: (0, 15)})
+    end2 = p.next_end(end, ReadAllAvailable())
+    c.pending_resets[a0] = 10  # == what the broker holds
+    p.find_resets(end2)
+    assert p.processed(end2) is True
+    assert c.committed == {a0: 10, a1: 15}
+    assert p.follow_resets(end2) == {a0: 10}
+    assert a0 not in c.pending_resets  # released by the group's pull
+    p.commit(end2)  # Spark's commit of the batch before: nothing retried or written over the reset
+    assert c.committed == {a0: 10, a1: 15}
 
 
 def test_a_commit_whose_answer_was_lost_is_not_a_reset() -> None:
