@@ -4,8 +4,9 @@
         --group orders-etl --output /tmp/orders-out
 
 Reads the topic as a stream until everything available now is processed
-(Trigger.AvailableNow), keeps the consumer group's offsets on the broker (including
-the last batch, through RocketMQOffsetCommitter), and writes one Parquet dataset.
+(Trigger.AvailableNow), keeps the consumer group's offsets on the broker (the reader
+writes each finished batch's end, the run's last one when it ends; RocketMQOffsetCommitter
+covers a query stopped between two triggers), and writes one Parquet dataset.
 The package reaches the executors through the Python environment they run
 (PYSPARK_PYTHON): install rocketmq-spark there, or ship the wheel with --py-files.
 """

@@ -221,7 +221,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         rows = progress_rows(client, group, topic, ns)
         total_lag = sum(r.lag for r in rows)
-        _step(5, f"consumer progress of group {group} (committed by RocketMQOffsetCommitter): "
+        _step(5, f"consumer progress of group {group} (committed by the query): "
                  f"total lag {total_lag:,}")
         print(progress_table(rows, indent="      "))
 

@@ -200,8 +200,9 @@ def _cmd_reset_offset(args: argparse.Namespace) -> int:
     else:
         print(f"done: {sum(r['new'] is not None for r in plan)} queues written; {len(told)} online consumer(s) of "
               f"{args.group} move there (on a 5.x "
-              "broker at their next pull of each queue, a 4.x broker tells them at once). A running Spark query "
-              "follows the reset with its next batch (onOffsetReset=follow, its default)")
+              "broker at their next pull of each queue, a 4.x broker tells them at once). A Spark query of the group "
+              "follows the reset with its next batch, or at its restart if it is stopped (onOffsetReset=follow, its "
+              "default)")
         for cid in told:
             print(f"  told: {cid}")
     return 0
