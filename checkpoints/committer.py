@@ -8,9 +8,11 @@ and that batch's ``endOffset`` goes to the brokers when the query terminates::
 
     spark.streams.addListener(RocketMQOffsetCommitter("127.0.0.1:9876", "etl"))
 
-It writes a queue's offset only where the broker still holds the one the reader wrote when it
-planned that batch (its start): a reset made meanwhile (``mqadmin resetOffsetByTime``) is left
-for the next run to follow. It also measures lag per queue
+It writes a queue's offset only where the broker holds none or still holds the one the reader
+wrote when it planned that batch (its start): a reset made meanwhile to another offset is left
+for the next run to follow (a 5.x broker ignores the write while its server-side reset waits,
+whatever the offset; a direct write of exactly that start, as a 4.x tool makes for a group with
+no consumer online, cannot be told from the reader's own and is overwritten). It also measures lag per queue
 (:func:`~rocketmq_spark.checkpoints.progress.queue_lags`): messages behind the latest offset and
 milliseconds behind (now minus the store time of the oldest unread message), at each progress
 event, logged and kept in :attr:`RocketMQOffsetCommitter.lag`.
@@ -48,16 +50,16 @@ def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
         return {}
 
 
-def _held_at_start(raw: Any) -> dict[MessageQueue, int]:
-    """What the reader wrote to the brokers when it planned a batch of ``raw`` start offsets:
-    the ends of the batch before (a queue the batch read from a reset offset: that offset)."""
+def _held_at_start(start: Any, end: Any) -> dict[MessageQueue, int]:
+    """What the reader wrote to the brokers when it planned the batch from ``start`` to ``end``
+    (their offsets JSON): the ends of the batch before, and for a queue the batch read from a
+    reset offset (named in ``end``), that offset, which the broker held."""
     try:
-        ends, restarted = split_batch_end(raw)
+        ends = dict(split_batch_end(start)[0])
+        ends.update(split_batch_end(end)[1])
     except OffsetsFormatError:
         return {}
-    out = dict(ends)
-    out.update(restarted)
-    return out
+    return ends
 
 
 class RocketMQOffsetCommitter(StreamingQueryListener):
@@ -111,7 +113,7 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
             if self.topics is not None:
                 offsets = {mq: o for mq, o in offsets.items() if mq.topic in self.topics}
             ends.update(offsets)
-            held = _held_at_start(source.startOffset) if source.startOffset else {}
+            held = _held_at_start(source.startOffset, source.endOffset) if source.startOffset else {}
             starts.update({mq: o for mq, o in held.items() if mq in offsets})
         if not ends:
             return
@@ -144,8 +146,12 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
             if mq not in todo and held.get(mq) != off:
                 log.info("%s: group %s holds %s, neither the last batch's start (%s) nor its end (%d): a reset, "
                          "left to the next run", mq, self.group, held.get(mq), starts.get(mq), off)
-        if todo:
-            self.commit(todo)
+        if todo:  # a store of its own: nothing an earlier run failed to write is retried now
+            failed = BrokerOffsetStore(self.client, self.group).commit(todo)
+            with self._lock:
+                self.committed.update({mq: off for mq, off in todo.items() if mq not in failed})
+            log.info("group %s: the last batch's offsets of %d queues committed at the query's end", self.group,
+                     len(todo) - len(failed))
 
     def commit(self, offsets: dict[MessageQueue, int]) -> None:
         """Write ``offsets`` as the group's (failures logged, retried at the next write)."""

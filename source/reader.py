@@ -204,9 +204,15 @@ class Planner:
         self._resets: dict[MessageQueue, tuple[int, str]] = {}
         #: True once the broker's offsets were compared with this run's first offsets
         self._synced = False
-        #: per queue, an offset whose commit failed (the broker may have applied it all the same,
-        #: its answer lost): the broker holding it is not a reset
-        self._unsure: dict[MessageQueue, int] = {}
+        #: a new query (initialOffset ran in this run): the group's offsets it finds are its own
+        self._fresh = False
+        #: queues whose offset on the broker this run has read once (a restarted query compares
+        #: each with its checkpoint at that first look, see _earlier_at_restart)
+        self._looked: set[MessageQueue] = set()
+        #: per queue, the offsets whose commit failed since the last one that went through (the
+        #: broker may have applied one all the same, its answer lost): the broker holding one of
+        #: them is not a reset
+        self._unsure: dict[MessageQueue, set[int]] = {}
         #: queues whose reset the next batch follows: Spark's commit of the batch before it
         #: (it comes after the next batch is planned) no longer counts for them
         self._stale: set[MessageQueue] = set()
@@ -411,6 +417,7 @@ class Planner:
         is down is waited for (polling, up to brokerDownTimeoutMs), then the query fails."""
         queues = self.queues()
         self._synced = True  # a new query: the group's offsets are its own from here on
+        self._fresh = True
         while True:
             out = self._ask_brokers(queues, self._starts_of)
             missing = [mq for mq in queues if mq not in out]
@@ -925,8 +932,9 @@ class Planner:
         never does for the last batch before an idle stretch or the end of an AvailableNow
         run). Queues with a reset noted (see :meth:`find_resets`) are left to
         :meth:`follow_resets`, those read again from their first offset (their broker lost its
-        store, see :meth:`take_restarts`) to the batch that does; each queue is written only when
-        the broker does not hold the offset already. True when a broker ignored a write because a
+        store, see :meth:`take_restarts`) to the batch that does; a queue is written only when
+        the broker does not hold the offset already as far as the query knows (what it last wrote
+        or read there). True when a broker ignored a write because a
         server-side reset of the queue waits (noted as a reset: :meth:`follow_resets` applies it)."""
         return self._done({mq: off for mq, off in start.items()
                            if mq not in self._resets and mq not in self._restarts})
@@ -950,9 +958,10 @@ class Planner:
     def _done(self, end: QueueOffsets, *, find: bool = False) -> bool:
         """Spark processed everything below ``end``: with commitOffsets and a consumerGroup,
         each queue's committable offset (min-unconsumed rule, :class:`InFlightTracker`) goes to
-        the brokers where they do not hold it. Broker faults are logged and retried at the next
-        write, not raised (:meth:`BrokerOffsetStore.commit`); a broker found unreachable is
-        noted as down (asked again at the next trigger, see :meth:`_ask_brokers`)."""
+        the brokers where they do not hold it as far as the query knows. Broker faults are
+        logged and retried at the next write, not raised (:meth:`BrokerOffsetStore.commit`); a
+        broker found unreachable is noted as down (asked again at the next trigger, see
+        :meth:`_ask_brokers`)."""
         committable: QueueOffsets = {}
         for mq, off in end.items():
             self.tracker.complete_through(mq, off)
@@ -997,7 +1006,7 @@ class Planner:
             if isinstance(exc, ConnectionFailedError):  # the next batch's tasks count from here
                 self._down.setdefault(mq.broker, (asked, str(exc)))
             if mq in offsets:
-                self._unsure[mq] = offsets[mq]
+                self._unsure.setdefault(mq, set()).add(offsets[mq])
         now = int(time.time() * 1000)
         for mq, off in offsets.items():
             if mq not in failed:
@@ -1070,19 +1079,22 @@ class Planner:
                 continue
             now_held = held[mq]
             st = self._status_of(mq)
+            first = not self._fresh and mq not in self._looked  # this run's first look at a restart
+            self._looked.add(mq)
             if now_held is None:
                 if st.committed >= 0:  # the broker lost an offset it took (see BrokerOffsetStore.commit)
                     self.store.forget(mq)
                     self.doubt(mq)  # as a broker that lost its store does: compare the queue's mark
+                    st.committed = -1  # written again by the next commit
                 continue
-            if st.committed < 0:  # first look in this run
+            if st.committed < 0:
                 st.committed = now_held
-                if not self._synced and now_held > expected[mq]:
+                if first and now_held > expected[mq]:
                     # the broker holds a later offset than the checkpoint: never one this query
                     # wrote (it commits what its checkpoint holds): a reset while it was stopped
                     self._note_reset(mq, now_held, f"the group's offset on the broker ({now_held}) is past the "
                                                    f"checkpoint's ({expected[mq]}): reset while the query was stopped")
-                elif not self._synced and now_held < expected[mq]:
+                elif first and now_held < expected[mq]:
                     why = self._earlier_at_restart(mq, now_held, expected[mq])
                     if why is None:
                         behind[mq] = expected[mq]
@@ -1091,7 +1103,7 @@ class Planner:
                 continue
             if now_held == st.committed:
                 continue
-            if self._unsure.get(mq) == now_held:
+            if now_held in self._unsure.get(mq, ()):
                 # a commit of this query whose answer was lost: the broker applied it
                 log.info("%s: group %s's offset on the broker is %d, a commit of this query whose answer was lost, "
                          "not a reset", mq, group, now_held)
@@ -1155,7 +1167,7 @@ class Planner:
         """The group's offsets on the brokers when the batch ``start`` ends was planned, from
         Spark's offset log (see :data:`~rocketmq_spark.offsets.GROUP_KEY`): a restarted query
         compares them at its first look (see :meth:`_earlier_at_restart`)."""
-        if not self._synced and at is not None:
+        if not self._fresh and at is not None and self._at_planning is None:
             self._at_planning = at
 
     def _earlier_at_restart(self, mq: MessageQueue, now_held: int, expected: int) -> str | None:
@@ -1663,12 +1675,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The end of the next batch from ``start``. Spark calls it once the batch ending at
-        ``start`` is done, so ``start`` goes to the brokers as the group's offsets first
-        (:meth:`Planner.processed`: exact at every trigger, idle ones included). Resets of the
-        group's offsets seen since the last batch are applied to its start (onOffsetReset;
-        OffsetResetError with fail); then each queue's latest offset now, capped by ``limit`` (messages shared across
-        queues by backlog) and, under AvailableNow, by the target
+        """The end of the next batch from ``start``. Resets of the group's offsets seen since the
+        last batch are applied to its start (onOffsetReset; OffsetResetError with fail). Spark
+        calls it once the batch ending at ``start`` is done, so ``start``'s offsets then go to the
+        brokers as the group's (:meth:`Planner.processed`: exact at every trigger, idle ones
+        included; a write a broker ignores for a waiting reset is that reset, applied too). Then
+        each queue's latest offset now, capped by ``limit`` (messages shared across queues by
+        backlog) and, under AvailableNow, by the target
         :meth:`prepareForTriggerAvailableNow` fixed; a new queue starts at its min offset. The
         planned ranges are registered for :meth:`commit`. A start below the queue's min offset
         raises DataLossError (failOnDataLoss=false: skipped, logged). Queues of a down broker
@@ -1692,7 +1705,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {mq: begin[mq] for mq in restarted if mq in begin}
         restarts = self.planner.take_restarts()
         starts.update(restarts)
-        at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
+        if not starts and end == ends:  # nothing new: the offsets as they were (Spark plans no batch)
+            at = group_of(start)
+        else:
+            at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
         return batch_end_json(end, starts, self.planner.marks_of(end), at)
 
     def reportLatestOffset(self) -> dict | None:

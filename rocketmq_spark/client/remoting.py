@@ -216,11 +216,12 @@ class RemotingClient:
             return known[1]
         addr = self.broker_addr(broker)
         op = f"runtime info of broker {broker}"
-        refused = (ResponseCode.NO_PERMISSION, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
-        resp = self.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), op,
-                           ok=(ResponseCode.SUCCESS, *refused))
+        try:
+            resp: RemotingCommand | None = self.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), op)
+        except BrokerError:  # refused (ACL, an older broker): not asked again over this connection
+            resp = None
         boot: int | None = None
-        if resp.code == ResponseCode.SUCCESS:
+        if resp is not None:
             obj = loads_lenient(resp.body or b"{}")
             table = obj.get("table") if isinstance(obj, dict) else None
             raw = table.get("bootTimestamp") if isinstance(table, dict) else None

@@ -668,6 +668,61 @@ def test_a_write_the_broker_ignores_for_a_waiting_server_side_reset_is_that_rese
     assert c.committed == {a0: 10, a1: 15}
 
 
+def test_an_idle_trigger_returns_the_offsets_it_was_given_so_spark_plans_no_empty_batch() -> None:
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    c.boots["broker-a"] = 1000
+    r = _stream(c)
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    assert r.latestOffset(e1, ReadAllAvailable()) == e1  # the batch's end written, the offsets unchanged
+    assert c.committed == {a0: 10}
+
+
+def test_a_broker_down_at_a_restarts_first_look_is_compared_with_the_checkpoint_when_it_answers(
+        monkeypatch) -> None:
+    from rocketmq_spark.errors import ConnectionFailedError
+    from rocketmq_spark.offsets import GroupAtPlanning
+
+    a0, b0 = Q(0), Q(0, "broker-b")
+    c = ResettableClient({a0: (0, 30), b0: (0, 30)})
+    c.boots.update({"broker-a": 1000, "broker-b": 2000})
+    c.committed = {a0: 20, b0: 7}  # broker-b's group offset was reset to 7 while the query was stopped
+    p = _planner(c)
+    p.adopt_group(GroupAtPlanning({a0: (15,), b0: (15,)}, {"broker-a": 1000, "broker-b": 2000}))
+    checkpoint = {a0: 20, b0: 20}
+    real = c.query_consumer_offsets
+    down = [True]
+
+    def read(group: str, mqs: list[MessageQueue]) -> dict[MessageQueue, int | None]:
+        if down[0] and b0 in mqs:
+            raise ConnectionFailedError("127.0.0.1:10912", "query offset", "refused")
+        return real(group, mqs)
+
+    monkeypatch.setattr(c, "query_consumer_offsets", read)
+    p.find_resets(checkpoint, fail=False)
+    assert p.follow_resets(checkpoint) == {}
+    down[0] = False
+    p._probed.clear()  # asked again (a down broker is probed every few seconds)
+    p.find_resets(checkpoint)
+    assert p.follow_resets(checkpoint) == {b0: 7}
+
+
+def test_every_commit_that_failed_since_the_last_good_one_is_the_querys_own() -> None:
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    p, end = _running(c)
+    p.processed(end)
+    c.failing = {a0}
+    for hi in (20, 30):
+        c.ranges[a0] = (0, hi)
+        end = p.next_end(end, ReadAllAvailable())
+        p.processed(end)
+    c.failing = set()
+    c.committed[a0] = 20  # the first failed write did reach the broker
+    p.find_resets(end)
+    assert p.follow_resets(end) == {}
+
+
 def test_a_commit_whose_answer_was_lost_is_not_a_reset() -> None:
     a0 = Q(0)
     c = ResettableClient({a0: (0, 10)})
