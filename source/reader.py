@@ -1221,14 +1221,15 @@ class Planner:
                           ) -> GroupAtPlanning | None:
         """What a batch's offsets keep of the group (see :meth:`adopt_group`): per queue of
         ``end``, the offsets the broker may hold from the query's writes until the next batch is
-        planned (what it holds as the query knows it, and ``prev``, the previous batch's end, that
-        Spark's commit may still write), and the boot time of each broker."""
+        planned (what it holds as the query knows it, those whose write failed since, which it may
+        have applied, and ``prev``, the previous batch's end, that Spark's commit may still
+        write), and the boot time of each broker."""
         if not self.options.consumer_group or not self.options.commit_offsets or self.options.allow_shared_group:
             return None
         skip = set(restarted)
         held: dict[MessageQueue, tuple[int, ...]] = {}
         for mq in end:
-            offs = {self._status_of(mq).committed}
+            offs = {self._status_of(mq).committed, *self._unsure.get(mq, ())}
             if mq in prev and mq not in skip:
                 offs.add(prev[mq])
             held[mq] = tuple(sorted(o for o in offs if o >= 0))
