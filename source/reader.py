@@ -991,9 +991,9 @@ class Planner:
             try:
                 with bounded(_REPROBE_BUDGET_S):
                     held = self.store.read_many(waiting)
-            except RocketMQSparkError as exc:
+            except RocketMQSparkError as why:
                 log.warning("group %s: resets wait on the brokers of %s, their offsets not readable now (the next "
-                            "trigger compares them): %s", self.options.consumer_group, waiting, exc)
+                            "trigger compares them): %s", self.options.consumer_group, waiting, why)
                 held = {}
             for mq in waiting:
                 off = held.get(mq)
