@@ -147,20 +147,17 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                 log.info("%s: group %s holds %s, neither the last batch's start (%s) nor its end (%d): a reset, "
                          "left to the next run", mq, self.group, held.get(mq), starts.get(mq), off)
         if todo:  # a store of its own: nothing an earlier run failed to write is retried now
-            failed = BrokerOffsetStore(self.client, self.group).commit(todo)
-            with self._lock:
-                self.committed.update({mq: off for mq, off in todo.items() if mq not in failed})
-            log.info("group %s: the last batch's offsets of %d queues committed at the query's end", self.group,
-                     len(todo) - len(failed))
+            self._write(BrokerOffsetStore(self.client, self.group), todo, "at the query's end")
 
     def commit(self, offsets: dict[MessageQueue, int]) -> None:
-        """Write ``offsets`` as the group's (failures logged, retried at the next write)."""
+        """Write ``offsets`` as the group's (failures logged, retried at the next call)."""
+        self._write(self.store, offsets, "by hand")
+
+    def _write(self, store: BrokerOffsetStore, offsets: dict[MessageQueue, int], why: str) -> None:
         with self._lock:
-            failed = self.store.commit(offsets)
-            for mq, off in offsets.items():
-                if mq not in failed:
-                    self.committed[mq] = off
-        log.info("group %s: the last batch's offsets of %d queues committed", self.group, len(offsets) - len(failed))
+            failed = store.commit(offsets)
+            self.committed.update({mq: off for mq, off in offsets.items() if mq not in failed})
+        log.info("group %s: offsets of %d queues committed %s", self.group, len(offsets) - len(failed), why)
         if self.measure_lag:
             self._measure({mq: off for mq, off in offsets.items() if mq not in failed})
 
