@@ -15,7 +15,9 @@ Facts this relies on, read from the broker's sources and checked here:
 - ``rocketmq.home.dir`` must be set, and each role is told its own logback file
   (``rmq.<role>.logback.xml``, shipped in the role's jar) or it loads the proxy's;
 - a broker also listens on listenPort-2 (the "fast" remoting port) and on its HA port, which
-  binds every interface: all three must be free, and listenPort is never 0;
+  binds every interface: all three must be free, and listenPort is never 0; 4.9.x ignores
+  ``haListenPort`` and always takes listenPort+1 (``BrokerStartup`` sets it after reading the
+  config);
 - the listen and fast ports bind ``bindAddress`` (the fast port's server config is a clone of
   the main one), the HA port ignores it (DefaultHAService binds the port alone); the broker
   registers and stamps records with ``brokerIP1:listenPort``, so a proxy in front of it must
@@ -31,6 +33,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -126,12 +129,21 @@ def pom_of(name: str, deps: list[tuple[str, str, str]]) -> str:
             f"<version>1</version><packaging>pom</packaging><dependencies>{body}</dependencies></project>\n")
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port(host: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
-    """A port free on ``host`` and on every interface (some RocketMQ sockets bind 0.0.0.0)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
+    """A port free on ``host`` and on every interface (some RocketMQ sockets bind 0.0.0.0),
+    below the kernel's ephemeral range: outgoing connections take their local ports from that
+    range, so a port picked there can be taken by one before the JVM binds it."""
+    low = min(_ephemeral_low(), 60000)
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(max(1030, low - 12000), low - 1)
         if avoid and port in avoid:
             continue
         if _bindable(port):
@@ -150,11 +162,13 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _broker_port(avoid: set[int]) -> int:
-    """A listen port L with L-2 (the broker's fast remoting port) free too."""
+def _broker_port(avoid: set[int], ha_next: bool = False) -> int:
+    """A listen port L with L-2 (the broker's fast remoting port) free too, and L+1 when the
+    broker takes its HA port there whatever it is told (``ha_next``: 4.9.x)."""
     for _ in range(200):
         port = _free_port(avoid=avoid)
-        if port > 1026 and port - 2 not in avoid and _bindable(port - 2):
+        neighbours = [port - 2] + ([port + 1] if ha_next else [])
+        if all(n not in avoid and _bindable(n) for n in neighbours):
             return port
     raise RuntimeError("no free broker port pair found")
 
@@ -329,10 +343,12 @@ class RealRocketMQ:
         ``broker_port`` before the broker runs, e.g. to put a proxy on it)."""
         taken: set[int] = set()
         for name in ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port"):
-            if not getattr(self, name):
-                port = _broker_port(taken) if name == "broker_port" else _free_port(avoid=taken)
+            if name == "ha_port" and self.is_4x:
+                self.ha_port = self.broker_port + 1  # 4.9.x binds it there whatever it is told
+            elif not getattr(self, name):
+                port = _broker_port(taken, ha_next=self.is_4x) if name == "broker_port" else _free_port(avoid=taken)
                 setattr(self, name, port)
-            taken |= {getattr(self, name), getattr(self, name) - 2}
+            taken |= {getattr(self, name), getattr(self, name) - 2, getattr(self, name) + 1}
 
     def start(self, timeout_s: float = 120) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
