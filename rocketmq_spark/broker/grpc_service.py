@@ -38,8 +38,9 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
-from .broker import Broker, message_type
+from .broker import Broker
 from .errors import SendRejected
+from .send import message_type
 from .state import TopicConfig
 from .store import tag_filter
 
@@ -314,7 +315,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                     props.setdefault("PGROUP", grpc_producer_group(topic))
             raw = [(body, encode_properties(props), 0) for _, body, props in items]
             try:
-                acc = self.broker.put_messages(topic, queue, raw, sys_flag=sys_flag, born_ts=born_ms,
+                acc = self.broker.sends.put_messages(topic, queue, raw, sys_flag=sys_flag, born_ts=born_ms,
                                                born_host=born_host)
             except SendRejected as exc:
                 refused = _status(_CODES.get(exc.code, pb.INTERNAL_SERVER_ERROR), exc.remark)
@@ -398,7 +399,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         mq = request.message_queue
         if not request.group.name or not mq.topic.name or request.offset < 0:
             return pb.UpdateOffsetResponse(status=_status(pb.BAD_REQUEST, "group, topic and offset >= 0 are needed"))
-        outcome = self.broker.commit_offset(mq.topic.name, request.group.name, mq.id, request.offset,
+        outcome = self.broker.groups.commit_offset(mq.topic.name, request.group.name, mq.id, request.offset,
                                             _peer_address(context))
         if outcome is not None:
             code, why = outcome
@@ -415,26 +416,25 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
     async def PullMessage(self, request: pb.PullMessageRequest, context: Any) -> AsyncIterator[pb.PullMessageResponse]:
         mq = request.message_queue
         topic, queue, group = mq.topic.name, mq.id, request.group.name
-        refused = self.broker.pull_refusal(topic, queue, group)  # the same rules as a remoting pull
+        refused = self.broker.pulls.refusal(topic, queue, group)  # the same rules as a remoting pull
         bad = _status(_CODES.get(refused[0], pb.BAD_REQUEST), refused[1]) if refused is not None else None
         if bad is None:
             bad, sub = self._filter(request.filter_expression)
         if bad is not None:
             yield pb.PullMessageResponse(status=bad)
             return
-        reset = self.broker.take_pull_reset(topic, queue, group)
+        reset = self.broker.groups.take_pull_reset(topic, queue, group)
         if reset is not None:  # a server-side reset of the group: its next pull moves there
             yield pb.PullMessageResponse(status=_status(pb.ILLEGAL_OFFSET, f"the group's offset was reset to {reset}"))
             yield pb.PullMessageResponse(next_offset=reset)
             return
-        cfg = self.broker.config
-        count = max(1, min(request.batch_size or 32, cfg.max_pull_messages))
-        matches = tag_filter(sub)
-        res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, matches)
-        wait_ms = min(millis(request.long_polling_timeout), cfg.max_suspend_ms)
+        pulls = self.broker.pulls
+        count = request.batch_size or 32
+        res = pulls.get(topic, queue, request.offset, count, sub)
+        wait_ms = min(millis(request.long_polling_timeout), self.broker.config.max_suspend_ms)
         if res.status == "NO_NEW" and wait_ms > 0:
-            await self.broker.wait_for_messages(topic, (queue,), wait_ms / 1000.0)
-            res = self.broker.store.get(topic, queue, request.offset, count, cfg.max_pull_bytes, matches)
+            await pulls.wait_for_messages(topic, (queue,), wait_ms / 1000.0)
+            res = pulls.get(topic, queue, request.offset, count, sub)
         if res.status == "FOUND":
             yield pb.PullMessageResponse(status=_status(pb.OK))
             for block in res.records:
@@ -529,7 +529,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         sub = "*"
         if not group:
             bad = _status(pb.ILLEGAL_CONSUMER_GROUP, "a consumer group is required")
-        elif not self.broker.knows_group(group):
+        elif not self.broker.groups.knows(group):
             bad = _status(pb.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group!r} does not exist")
         elif cfg is None:
             bad = _status(pb.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
@@ -554,7 +554,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
                 break
             lapse = min((e.deadline for p in state.unacked.values() for e in p.values()), default=None)
             wait = left if lapse is None else max(0.0, min(left, lapse - time.monotonic()))
-            await self.broker.wait_for_messages(topic, range(queues), wait)
+            await self.broker.pulls.wait_for_messages(topic, range(queues), wait)
         if not msgs:
             yield pb.ReceiveMessageResponse(status=_status(pb.MESSAGE_NOT_FOUND, "no new message"))
             return
@@ -618,9 +618,9 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         res = self.broker.store.get(topic, entry.queue_id, entry.offset, 1, 1 << 30)
         if res.status == "FOUND":
             rec = next(iter(iter_records(res.records[0])))
-            dlq = self.broker.dead_letter_topic_of(group)
+            dlq = self.broker.groups.dead_letter_topic_of(group)
             props = dict(rec.properties, RETRY_TOPIC=topic, ORIGIN_MESSAGE_ID=rec.msg_id)
-            self.broker.put_messages(dlq, 0, [(rec.body, encode_properties(props), rec.flag)],
+            self.broker.sends.put_messages(dlq, 0, [(rec.body, encode_properties(props), rec.flag)],
                                      sys_flag=rec.sys_flag, born_ts=rec.born_timestamp,
                                      born_host=self.broker.pack_peer(rec.born_host))
         self._ack(group, topic, state, entry)

@@ -50,7 +50,7 @@ def test_offset_ranges_fall_back_to_per_queue_requests(topic: str) -> None:
     with EmbeddedBroker() as mq_broker:
         server = mq_broker._server.broker
         assert server is not None
-        del server.handlers[RequestCode.GET_TOPIC_STATS_INFO]  # like a broker without the admin request
+        del server.remoting.handlers[RequestCode.GET_TOPIC_STATS_INFO]  # like a broker without the admin request
         c = RemotingClient(mq_broker.namesrv_addr)
         try:
             qs = _load(c, topic, 6)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from rocketmq_spark.broker import broker as broker_mod
 from rocketmq_spark.broker import connection as connection_mod
+from rocketmq_spark.broker import send as send_mod
 from rocketmq_spark.broker.broker import Broker
 from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.broker.connection import Connection
@@ -154,12 +154,12 @@ def test_requests_that_arrive_together_are_stored_and_answered_as_one_by_one(tmp
     sends.append(_half(501, "NO SUCH TOPIC", 0, 501))  # refused, the others stored
 
     answers: dict[str, list[RemotingCommand]] = {}
-    appending = broker_mod.needs_parsing
+    appending = send_mod.needs_parsing
     for name, b in brokers.items():
         # the one-by-one broker builds half properties as a map, the other appends them
-        monkeypatch.setattr(broker_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
+        monkeypatch.setattr(send_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
         answers[name] = _feed(b, sends, together=name == "together")
-    monkeypatch.setattr(broker_mod, "needs_parsing", appending)
+    monkeypatch.setattr(send_mod, "needs_parsing", appending)
 
     halves = [(int(a.ext_fields["queueOffset"]), offset_of_msg_id(a.ext_fields["msgId"]))
               for a in answers["alone"] if a.code == ResponseCode.SUCCESS and "msgId" in a.ext_fields]
@@ -220,12 +220,12 @@ def test_half_header_fields_missing_empty_or_malformed_in_a_run(tmp_path: Path,
                 req.ext_fields[key] = value
         sends.append(req)
     answers = {}
-    appending = broker_mod.needs_parsing
+    appending = send_mod.needs_parsing
     for name in ("alone", "together"):
         b = Broker(BrokerConfig(data_dir=str(tmp_path / name)), "127.0.0.1:10911")
         b.create_topic("TX_A", 4)
         # the one-by-one broker builds half properties as a map, the other appends them
-        monkeypatch.setattr(broker_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
+        monkeypatch.setattr(send_mod, "needs_parsing", (lambda p: True) if name == "alone" else appending)
         answers[name] = [(a.opaque, a.code, a.remark, a.ext_fields)
                          for a in _feed(b, sends, together=name == "together")]
         b.store.commitlog.close()
