@@ -151,7 +151,11 @@ def test_pull_semantics_not_found_illegal_offset_and_long_polling(broker, client
     assert [m.body for m in only_a.messages] == [b"p0", b"p2"] and only_a.next_offset == 3
     # a long-polling pull wakes up when a message arrives (well before its timeout)
     pending = gclient.pull_async(mq, 3, 10, suspend_ms=20_000)
-    time.sleep(0.3)
+    pulls = broker._server.broker.pulls
+    deadline = time.monotonic() + 10
+    while not pulls._waiters.get((topic, mq.queue_id)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the broker holds the pull: the message below must wake it
+    assert pulls._waiters.get((topic, mq.queue_id)), "the pull was never suspended on the broker"
     t0 = time.monotonic()
     client.send(mq, b"late")
     res = gclient.pull_result(mq, pending)

@@ -216,13 +216,17 @@ def test_a_cancelled_flush_round_finishes_before_the_next_one_starts(tmp_path) -
 
     running = 0
     overlaps = 0
+    rounds = 0
     lock = threading.Lock()
+    inside = threading.Event()
 
     def slow_job() -> None:
-        nonlocal running, overlaps
+        nonlocal running, overlaps, rounds
         with lock:
             running += 1
+            rounds += 1
             overlaps += running > 1
+        inside.set()
         time.sleep(0.3)
         with lock:
             running -= 1
@@ -233,9 +237,11 @@ def test_a_cancelled_flush_round_finishes_before_the_next_one_starts(tmp_path) -
         flusher = Flusher(store, ConsumerOffsets(str(tmp_path / "config")), sync=False, interval_s=0.01,
                           extra=[slow_job])
         flusher.start()
-        await asyncio.sleep(0.1)  # the periodic round is inside slow_job now
+        # until a periodic round is inside slow_job: stop() must cancel it mid-job
+        assert await asyncio.to_thread(inside.wait, 10), "no flush round ran"
         await flusher.stop()  # cancels it, then runs the final round
         store.close()
 
     asyncio.run(scenario())
+    assert rounds >= 2  # the cancelled round and the final one
     assert overlaps == 0
