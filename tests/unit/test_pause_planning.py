@@ -15,6 +15,7 @@ from test_reader_planning import FakeClient, Q, _planner
 from test_retry_budget import Clock, fake_clock
 
 import rocketmq_spark.client.retry as retry
+import rocketmq_spark.source.availability as availability
 import rocketmq_spark.source.reader as reader
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import BrokerUnavailableError, RequestTimeoutError
@@ -89,7 +90,7 @@ def test_a_paused_broker_fails_the_query_within_the_bound_plus_one_request_timeo
     end = _trigger(p, end)
     client.paused = True
     paused_at = clock.t
-    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source"):
         with pytest.raises(BrokerUnavailableError) as failed:
             for _ in range(10_000):
                 assert _trigger(p, end) == end  # broker-b's queues wait at their offsets
@@ -98,7 +99,7 @@ def test_a_paused_broker_fails_the_query_within_the_bound_plus_one_request_timeo
     took = clock.t - paused_at
     # was: 80 s of find_resets per trigger (a 10 s wait per queue after the retries), and the
     # wait counted from after them: 181 s with a 30 s bound
-    assert took <= down_ms / 1000 + TIMEOUT_S + reader._REPROBE_S + 1, took
+    assert took <= down_ms / 1000 + TIMEOUT_S + availability.REPROBE_S + 1, took
     msg = str(failed.value)
     assert "broker broker-b" in msg and B_ADDR in msg and "query offset of group" in msg, msg
     # a broker known to be down is asked again once, not through a chain of request timeouts

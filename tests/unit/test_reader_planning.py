@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-import rocketmq_spark.source.reader as reader
+import rocketmq_spark.source.availability as availability
+import rocketmq_spark.source.data_loss as data_loss
 from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
@@ -281,17 +282,17 @@ def test_a_down_broker_is_warned_about_once_per_interval_not_every_trigger(monke
     p = _planner(client, brokerDownTimeoutMs="60000")
     client.down = True
     end = {a0: 0, b0: 0}
-    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source"):
         for _ in range(50):  # triggers milliseconds apart
             end = p.next_end(end, ReadAllAvailable())
             clock[0] += 0.01
         assert caplog.text.count("broker broker-b unavailable") == 1
-        clock[0] += reader_mod._WARN_EVERY_S
+        clock[0] += availability.WARN_EVERY_S
         p.next_end(end, ReadAllAvailable())
         assert caplog.text.count("broker broker-b unavailable") == 2
         # back: said once, and a later outage is warned about at once
         client.down = False
-        clock[0] += reader_mod._REPROBE_S
+        clock[0] += availability.REPROBE_S
         p.next_end(end, ReadAllAvailable())
         assert "broker-b answers again" in caplog.text
         client.down = True
@@ -702,7 +703,7 @@ def test_a_broker_down_at_a_restarts_first_look_is_compared_with_the_checkpoint_
     p.find_resets(checkpoint, fail=False)
     assert p.follow_resets(checkpoint) == {}
     down[0] = False
-    p._probed.clear()  # asked again (a down broker is probed every few seconds)
+    p.availability._probed.clear()  # asked again (a down broker is probed every few seconds)
     p.find_resets(checkpoint)
     assert p.follow_resets(checkpoint) == {b0: 7}
 
@@ -752,7 +753,7 @@ def test_on_offset_reset_fail_ignores_a_pushed_reset_of_queues_it_does_not_read(
         def close(self) -> None:
             pass
 
-    p._member = Pushed()  # type: ignore[assignment]
+    p.membership._member = Pushed()  # type: ignore[assignment]
     p.find_resets(end)
     assert p.follow_resets(end) == {}
 
@@ -782,7 +783,7 @@ def _stream(client: FakeClient, **opts: str) -> Any:
     base.update(opts)
     r = RocketMQStreamReader(ReaderOptions.parse(base, stream=True))
     r.planner = Planner(r.planner.options, client)  # type: ignore[arg-type]
-    r.planner._group_checked = r.planner._joined = True
+    r.planner.membership._checked = r.planner.membership._joined = True
     return r
 
 
@@ -805,7 +806,7 @@ def test_with_fail_on_data_loss_false_a_lost_queue_is_read_again_from_its_earlie
 
     c = FakeClient({Q(0): (0, 5)})
     p = _planner(c, failOnDataLoss="false")
-    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source"):
         assert p.check_data_loss({Q(0): 120}) == {Q(0): 0}
     assert "t/broker-a:0" in caplog.text and "next offset is 120" in caplog.text and "[0, 5)" in caplog.text
     assert p.take_restarts() == {Q(0): 0} and p.take_restarts() == {}
@@ -895,7 +896,7 @@ def test_a_broker_that_was_down_is_compared_even_when_it_answers_again_only_in_p
     end = p.next_end(p.check_data_loss(end), ReadAllAvailable())
     c.down = False
     c.ranges[b0], c.era[b0] = (0, 30), 1  # back with a new store, already past offset 10
-    clock[0] += reader_mod._REPROBE_S - 0.5
+    clock[0] += availability.REPROBE_S - 0.5
     start = p.check_data_loss(end)  # not re-probed yet
     assert start == end
     clock[0] += 1.0
@@ -945,7 +946,7 @@ def test_marks_gone_by_retention_are_taken_again_and_compare_nothing() -> None:
     c.ranges[a0] = (150, 200)  # retention passed the mark; the query stands at 100: data loss of its own
     c.epochs = {"broker-a": ("127.0.0.1:10911", 2)}
     pf = _planner(c, failOnDataLoss="false")
-    pf._marks, pf._epochs = dict(p._marks), dict(p._epochs)
+    pf.data_loss._marks, pf.data_loss._epochs = dict(p.data_loss._marks), dict(p.data_loss._epochs)
     begin = pf.check_data_loss(end)
     assert begin == {a0: 150} and pf.take_restarts() == {}  # retention's skip, not a lost store
     pf.next_end(begin, ReadAllAvailable())
@@ -1043,7 +1044,7 @@ def test_a_restarted_queue_that_cannot_be_marked_is_read_unmarked_after_the_boun
     c.ranges, c.era, c.down = {a0: (0, 7)}, {a0: 1}, {a0}
     e2 = r.latestOffset(e1, ReadAllAvailable())
     assert _ranges(r, e1, e2) == []
-    monkeypatch.setattr(reader, "_UNMARKED_HOLD_S", 0.0)
+    monkeypatch.setattr(data_loss, "UNMARKED_HOLD_S", 0.0)
     e3 = r.latestOffset(e2, ReadAllAvailable())
     assert _ranges(r, e2, e3) == [(0, 0, 7)]
     assert "could not be marked" in caplog.text and "read on unmarked" in caplog.text
@@ -1099,7 +1100,7 @@ def test_a_query_restarted_after_a_crash_the_broker_did_not_see_is_not_refused(c
     host = socket.gethostname()
     dead = f"rocketmq-spark@{host}@{_gone_pid()}@7f00"
     p = _planner(ListedClient({Q(0): (0, 10)}, {"broker-b": [dead]}), startingOffsets="earliest")
-    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.reader"):
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source"):
         p.check_group()
     assert dead in caplog.text and "gone" in caplog.text
     live = "10.0.0.9@4242"

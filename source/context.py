@@ -1,0 +1,60 @@
+"""What every part of one query's planning shares: its options, its client and the consumer
+group's offsets on the brokers, each opened on first use (the planning process gets a pickled
+copy of the reader: sockets open there, never in ``__init__``, and are never pickled)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..checkpoints import BrokerOffsetStore
+from ..checkpoints.offset_store import RETRY_AFTER_S
+from ..client import BrokerClient, ClientConfig, connect
+from ..errors import OptionError
+from .options import ReaderOptions
+
+__all__ = ["QueryContext", "client_config"]
+
+
+def client_config(broker_down_timeout_ms: int) -> ClientConfig:
+    """The config of a reader's clients (planner and tasks): a call's retries end within
+    brokerDownTimeoutMs, the bound of the reader's own wait for a broker that does not answer."""
+    base = ClientConfig()
+    return ClientConfig(retry_budget_s=min(base.retry_budget_s, broker_down_timeout_ms / 1000))
+
+
+class QueryContext:
+    """A query's options, client and group offset store (see the module's docstring)."""
+
+    def __init__(self, options: ReaderOptions, client: BrokerClient | None = None) -> None:
+        self.options = options
+        self._client = client
+        self._store: BrokerOffsetStore | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        state["_store"] = None
+        return state
+
+    @property
+    def client(self) -> BrokerClient:
+        """The query's client, connected on first use."""
+        if self._client is None:
+            o = self.options
+            self._client = connect(o.namesrv_addr, o.endpoints, client_config(o.broker_down_timeout_ms),
+                                   credentials=o.credentials)
+        return self._client
+
+    @property
+    def store(self) -> BrokerOffsetStore:
+        """The consumer group's offsets on the brokers; OptionError without a consumerGroup."""
+        if self._store is None:
+            if not self.options.consumer_group:
+                raise OptionError("consumerGroup", None, "required to read or commit a group's offsets")
+            self._store = BrokerOffsetStore(self.client, self.options.consumer_group, retry_after_s=RETRY_AFTER_S)
+        return self._store
+
+    @property
+    def opened_store(self) -> BrokerOffsetStore | None:
+        """The offset store when it is open (None: nothing to tell it)."""
+        return self._store
