@@ -21,14 +21,12 @@ from typing import Any
 
 from ..codec import pack_host
 from ..names import AUTO_CREATE_TOPIC, topic_problem
-from ..remoting.frame import RemotingCommand
 from .config import BrokerConfig
-from .connection import Connection, HandlerResult
+from .connection import Connection
 from .delayed import DelayedDelivery
 from .flusher import Flusher
 from .groups import ConsumerGroups
 from .pull import Pulls
-from .remoting_service import RemotingService
 from .send import Accepted, Sends, message_type
 from .state import (
     HALF_TOPIC,
@@ -49,9 +47,9 @@ __all__ = ["Accepted", "Broker", "message_type"]
 
 
 class Broker:
-    """One broker: its state, the operations on it by concept (:attr:`sends`, :attr:`pulls`,
-    :attr:`groups`, :attr:`transactions`, :attr:`delayed`) and its remoting handlers
-    (:attr:`remoting`)."""
+    """One broker: its state and the operations on it by concept (:attr:`sends`, :attr:`pulls`,
+    :attr:`groups`, :attr:`transactions`, :attr:`delayed`). The transports' services are over it
+    (:class:`.RemotingService`, :class:`.MessagingServicer`); it knows neither."""
 
     def __init__(self, config: BrokerConfig, advertised_addr: str) -> None:
         self.config = config
@@ -85,7 +83,6 @@ class Broker:
             self.topics.put(TopicConfig(AUTO_CREATE_TOPIC, 8, 8, 7))
         self.transactions.load()
         self.delayed.load()
-        self.remoting = RemotingService(self)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -119,14 +116,6 @@ class Broker:
                 log.exception("broker housekeeping failed")
 
     # -- connections ----------------------------------------------------------------
-
-    def dispatch(self, conn: Connection, req: RemotingCommand) -> HandlerResult:
-        """One remoting request (see :class:`.RemotingService`)."""
-        return self.remoting.dispatch(conn, req)
-
-    def dispatch_many(self, conn: Connection, reqs: list[RemotingCommand]) -> list[HandlerResult]:
-        """Remoting requests that arrived together (see :meth:`.RemotingService.dispatch_many`)."""
-        return self.remoting.dispatch_many(conn, reqs)
 
     def on_close(self, conn: Connection) -> None:
         self.groups.drop(conn)

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..codec import (
     PropertyKey,
@@ -33,13 +33,11 @@ from ..remoting.acl import verify_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import PROTOCOL_VERSION, SERIALIZE_JSON, RemotingCommand, send_success_frame, success_frame
 from ..remoting.route import loads_lenient
+from .broker import Broker
 from .connection import Connection, HandlerResult
 from .errors import SendRejected
 from .send import REGION, Accepted, Put, SendHeader
 from .state import TopicConfig
-
-if TYPE_CHECKING:  # the broker owns its service: a type only
-    from .broker import Broker
 
 log = logging.getLogger(__name__)
 

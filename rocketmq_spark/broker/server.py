@@ -29,6 +29,7 @@ from .config import BrokerConfig
 from .connection import Connection, ManyHandler
 from .namesrv import BrokerRegistration, NameServer
 from .outbound import request
+from .remoting_service import RemotingService
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class BrokerServer(_Listeners):
             namesrv = self.own_namesrv.namesrv
         self.namesrv = namesrv
         self.broker: Broker | None = None
+        #: the remoting request handlers over the broker
+        self.remoting: RemotingService | None = None
         self._grpc_server: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -164,6 +167,7 @@ class BrokerServer(_Listeners):
         self.broker_port = await self._listen(self.host, self.broker_port, "broker", self._dispatch, self._closed,
                                               self._dispatch_many)
         self.broker = Broker(self.config, self.broker_addr)
+        self.remoting = RemotingService(self.broker)
         if self.own_namesrv is not None:
             await self.own_namesrv.start()
         self.broker.on_topics_changed.append(self._topics_changed)
@@ -180,12 +184,12 @@ class BrokerServer(_Listeners):
                  f"{self.bind_addr})", self.grpc_endpoint or "off", self.namesrv_addr or "?", self.config.data_dir)
 
     def _dispatch(self, conn: Connection, req: Any) -> Any:
-        assert self.broker is not None
-        return self.broker.dispatch(conn, req)
+        assert self.remoting is not None
+        return self.remoting.dispatch(conn, req)
 
     def _dispatch_many(self, conn: Connection, reqs: list[Any]) -> list[Any]:
-        assert self.broker is not None
-        return self.broker.dispatch_many(conn, reqs)
+        assert self.remoting is not None
+        return self.remoting.dispatch_many(conn, reqs)
 
     def _closed(self, conn: Connection) -> None:
         if self.broker is not None:

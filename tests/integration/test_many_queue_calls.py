@@ -48,9 +48,9 @@ def test_group_offsets_written_and_read_many_at_once(client: RemotingClient, top
 
 def test_offset_ranges_fall_back_to_per_queue_requests(topic: str) -> None:
     with EmbeddedBroker() as mq_broker:
-        server = mq_broker._server.broker
+        server = mq_broker._server.remoting
         assert server is not None
-        del server.remoting.handlers[RequestCode.GET_TOPIC_STATS_INFO]  # like a broker without the admin request
+        del server.handlers[RequestCode.GET_TOPIC_STATS_INFO]  # like a broker without the admin request
         c = RemotingClient(mq_broker.namesrv_addr)
         try:
             qs = _load(c, topic, 6)

@@ -16,6 +16,7 @@ import pytest
 
 from rocketmq_spark.broker.broker import Broker
 from rocketmq_spark.broker.config import BrokerConfig
+from rocketmq_spark.broker.remoting_service import RemotingService
 from rocketmq_spark.codec import BatchEntry, SysFlag, decode_records, encode_batch
 from rocketmq_spark.codec.batch_kernels import offset_msg_ids, parse_batch
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
@@ -69,8 +70,8 @@ def _same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, requests: list[Remoti
     for req in requests:
         for b in (slow, fast):
             b.create_topic(req.ext_fields["b"], 4)
-        a = slow.remoting.send_message(_Peer(), req)  # type: ignore[arg-type]
-        f = fast.remoting.send_message(_Peer(), req)  # type: ignore[arg-type]
+        a = RemotingService(slow).send_message(_Peer(), req)  # type: ignore[arg-type]
+        f = RemotingService(fast).send_message(_Peer(), req)  # type: ignore[arg-type]
         assert isinstance(a, RemotingCommand) and isinstance(f, RemotingCommand)
         assert (a.code, a.remark, a.ext_fields) == (f.code, f.remark, f.ext_fields)
         answers.append(f)

@@ -18,6 +18,7 @@ from rocketmq_spark.broker import send as send_mod
 from rocketmq_spark.broker.broker import Broker
 from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.broker.connection import Connection
+from rocketmq_spark.broker.remoting_service import RemotingService
 from rocketmq_spark.broker.state import HALF_TOPIC
 from rocketmq_spark.codec import (
     PropertyKey,
@@ -59,7 +60,8 @@ class _Transport(asyncio.Transport):
 
 
 def _connected(b: Broker, *, together: bool) -> tuple[Connection, _Transport]:
-    conn = Connection(b.dispatch, lambda c: None, dispatch_many=b.dispatch_many if together else None)
+    service = RemotingService(b)
+    conn = Connection(service.dispatch, lambda c: None, dispatch_many=service.dispatch_many if together else None)
     t = _Transport()
     conn.connection_made(t)
     return conn, t

@@ -13,6 +13,7 @@ import pytest
 
 from rocketmq_spark.broker.broker import Broker
 from rocketmq_spark.broker.config import BrokerConfig
+from rocketmq_spark.broker.remoting_service import RemotingService
 from rocketmq_spark.codec import BatchEntry, TransactionType, encode_batch
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.frame import RemotingCommand
@@ -85,12 +86,12 @@ def _answer(b: Broker, path: str, case: tuple[str, str, int, bytes, str, str | N
     conn = _Conn()
     if path == "prepared run":  # with a good send beside it: the run takes the pipelined path
         reqs = [_request(path, 1, "T", 0, b"ok", "", None), _request(path, 2, topic, queue_id, body, props, bad)]
-        out = b.dispatch_many(conn, reqs)  # type: ignore[arg-type]
+        out = RemotingService(b).dispatch_many(conn, reqs)  # type: ignore[arg-type]
         first = out[0]
         assert isinstance(first, bytes) or first.code == ResponseCode.SUCCESS  # type: ignore[union-attr]
         got = out[1]
     else:
-        got = b.dispatch(conn, _request(path, 2, topic, queue_id, body, props, bad))  # type: ignore[arg-type]
+        got = RemotingService(b).dispatch(conn, _request(path, 2, topic, queue_id, body, props, bad))  # type: ignore[arg-type]
     if isinstance(got, (bytes, bytearray, memoryview)):  # a success frame written as it is
         return ResponseCode.SUCCESS, ""
     assert isinstance(got, RemotingCommand)
