@@ -10,12 +10,11 @@ import json
 import logging
 import os
 import random
-import re
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,16 +47,17 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
 from .connection import RemotingConnection, Reply
-from .contract import CheckHandler
-from .membership import GroupMember, GroupPresence, QueueStatus
+from .contract import CheckHandler, GroupPresence, QueueStatus
+from .membership import RemotingGroupMember
 from .retry import ClientConfig, bounded, may_retry, retrying
+from .tables import object_body, parse_offset_table, parse_running_info, parse_topic_stats
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
+__all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"]
 
 T = TypeVar("T")
 
@@ -68,6 +68,9 @@ _WINDOW = 256
 #: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
 #: 4.9.7 answers 407, 5.3.3 answers 479)
 _V5_0_0 = 413
+
+#: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
+_RESET_WAITS = "Offset has been previously reset"
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -623,7 +626,7 @@ class RemotingClient:
         for addr, queues in by_addr.items():
             resp = self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET),
                                f"consumer offset table (group {group!r})")
-            table = _object_body(resp.body, f"consumer offset table at {addr}").get("offsetTable") or {}
+            table = object_body(resp.body, f"consumer offset table at {addr}").get("offsetTable") or {}
             if not isinstance(table, dict):
                 raise ProtocolError(f"consumer offset table at {addr}: offsetTable is not an object")
             for mq in queues:
@@ -1111,8 +1114,9 @@ class RemotingClient:
     def join_group(self, group: str, subscriptions: dict[str, str],
                    running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
-        member is closed (see :mod:`.membership`)."""
-        member = GroupMember(self.namesrv_addrs, self.config, group, subscriptions, running_info)
+        member is closed (see :class:`~.membership.RemotingGroupMember`), over a client of its own."""
+        member = RemotingGroupMember(RemotingClient(self.namesrv_addrs, self.config), group, subscriptions,
+                                     running_info)
         member.start()
         return member
 
@@ -1141,7 +1145,7 @@ class RemotingClient:
                                operation=f"consumer list of group {group!r}")
         if not resp.body:
             return []
-        ids = _object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])
+        ids = object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])
         if not isinstance(ids, list):
             raise ProtocolError(f"consumer list of group {group!r} at {broker_addr}: consumerIdList is not a list")
         return [str(i) for i in ids]
@@ -1257,7 +1261,7 @@ class RemotingClient:
         """Broker name -> master address of every broker the name servers know."""
         resp = self._retrying(lambda: self._invoke_namesrv(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = _object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
+        table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
         if not isinstance(table, dict):
             raise ProtocolError("cluster info: brokerAddrTable is not an object")
         out: dict[str, str] = {}
@@ -1277,7 +1281,7 @@ class RemotingClient:
         resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "topic config list")
         if not resp.body:
             return {}
-        table = _object_body(resp.body, f"topic config list at {broker_addr}").get("topicConfigTable") or {}
+        table = object_body(resp.body, f"topic config list at {broker_addr}").get("topicConfigTable") or {}
         if not isinstance(table, dict):
             raise ProtocolError(f"topic config list at {broker_addr}: topicConfigTable is not an object")
         return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
@@ -1300,75 +1304,3 @@ class RemotingClient:
             out.update(parse_offset_table(resp.body, default_broker=b.broker_name))
         return out
 
-
-#: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
-_RESET_WAITS = "Offset has been previously reset"
-
-_MQ_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*(-?\d+)")
-
-
-def parse_offset_table(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, int]:
-    """``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:offset,...}}`` as fastjson
-    writes a ``Map<MessageQueue, Long>`` (object keys, not standard JSON) -> offsets."""
-    out: dict[MessageQueue, int] = {}
-    if not body:
-        return out
-    for m in _MQ_ENTRY.finditer(body.decode(errors="replace")):
-        try:
-            key = json.loads("{" + m.group(1) + "}")
-        except ValueError:
-            continue
-        if isinstance(key, dict) and "topic" in key and "queueId" in key:
-            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
-            out[mq] = int(m.group(2))
-    return out
-
-
-_STATS_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}")
-
-
-def _object_body(body: bytes | None, what: str) -> dict[str, Any]:
-    """A JSON object body (Java's lenient form accepted); anything else is a ProtocolError."""
-    try:
-        obj = loads_lenient(body or b"{}")
-    except ProtocolError as exc:
-        raise ProtocolError(f"{what}: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"{what}: the answer is a JSON {type(obj).__name__}, not an object")
-    return obj
-
-
-def _queue_maps(body: bytes | None, default_broker: str = "") -> Iterator[tuple[MessageQueue, dict[str, Any]]]:
-    """The entries of a fastjson ``Map<MessageQueue, Object>`` (object keys, not standard JSON:
-    ``{{"brokerName":..,"queueId":..,"topic":..}:{..},..}``) -> (queue, value); entries that do
-    not parse are left out."""
-    if not body:
-        return
-    for m in _STATS_ENTRY.finditer(body.decode(errors="replace")):
-        try:
-            key = json.loads("{" + m.group(1) + "}")
-            val = json.loads("{" + m.group(2) + "}")
-            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
-        except (ValueError, KeyError, TypeError, OverflowError):
-            continue
-        if isinstance(val, dict):
-            yield mq, val
-
-
-def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
-    """A TopicStatsTable (``{"offsetTable":{<queue>:{"maxOffset":..,"minOffset":..,..},..}}``)
-    -> (min, max) offsets per queue; entries that do not parse are left out."""
-    out: dict[MessageQueue, tuple[int, int]] = {}
-    for mq, val in _queue_maps(body, default_broker):
-        try:
-            out[mq] = (int(val["minOffset"]), int(val["maxOffset"]))
-        except (ValueError, KeyError, TypeError, OverflowError):
-            continue
-    return out
-
-
-def parse_running_info(body: bytes | None) -> dict[MessageQueue, dict[str, Any]]:
-    """The queues of a ConsumerRunningInfo body (``mqTable``, as
-    :meth:`~.membership.GroupMember.running_info_body` or a Java consumer writes it) -> queue ->
-    its ProcessQueueInfo fields."""
-    return dict(_queue_maps(body))
