@@ -46,11 +46,12 @@ from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
+from .admin import RemotingAdmin
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler, GroupPresence, QueueStatus
 from .membership import RemotingGroupMember
 from .retry import ClientConfig, bounded, may_retry, retrying
-from .tables import object_body, parse_offset_table, parse_running_info, parse_topic_stats
+from .tables import object_body, parse_topic_stats
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -126,9 +127,10 @@ def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
     return out
 
 
-class RemotingClient:
+class RemotingClient(RemotingAdmin):
     """Talks to name servers and brokers over the classic remoting protocol; a
-    :class:`~.contract.BrokerClient`.
+    :class:`~.contract.BrokerClient`, plus the admin calls of :class:`~.admin.RemotingAdmin`
+    (topics, groups, listings, resets) for tools.
 
     With credentials (``credentials=`` or ``config.credentials``; the argument wins) every
     request to name servers and brokers is signed (ACL 1.0). ``on_request`` gets the requests
@@ -352,6 +354,24 @@ class RemotingClient:
                 self._broker_addrs[b.broker_name] = b.master_addr
         return route
 
+    def cluster_brokers(self) -> dict[str, str]:
+        """Broker name -> master address of every broker the name servers know."""
+        resp = self._retrying(lambda: self._invoke_namesrv(
+            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
+        table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
+        if not isinstance(table, dict):
+            raise ProtocolError("cluster info: brokerAddrTable is not an object")
+        out: dict[str, str] = {}
+        for name, data in sorted(table.items()):
+            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
+            if not isinstance(addrs, dict):
+                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
+            addr = addrs.get("0")
+            if addr:
+                self._broker_addrs[name] = str(addr)
+                out[name] = str(addr)
+        return out
+
     def _lists_no_broker(self) -> bool:
         """Whether the name servers list no broker at all (:meth:`cluster_brokers`, one attempt;
         False when that cannot be told)."""
@@ -454,16 +474,6 @@ class RemotingClient:
             raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
                                         "it is in no route the name servers give now (stopped or restarting?)")
         return addr
-
-    def topic_list(self) -> list[str]:
-        """Every topic the name servers know, sorted."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list"))
-        obj = loads_lenient(resp.body)
-        topics = obj.get("topicList", []) if isinstance(obj, dict) else None
-        if not isinstance(topics, list):
-            raise ProtocolError(f"malformed topic list from the name server: {bytes(resp.body[:200])!r}")
-        return sorted(str(t) for t in topics)
 
     # -- broker operations ----------------------------------------------------------
 
@@ -806,50 +816,7 @@ class RemotingClient:
         recs = decode_records(res.body) if res.status == "FOUND" and res.body else []
         return recs[0].store_timestamp if recs else None
 
-    # -- admin and producing (tools, tests) ------------------------------------------
-
-    def create_topic(self, topic: str, queues: int = 4, *, broker_addr: str | None = None, perm: int = 6,
-                     message_type: str | None = None) -> None:
-        """Creates (or updates) ``topic`` on every broker (or ``broker_addr``). ``message_type``
-        (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets its ``message.type`` attribute: a 5.x
-        proxy takes only messages of the topic's type (NORMAL when unset)."""
-        addrs = [broker_addr] if broker_addr else self.broker_addrs()
-        ext = {"topic": topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": str(queues),
-               "writeQueueNums": str(queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
-               "topicSysFlag": "0", "order": "false"}
-        if message_type:
-            ext["attributes"] = f"+message.type={message_type}"
-        for addr in addrs:
-            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext),
-                        f"create topic {topic!r}")
-        self._routes.pop(topic, None)
-
-    def create_group(self, group: str, *, broker_addr: str | None = None) -> None:
-        """Creates consumer group ``group`` on every broker (or ``broker_addr``): brokers refuse
-        offset commits of a group they do not know, and create one by themselves only on its
-        first pull or heartbeat, with autoCreateSubscriptionGroup on (mqadmin updateSubGroup).
-        The body names the group only: brokers give every other setting its default."""
-        body = json.dumps({"groupName": group}).encode()
-        for addr in [broker_addr] if broker_addr else self.broker_addrs():
-            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
-                        f"create consumer group {group!r}")
-
-    def broker_addrs(self) -> list[str]:
-        """The master address of every broker the name servers know, by broker name."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        obj = loads_lenient(resp.body)
-        table = obj.get("brokerAddrTable", {}) if isinstance(obj, dict) else None
-        if not isinstance(table, dict) or not all(isinstance(d, dict) for d in table.values()):
-            raise ProtocolError(f"malformed cluster info from the name server: {bytes(resp.body[:200])!r}")
-        out = []
-        for name, data in sorted(table.items()):
-            addrs = data.get("brokerAddrs") or {}
-            addr = addrs.get("0") if isinstance(addrs, dict) else None
-            if addr:
-                self._broker_addrs[name] = addr
-                out.append(addr)
-        return out
+    # -- sending ------------------------------------------------------------------
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", *, producer_group: str = "rocketmq-spark",
              sys_flag: int = 0, flag: int = 0, born_ts: int | None = None) -> SendResult:
@@ -1244,63 +1211,3 @@ class RemotingClient:
                 if -(1 << 63) <= queue_offset < (1 << 63):
                     return Txn(mq.broker, mq.topic, queue_offset, commit_log_offset, msg_id)
         return self.transaction(self.send_results(mq, 1, answer)[0], msg_id)
-
-    # -- admin views (CLI tools) -----------------------------------------------------
-
-    def consumer_running_info(self, group: str, client_id: str, broker_addr: str) -> dict[MessageQueue, dict[str, Any]]:
-        """GET_CONSUMER_RUNNING_INFO through a broker the consumer is connected to (the broker
-        asks the consumer): its queues and what it says of each (ProcessQueueInfo: a Spark
-        query reports the end of its last planned batch as cachedMsgMaxOffset and what it has
-        processed as cachedMsgMinOffset)."""
-        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={
-            "consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}),
-            f"running info of consumer {client_id} of group {group!r}")
-        return parse_running_info(resp.body)
-
-    def cluster_brokers(self) -> dict[str, str]:
-        """Broker name -> master address of every broker the name servers know."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
-        if not isinstance(table, dict):
-            raise ProtocolError("cluster info: brokerAddrTable is not an object")
-        out: dict[str, str] = {}
-        for name, data in sorted(table.items()):
-            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
-            if not isinstance(addrs, dict):
-                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
-            addr = addrs.get("0")
-            if addr:
-                self._broker_addrs[name] = str(addr)
-                out[name] = str(addr)
-        return out
-
-    def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
-        """GET_ALL_TOPIC_CONFIG (21): the broker's topic table, topic -> its config
-        (``readQueueNums``, ``writeQueueNums``, ``perm``, ...)."""
-        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "topic config list")
-        if not resp.body:
-            return {}
-        table = object_body(resp.body, f"topic config list at {broker_addr}").get("topicConfigTable") or {}
-        if not isinstance(table, dict):
-            raise ProtocolError(f"topic config list at {broker_addr}: topicConfigTable is not an object")
-        return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
-
-    def reset_offset_by_timestamp(self, group: str, topic: str, timestamp_ms: int, *,
-                                  force: bool = True) -> dict[MessageQueue, int]:
-        """INVOKE_BROKER_TO_RESET_OFFSET (222) on every broker serving ``topic``: each queue's
-        offset of ``group`` becomes the first offset stored at/after ``timestamp_ms`` (the max
-        offset when none, or when ``timestamp_ms`` is -1). The brokers also tell the group's
-        connected consumers. Returns the offsets the brokers set."""
-        route = self.route(topic, refresh=True)
-        out: dict[MessageQueue, int] = {}
-        for b in route.broker_datas:
-            addr = b.master_addr
-            if not addr:
-                continue
-            resp = self.invoke(addr, RemotingCommand(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields={
-                "topic": topic, "group": group, "timestamp": str(timestamp_ms),
-                "isForce": "true" if force else "false"}), f"reset offsets of group {group!r} on topic {topic!r}")
-            out.update(parse_offset_table(resp.body, default_broker=b.broker_name))
-        return out
-
