@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..codec import (
     BatchEntry,
@@ -113,6 +113,20 @@ def _half_gone(code: int, remark: str | None) -> bool:
     store lost or replaced, or files deleted by retention)."""
     text = (remark or "").lower()
     return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
+
+
+def _every_answer(out: list[T | None], request: Callable[[int], tuple[str, str]]) -> list[T]:
+    """``out`` (one slot per request, in order) once every slot is filled. Callers match answers
+    to their requests by position, so a slot left empty (a connection that gave fewer answers
+    than requests, a path that forgot one) must not be dropped: the answers after it would go
+    to the wrong queues. ``request(i)``: (operation, address) of request ``i``, for the error."""
+    missing = [i for i, r in enumerate(out) if r is None]
+    if missing:
+        operation, address = request(missing[0])
+        raise RocketMQSparkError(f"{operation} at {address}: no answer kept for request {missing[0] + 1} of "
+                                 f"{len(out)} ({len(missing)} missing); none of the answers is used, as they "
+                                 "are matched to their requests by position")
+    return cast("list[T]", out)
 
 
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
@@ -562,7 +576,8 @@ class RemotingClient(RemotingAdmin):
                 inflight = [(i, addr, fut, sent) for i, fut in zip(chunk, futs)]
         for item in inflight:
             settle(*item)
-        return [r for r in out if r is not None]
+        return _every_answer(out, lambda i: (f"{operation} of {calls[i][0]}",
+                                             self._broker_addrs.get(calls[i][0].broker, "?")))
 
     @staticmethod
     def _raise_first(results: list[RemotingCommand | RocketMQSparkError]) -> list[RemotingCommand]:
@@ -899,7 +914,7 @@ class RemotingClient(RemotingAdmin):
                     f.set_exception(exc)
             for i, f in zip(idx, futs):
                 out[i] = f
-        return [f for f in out if f is not None]  # each was set: every index has its broker
+        return _every_answer(out, lambda i: (f"send to {sends[i][0]}", self._broker_addrs.get(sends[i][0].broker, "?")))
 
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
         self.check_sent(mq, count, resp)
