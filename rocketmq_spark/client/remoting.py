@@ -115,6 +115,15 @@ def _half_gone(code: int, remark: str | None) -> bool:
     return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
 
 
+def _failed_replies(exc: RocketMQSparkError, n: int) -> list[Reply]:
+    """``n`` replies already failed with ``exc``: requests that could not be written, settled
+    with the ones that were."""
+    out = [Reply() for _ in range(n)]
+    for reply in out:
+        reply.set_exception(exc)
+    return out
+
+
 def _every_answer(out: list[T | None], request: Callable[[int], tuple[str, str]]) -> list[T]:
     """``out`` (one slot per request, in order) once every slot is filled. Callers match answers
     to their requests by position, so a slot left empty (a connection that gave fewer answers
@@ -566,11 +575,7 @@ class RemotingClient(RemotingAdmin):
                         RemotingCommand(calls[i][1], ext_fields={**calls[i][2], "bname": calls[i][0].broker})
                         for i in chunk])
                 except ConnectionFailedError as exc:
-                    futs = []
-                    for _ in chunk:
-                        f = Reply()
-                        f.set_exception(exc)
-                        futs.append(f)
+                    futs = _failed_replies(exc, len(chunk))
                 for item in inflight:
                     settle(*item)
                 inflight = [(i, addr, fut, sent) for i, fut in zip(chunk, futs)]
@@ -909,9 +914,7 @@ class RemotingClient(RemotingAdmin):
             try:
                 futs = self._conn(addr, f"send to {sends[idx[0]][0]}").send_many(reqs)
             except RocketMQSparkError as exc:
-                futs = [Reply() for _ in idx]
-                for f in futs:
-                    f.set_exception(exc)
+                futs = _failed_replies(exc, len(idx))
             for i, f in zip(idx, futs):
                 out[i] = f
         return _every_answer(out, lambda i: (f"send to {sends[i][0]}", self._broker_addrs.get(sends[i][0].broker, "?")))
@@ -1012,35 +1015,40 @@ class RemotingClient(RemotingAdmin):
         for start in range(0, len(txns), chunk):
             if failed:
                 break
-            by_addr: dict[str, list[tuple[int, Txn]]] = {}
-            sent: list[tuple[int, Txn, Reply]] = []
-            for i in range(start, min(start + chunk, len(txns))):
-                t = txns[i]
-                try:
-                    by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append((i, t))
-                except RocketMQSparkError as exc:  # no route now: retried alone by settle
-                    no_route = Reply()
-                    no_route.set_exception(exc)
-                    sent.append((i, t, no_route))
-            for addr, its in by_addr.items():
-                reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
-                                                     commit_log_offset=t.commit_log_offset,
-                                                     queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit)
-                        for _, t in its]
-                try:
-                    futs = self._conn(addr, what).send_many(reqs)
-                except RocketMQSparkError as exc:
-                    futs = [Reply() for _ in its]
-                    for f in futs:
-                        f.set_exception(exc)
-                sent.extend((i, t, f) for (i, t), f in zip(its, futs))
-            pending.extend(sorted(sent, key=lambda x: x[0]))
+            part = txns[start:start + chunk]
+            replies = self._send_ends(part, commit=commit, producer_group=producer_group, what=what)
+            pending.extend((start + k, t, reply) for k, (t, reply) in enumerate(zip(part, replies)))
             if len(pending) > window:
                 settle_to(window - chunk)
         settle_to(0)
         if failed:
             raise failed[0]
         return gone
+
+    def _send_ends(self, txns: Sequence[Txn], *, commit: bool, producer_group: str, what: str) -> list[Reply]:
+        """END_TRANSACTION of each of ``txns`` without waiting, those for one broker written
+        together; one reply each, in order (failed where the request could not be written: a
+        broker in no route now, a connection that cannot be opened)."""
+        out: list[Reply | None] = [None] * len(txns)
+        by_addr: dict[str, list[int]] = {}
+        for k, t in enumerate(txns):
+            try:
+                by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append(k)
+            except RocketMQSparkError as exc:  # no route now: retried alone when settled
+                out[k] = _failed_replies(exc, 1)[0]
+        for addr, idx in by_addr.items():
+            reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
+                                                 commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
+                                                 msg_id=t.msg_id, commit=commit)
+                    for t in (txns[k] for k in idx)]
+            try:
+                futs = self._conn(addr, what).send_many(reqs)
+            except RocketMQSparkError as exc:
+                futs = _failed_replies(exc, len(idx))
+            for k, f in zip(idx, futs):
+                out[k] = f
+        return _every_answer(out, lambda k: (f"{what} ({txns[k].msg_id})",
+                                             self._broker_addrs.get(txns[k].broker, "?")))
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,

@@ -10,7 +10,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.client.connection import Reply
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import RocketMQSparkError
-from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.model import MessageQueue, Txn
 from rocketmq_spark.remoting.codes import ResponseCode
 from rocketmq_spark.remoting.frame import RemotingCommand
 
@@ -70,3 +70,13 @@ def test_every_send_with_an_answer_keeps_its_order() -> None:
     sends = [(mq, client.send_request(mq, [BatchEntry(b"x")])) for mq in QUEUES]
     answers = client.send_async_many(sends)
     assert [client.send_results(mq, 1, a.result(1))[0].queue for mq, a in zip(QUEUES, answers)] == QUEUES
+
+
+def test_an_end_of_a_transaction_without_an_answer_fails_naming_it_and_the_address() -> None:
+    txns = [Txn("broker-a", "T", i, 1000 + i, f"id-{i}") for i in range(3)]
+    progress: list[int] = []
+    assert _client(lose=0).end_transactions(txns, commit=True, on_progress=progress.append) == []
+    assert progress == [3]
+    with pytest.raises(RocketMQSparkError) as err:
+        _client(lose=1).end_transactions(txns, commit=True, on_progress=progress.append)
+    assert f"commit of transactions (id-2) at {BROKER_ADDR}" in str(err.value) and progress == [3]
