@@ -18,18 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..codec import BatchEntry, EncodedBatch
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue, PullResult, SendResult, Txn
-from .membership import GroupPresence, QueueStatus
 from .retry import ClientConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Answer", "BrokerClient", "CheckHandler"]
+__all__ = ["Answer", "BrokerClient", "CheckHandler", "GroupPresence", "QueueStatus", "ResetNotice"]
 
 
 class Answer(Protocol):
@@ -43,6 +43,37 @@ class Answer(Protocol):
 #: A transaction check-back: (the half message's properties, its message id) -> True to
 #: commit, False to roll back, None when not known yet (the broker asks again later).
 CheckHandler = Callable[[dict[str, str], str], "bool | None"]
+
+
+@dataclass(slots=True)
+class QueueStatus:
+    """A queue as the query sees it (next-offsets; -1 when not known yet): what a group member
+    answers a broker's GET_CONSUMER_RUNNING_INFO with (see :meth:`BrokerClient.join_group`)."""
+
+    planned: int = -1  # end of the last planned batch
+    processed: int = -1  # what Spark finished (what the query may commit)
+    committed: int = -1  # what the broker holds for the group, as the query last wrote or read it
+    last_planned_ms: int = 0
+    last_committed_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResetNotice:
+    """A broker's RESET_CONSUMER_CLIENT_OFFSET: the group's new offsets of one topic's queues
+    (next-offsets) and the time (epoch ms) they were computed for."""
+
+    offsets: dict[MessageQueue, int]
+    timestamp_ms: int
+    broker_addr: str
+
+
+class GroupPresence(Protocol):
+    """What a reader holds of its membership, whichever transport: the resets pushed to it
+    (oldest first, each once) and leaving the group."""
+
+    def take_resets(self) -> list[ResetNotice]: ...
+
+    def close(self) -> None: ...
 
 
 class BrokerClient(Protocol):

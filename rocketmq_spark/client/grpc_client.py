@@ -66,9 +66,9 @@ from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
-from .contract import CheckHandler
+from .contract import CheckHandler, GroupPresence, QueueStatus
 from .many import SequentialManyQueueCalls
-from .membership import HEARTBEAT_INTERVAL_S, GroupPresence, QueueStatus, ResetNotice
+from .membership import GrpcGroupMember
 from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
 
@@ -427,10 +427,29 @@ class GrpcClient(SequentialManyQueueCalls):
         the Java client's interval, NotifyClientTermination when closed. The protocol pushes no
         resets to a consumer (brokers reset on the server side: the reader finds them by the
         group's offsets changing) and has no running-info request, so ``running_info`` is not
-        asked."""
-        member = _GrpcMember(self, group, subscriptions)
+        asked (see :class:`~.membership.GrpcGroupMember`)."""
+        member = GrpcGroupMember(self, self.endpoints[self._index], group, subscriptions)
         member.start()
         return member
+
+    def consumer_session(self, group: str, subscriptions: dict[str, str], address: str) -> _Telemetry:
+        """A simple consumer's Telemetry stream to ``address`` (its settings name ``group`` and
+        ``subscriptions``), started: a group member's session."""
+        session = _Telemetry(self, address, [], None, consumer=(group, dict(subscriptions)))
+        session.start()
+        return session
+
+    def heartbeat_consumer(self, group: str, address: str) -> None:
+        """A simple consumer's Heartbeat of ``group`` to ``address``."""
+        req = pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER)
+        req.group.name = group
+        self._call(address, "Heartbeat", req, f"heartbeat of group {group!r}")
+
+    def notify_termination(self, group: str, address: str) -> None:
+        """NotifyClientTermination of ``group`` to ``address``: this client leaves the group."""
+        req = pb.NotifyClientTerminationRequest()
+        req.group.name = group
+        self._call(address, "NotifyClientTermination", req, f"leaving group {group!r}")
 
     def make_group_known(self, group: str, mq: MessageQueue, subscriptions: dict[str, str]) -> None:
         """One pull at the max offset (an empty answer): the broker creates the group on it."""
@@ -709,54 +728,6 @@ class GrpcClient(SequentialManyQueueCalls):
         self._telemetry = _Telemetry(self, addr, list(topics), on_check)
         self._telemetry.start()
         self._call(addr, "Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER), "heartbeat")
-
-
-class _GrpcMember:
-    """A running query's presence in its group over gRPC (see :meth:`GrpcClient.join_group`)."""
-
-    def __init__(self, client: GrpcClient, group: str, subscriptions: dict[str, str],
-                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
-        self.client = client
-        self.group = group
-        self.subscriptions = dict(subscriptions)
-        self.interval_s = interval_s
-        self.address = client.endpoints[client._index]
-        self._telemetry = _Telemetry(client, self.address, [], None, consumer=(group, self.subscriptions))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._telemetry.start()
-        self.heartbeat()
-        self._thread = threading.Thread(target=self._run, name=f"rocketmq-grpc-member-{self.group}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.heartbeat()
-
-    def heartbeat(self) -> None:
-        req = pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER)
-        req.group.name = self.group
-        try:
-            self.client._call(self.address, "Heartbeat", req, f"heartbeat of group {self.group!r}")
-        except RocketMQSparkError as exc:
-            log.info("heartbeat of group %s to %s failed: %s", self.group, self.address, exc)
-
-    def take_resets(self) -> list[ResetNotice]:
-        return []  # the 5.x protocol pushes none
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        req = pb.NotifyClientTerminationRequest()
-        req.group.name = self.group
-        try:
-            self.client._call(self.address, "NotifyClientTermination", req, f"leaving group {self.group!r}")
-        except RocketMQSparkError as exc:
-            log.info("termination notice of group %s to %s failed: %s", self.group, self.address, exc)
-        self._telemetry.close()
 
 
 class _Telemetry:

@@ -1,17 +1,25 @@
 """A running query as a member of its consumer group: what RocketMQ's consumers do to be seen
-by the brokers and their tools, done for a Spark query's planning side.
+by the brokers and their tools, done for a Spark query's planning side, over either transport.
+A client's :meth:`~.contract.BrokerClient.join_group` makes one of these two members:
 
-Over the classic protocol a member sends HEART_BEAT (its client id, CONSUME_ACTIVELY,
-CLUSTERING, one subscription per topic) to every broker serving its topics, again every
-``interval_s`` (the Java client's 30 s), UNREGISTER_CLIENT when closed; the brokers list it as
-an online consumer of the group (``mqadmin consumerConnection``) while its connection stays
-open. On that connection the brokers send it requests: RESET_CONSUMER_CLIENT_OFFSET (an
-operator reset the group's offsets: kept for :meth:`GroupMember.take_resets`) and
+:class:`RemotingGroupMember` (the classic protocol) sends HEART_BEAT (its client id,
+CONSUME_ACTIVELY, CLUSTERING, one subscription per topic) to every broker serving its topics,
+again every ``interval_s`` (the Java client's 30 s), UNREGISTER_CLIENT when closed; the brokers
+list it as an online consumer of the group (``mqadmin consumerConnection``) while its connection
+stays open. On that connection the brokers send it requests: RESET_CONSUMER_CLIENT_OFFSET (an
+operator reset the group's offsets: kept for :meth:`RemotingGroupMember.take_resets`) and
 GET_CONSUMER_RUNNING_INFO (answered from the ``running_info`` callback: what the query has
 planned, processed and committed, for ``mqadmin consumerStatus``).
 
+:class:`GrpcGroupMember` (the 5.x protocol) is a simple consumer's Telemetry session, a
+Heartbeat every ``interval_s`` and NotifyClientTermination when closed: listed, but the protocol
+pushes no resets and asks no running info.
+
+Each member reaches its transport through the calls it needs (:class:`RemotingGroupCalls`,
+:class:`GrpcGroupCalls`), so the transports import this module and not the other way round.
+
 Thread safety: the heartbeat runs on a daemon thread, broker requests arrive on the
-connections' reader threads; :meth:`GroupMember.take_resets` may be called from any thread.
+connections' reader threads; ``take_resets`` may be called from any thread.
 """
 
 from __future__ import annotations
@@ -22,20 +30,24 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..errors import RocketMQSparkError
 from ..model import MessageQueue
-from .retry import bounded
-
-if TYPE_CHECKING:
-    from .retry import ClientConfig
+from ..remoting.codes import RequestCode
+from ..remoting.frame import RemotingCommand
+from .connection import RemotingConnection
+from .contract import GroupPresence, QueueStatus, ResetNotice
+from .retry import ClientConfig, bounded
+from .tables import parse_offset_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupMember", "GroupPresence", "QueueStatus", "ResetNotice", "crashed_member"]
+# GroupPresence, QueueStatus and ResetNotice are the contract's; named here too, where a reader
+# of membership looks for them
+__all__ = ["GroupPresence", "GrpcGroupCalls", "GrpcGroupMember", "QueueStatus", "RemotingGroupCalls",
+           "RemotingGroupMember", "ResetNotice", "crashed_member"]
 
 #: Java's heartbeatBrokerInterval
 HEARTBEAT_INTERVAL_S = 30.0
@@ -73,71 +85,115 @@ def crashed_member(client_id: str) -> bool:
         return False
 
 
-@dataclass(frozen=True, slots=True)
-class ResetNotice:
-    """A broker's RESET_CONSUMER_CLIENT_OFFSET: the group's new offsets of one topic's queues
-    (next-offsets) and the time (epoch ms) they were computed for."""
+class RemotingGroupCalls(Protocol):
+    """What a :class:`RemotingGroupMember` uses of the remoting client it owns (a
+    :class:`~.remoting.RemotingClient`): its routes, consumer requests and identity, and the
+    hook that hands it the requests brokers send on the client's connections."""
 
-    offsets: dict[MessageQueue, int]
-    timestamp_ms: int
-    broker_addr: str
+    namesrv_addrs: list[str]
+    config: ClientConfig
+    on_request: Callable[[RemotingConnection, RemotingCommand], None] | None
 
+    @property
+    def client_id(self) -> str: ...
 
-class GroupPresence(Protocol):
-    """What a reader holds of its membership, whichever transport: the resets pushed to it
-    (oldest first, each once) and leaving the group."""
+    def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]: ...
 
-    def take_resets(self) -> list[ResetNotice]: ...
+    def broker_addr(self, broker: str, topic: str | None = None) -> str: ...
+
+    def heartbeat_consumer(self, group: str, client_id: str, broker_addr: str, subscriptions: dict[str, str], *,
+                           consume_type: str = ...) -> None: ...
+
+    def unregister_consumer(self, group: str, client_id: str, broker_addr: str, *,
+                            timeout_s: float | None = None) -> None: ...
+
+    def subscription_data(self, topic: str, expression: str) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
 
-@dataclass(slots=True)
-class QueueStatus:
-    """A queue as the query sees it (next-offsets; -1 when not known yet)."""
+class GrpcSession(Protocol):
+    """An open Telemetry stream, ended by :meth:`close`."""
 
-    planned: int = -1  # end of the last planned batch
-    processed: int = -1  # what Spark finished (what the query may commit)
-    committed: int = -1  # what the broker holds for the group, as the query last wrote or read it
-    last_planned_ms: int = 0
-    last_committed_ms: int = 0
+    def close(self) -> None: ...
 
 
-class GroupMember:
+class GrpcGroupCalls(Protocol):
+    """What a :class:`GrpcGroupMember` uses of the gRPC client (a
+    :class:`~.grpc_client.GrpcClient`, which builds the messages): one endpoint's simple-consumer
+    calls; each raises the call's error."""
+
+    def consumer_session(self, group: str, subscriptions: dict[str, str], address: str) -> GrpcSession:
+        """A Telemetry stream to ``address`` whose settings name a simple consumer of ``group``
+        with ``subscriptions``, open once the endpoint answered its settings (or a request
+        timeout passed)."""
+
+    def heartbeat_consumer(self, group: str, address: str) -> None:
+        """A simple consumer's Heartbeat of ``group``."""
+
+    def notify_termination(self, group: str, address: str) -> None:
+        """NotifyClientTermination: this client leaves ``group``."""
+
+
+class _Heartbeats:
+    """What both members do on a clock: a heartbeat now (on the caller's thread), then one every
+    ``interval_s`` on a daemon thread until :meth:`_stop_beating`."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def heartbeat(self) -> None:
+        raise NotImplementedError
+
+    def _start_beating(self, thread_name: str) -> None:
+        self.heartbeat()
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.heartbeat()
+
+    def _stop_beating(self) -> None:
+        """Stop the thread; a heartbeat under way is waited for up to 5 s."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+class RemotingGroupMember(_Heartbeats):
     """One query's membership of ``group`` on the brokers of ``subscriptions`` (topic -> tag
-    expression), over a :class:`~.remoting.RemotingClient` of its own, closed with the member:
-    its heartbeat thread shares no connection or route cache with the query's planning thread,
-    and the brokers send their requests on the connections it heartbeats on. ``running_info()``
-    returns the queues' :class:`QueueStatus`; it is called from a connection's reader thread."""
+    expression), over ``client``, a remoting client of its own that it takes over (the brokers'
+    requests on its connections come to the member) and closes with itself: its heartbeat thread
+    shares no connection or route cache with the query's planning thread, and the brokers send
+    their requests on the connections it heartbeats on. ``running_info()`` returns the queues'
+    :class:`QueueStatus`; it is called from a connection's reader thread."""
 
-    def __init__(self, namesrv_addrs: Sequence[str], config: ClientConfig, group: str, subscriptions: dict[str, str],
+    def __init__(self, client: RemotingGroupCalls, group: str, subscriptions: dict[str, str],
                  running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
                  interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
-        from .remoting import RemotingClient
-
-        self.client = RemotingClient(namesrv_addrs, config, on_request=self._on_request)
+        super().__init__(interval_s)
+        self.client = client
+        client.on_request = self._on_request
         self.group = group
         self.subscriptions = dict(subscriptions)
         self.running_info = running_info
-        self.interval_s = interval_s
-        self.client_id = f"{self.client.client_id}@{id(self):x}"
+        self.client_id = f"{client.client_id}@{id(self):x}"
         self.started_ms = int(time.time() * 1000)
         self._resets: list[ResetNotice] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._addrs: set[str] = set()
         #: brokers whose latest heartbeat failed (not answering: close does not wait for them)
         self._failing: set[str] = set()
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
         """One heartbeat round now (so the brokers list the query before its first batch),
         then one every ``interval_s`` on a daemon thread."""
-        self.heartbeat()
-        self._thread = threading.Thread(target=self._run, name=f"rocketmq-member-{self.group}", daemon=True)
-        self._thread.start()
+        self._start_beating(f"rocketmq-member-{self.group}")
 
     def close(self) -> None:
         """Stop the heartbeats and unregister from every broker (best effort, one attempt each,
@@ -145,9 +201,7 @@ class GroupMember:
         when its connection closes, and a query's stop must not wait on it). A heartbeat still
         under way when the wait for the thread ends sees the stop and unregisters where it
         registered."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._stop_beating()
         with self._lock:
             addrs = sorted(self._addrs - self._failing)
         for addr in addrs:
@@ -162,10 +216,6 @@ class GroupMember:
         except RocketMQSparkError as exc:
             log.info("unregister of group %s from %s failed (it drops us with the connection): %s",
                      self.group, addr, exc)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.heartbeat()
 
     def heartbeat(self) -> None:
         """HEART_BEAT to every broker serving the topics now (new brokers included)."""
@@ -200,14 +250,10 @@ class GroupMember:
             out, self._resets = self._resets, []
         return out
 
-    def _on_request(self, conn: Any, cmd: Any) -> None:
+    def _on_request(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """A broker's request on one of the member's connections (its heartbeats' channels)."""
-        from ..remoting.codes import RequestCode
-
         ext = cmd.ext_fields
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET and ext.get("group") == self.group:
-            from .remoting import parse_offset_table
-
             topic = ext.get("topic", "")
             offsets = {mq: off for mq, off in parse_offset_table(cmd.body).items() if mq.topic == topic}
             try:
@@ -255,3 +301,42 @@ class GroupMember:
         body = (f'{{"jstack":"","mqTable":{{{",".join(entries)}}},"properties":{json.dumps(props)},'
                 f'"statusTable":{{}},"subscriptionSet":{json.dumps(subs)}}}')
         return body.encode()
+
+
+class GrpcGroupMember(_Heartbeats):
+    """A running query's presence in ``group`` over gRPC, at one endpoint ``address`` of
+    ``client`` (see :meth:`~.grpc_client.GrpcClient.join_group`): heartbeats that fail are
+    logged, the next one is tried on time."""
+
+    def __init__(self, client: GrpcGroupCalls, address: str, group: str, subscriptions: dict[str, str], *,
+                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        super().__init__(interval_s)
+        self.client = client
+        self.address = address
+        self.group = group
+        self.subscriptions = dict(subscriptions)
+        self._session: GrpcSession | None = None
+
+    def start(self) -> None:
+        """Open the session, one heartbeat now, then one every ``interval_s`` on a daemon thread."""
+        self._session = self.client.consumer_session(self.group, self.subscriptions, self.address)
+        self._start_beating(f"rocketmq-grpc-member-{self.group}")
+
+    def heartbeat(self) -> None:
+        try:
+            self.client.heartbeat_consumer(self.group, self.address)
+        except RocketMQSparkError as exc:
+            log.info("heartbeat of group %s to %s failed: %s", self.group, self.address, exc)
+
+    def take_resets(self) -> list[ResetNotice]:
+        return []  # the 5.x protocol pushes none
+
+    def close(self) -> None:
+        """Stop the heartbeats, tell the endpoint (best effort) and end the session."""
+        self._stop_beating()
+        try:
+            self.client.notify_termination(self.group, self.address)
+        except RocketMQSparkError as exc:
+            log.info("termination notice of group %s to %s failed: %s", self.group, self.address, exc)
+        if self._session is not None:
+            self._session.close()

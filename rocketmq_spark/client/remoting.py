@@ -10,15 +10,14 @@ import json
 import logging
 import os
 import random
-import re
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..codec import (
     BatchEntry,
@@ -47,17 +46,19 @@ from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
 from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
+from .admin import RemotingAdmin
 from .connection import RemotingConnection, Reply
-from .contract import CheckHandler
-from .membership import GroupMember, GroupPresence, QueueStatus
+from .contract import CheckHandler, GroupPresence, QueueStatus
+from .membership import RemotingGroupMember
 from .retry import ClientConfig, bounded, may_retry, retrying
+from .tables import object_body, parse_topic_stats
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr", "parse_offset_table"]
+__all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"]
 
 T = TypeVar("T")
 
@@ -68,6 +69,9 @@ _WINDOW = 256
 #: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
 #: 4.9.7 answers 407, 5.3.3 answers 479)
 _V5_0_0 = 413
+
+#: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
+_RESET_WAITS = "Offset has been previously reset"
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -111,6 +115,29 @@ def _half_gone(code: int, remark: str | None) -> bool:
     return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
 
 
+def _failed_replies(exc: RocketMQSparkError, n: int) -> list[Reply]:
+    """``n`` replies already failed with ``exc``: requests that could not be written, settled
+    with the ones that were."""
+    out = [Reply() for _ in range(n)]
+    for reply in out:
+        reply.set_exception(exc)
+    return out
+
+
+def _every_answer(out: list[T | None], request: Callable[[int], tuple[str, str]]) -> list[T]:
+    """``out`` (one slot per request, in order) once every slot is filled. Callers match answers
+    to their requests by position, so a slot left empty (a connection that gave fewer answers
+    than requests, a path that forgot one) must not be dropped: the answers after it would go
+    to the wrong queues. ``request(i)``: (operation, address) of request ``i``, for the error."""
+    missing = [i for i, r in enumerate(out) if r is None]
+    if missing:
+        operation, address = request(missing[0])
+        raise RocketMQSparkError(f"{operation} at {address}: no answer kept for request {missing[0] + 1} of "
+                                 f"{len(out)} ({len(missing)} missing); none of the answers is used, as they "
+                                 "are matched to their requests by position")
+    return cast("list[T]", out)
+
+
 def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
     """``"h1:9876;h2:9876"`` (``,`` also accepted) -> ["h1:9876", "h2:9876"]; ValueError for
     an entry that is not host:port."""
@@ -123,9 +150,10 @@ def parse_namesrv_addr(value: str | Sequence[str]) -> list[str]:
     return out
 
 
-class RemotingClient:
+class RemotingClient(RemotingAdmin):
     """Talks to name servers and brokers over the classic remoting protocol; a
-    :class:`~.contract.BrokerClient`.
+    :class:`~.contract.BrokerClient`, plus the admin calls of :class:`~.admin.RemotingAdmin`
+    (topics, groups, listings, resets) for tools.
 
     With credentials (``credentials=`` or ``config.credentials``; the argument wins) every
     request to name servers and brokers is signed (ACL 1.0). ``on_request`` gets the requests
@@ -349,6 +377,24 @@ class RemotingClient:
                 self._broker_addrs[b.broker_name] = b.master_addr
         return route
 
+    def cluster_brokers(self) -> dict[str, str]:
+        """Broker name -> master address of every broker the name servers know."""
+        resp = self._retrying(lambda: self._invoke_namesrv(
+            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
+        table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
+        if not isinstance(table, dict):
+            raise ProtocolError("cluster info: brokerAddrTable is not an object")
+        out: dict[str, str] = {}
+        for name, data in sorted(table.items()):
+            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
+            if not isinstance(addrs, dict):
+                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
+            addr = addrs.get("0")
+            if addr:
+                self._broker_addrs[name] = str(addr)
+                out[name] = str(addr)
+        return out
+
     def _lists_no_broker(self) -> bool:
         """Whether the name servers list no broker at all (:meth:`cluster_brokers`, one attempt;
         False when that cannot be told)."""
@@ -452,16 +498,6 @@ class RemotingClient:
                                         "it is in no route the name servers give now (stopped or restarting?)")
         return addr
 
-    def topic_list(self) -> list[str]:
-        """Every topic the name servers know, sorted."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list"))
-        obj = loads_lenient(resp.body)
-        topics = obj.get("topicList", []) if isinstance(obj, dict) else None
-        if not isinstance(topics, list):
-            raise ProtocolError(f"malformed topic list from the name server: {bytes(resp.body[:200])!r}")
-        return sorted(str(t) for t in topics)
-
     # -- broker operations ----------------------------------------------------------
 
     def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
@@ -539,17 +575,14 @@ class RemotingClient:
                         RemotingCommand(calls[i][1], ext_fields={**calls[i][2], "bname": calls[i][0].broker})
                         for i in chunk])
                 except ConnectionFailedError as exc:
-                    futs = []
-                    for _ in chunk:
-                        f = Reply()
-                        f.set_exception(exc)
-                        futs.append(f)
+                    futs = _failed_replies(exc, len(chunk))
                 for item in inflight:
                     settle(*item)
                 inflight = [(i, addr, fut, sent) for i, fut in zip(chunk, futs)]
         for item in inflight:
             settle(*item)
-        return [r for r in out if r is not None]
+        return _every_answer(out, lambda i: (f"{operation} of {calls[i][0]}",
+                                             self._broker_addrs.get(calls[i][0].broker, "?")))
 
     @staticmethod
     def _raise_first(results: list[RemotingCommand | RocketMQSparkError]) -> list[RemotingCommand]:
@@ -623,7 +656,7 @@ class RemotingClient:
         for addr, queues in by_addr.items():
             resp = self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET),
                                f"consumer offset table (group {group!r})")
-            table = _object_body(resp.body, f"consumer offset table at {addr}").get("offsetTable") or {}
+            table = object_body(resp.body, f"consumer offset table at {addr}").get("offsetTable") or {}
             if not isinstance(table, dict):
                 raise ProtocolError(f"consumer offset table at {addr}: offsetTable is not an object")
             for mq in queues:
@@ -803,50 +836,7 @@ class RemotingClient:
         recs = decode_records(res.body) if res.status == "FOUND" and res.body else []
         return recs[0].store_timestamp if recs else None
 
-    # -- admin and producing (tools, tests) ------------------------------------------
-
-    def create_topic(self, topic: str, queues: int = 4, *, broker_addr: str | None = None, perm: int = 6,
-                     message_type: str | None = None) -> None:
-        """Creates (or updates) ``topic`` on every broker (or ``broker_addr``). ``message_type``
-        (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets its ``message.type`` attribute: a 5.x
-        proxy takes only messages of the topic's type (NORMAL when unset)."""
-        addrs = [broker_addr] if broker_addr else self.broker_addrs()
-        ext = {"topic": topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": str(queues),
-               "writeQueueNums": str(queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
-               "topicSysFlag": "0", "order": "false"}
-        if message_type:
-            ext["attributes"] = f"+message.type={message_type}"
-        for addr in addrs:
-            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext),
-                        f"create topic {topic!r}")
-        self._routes.pop(topic, None)
-
-    def create_group(self, group: str, *, broker_addr: str | None = None) -> None:
-        """Creates consumer group ``group`` on every broker (or ``broker_addr``): brokers refuse
-        offset commits of a group they do not know, and create one by themselves only on its
-        first pull or heartbeat, with autoCreateSubscriptionGroup on (mqadmin updateSubGroup).
-        The body names the group only: brokers give every other setting its default."""
-        body = json.dumps({"groupName": group}).encode()
-        for addr in [broker_addr] if broker_addr else self.broker_addrs():
-            self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body),
-                        f"create consumer group {group!r}")
-
-    def broker_addrs(self) -> list[str]:
-        """The master address of every broker the name servers know, by broker name."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        obj = loads_lenient(resp.body)
-        table = obj.get("brokerAddrTable", {}) if isinstance(obj, dict) else None
-        if not isinstance(table, dict) or not all(isinstance(d, dict) for d in table.values()):
-            raise ProtocolError(f"malformed cluster info from the name server: {bytes(resp.body[:200])!r}")
-        out = []
-        for name, data in sorted(table.items()):
-            addrs = data.get("brokerAddrs") or {}
-            addr = addrs.get("0") if isinstance(addrs, dict) else None
-            if addr:
-                self._broker_addrs[name] = addr
-                out.append(addr)
-        return out
+    # -- sending ------------------------------------------------------------------
 
     def send(self, mq: MessageQueue, body: bytes, properties: str = "", *, producer_group: str = "rocketmq-spark",
              sys_flag: int = 0, flag: int = 0, born_ts: int | None = None) -> SendResult:
@@ -924,12 +914,10 @@ class RemotingClient:
             try:
                 futs = self._conn(addr, f"send to {sends[idx[0]][0]}").send_many(reqs)
             except RocketMQSparkError as exc:
-                futs = [Reply() for _ in idx]
-                for f in futs:
-                    f.set_exception(exc)
+                futs = _failed_replies(exc, len(idx))
             for i, f in zip(idx, futs):
                 out[i] = f
-        return [f for f in out if f is not None]  # each was set: every index has its broker
+        return _every_answer(out, lambda i: (f"send to {sends[i][0]}", self._broker_addrs.get(sends[i][0].broker, "?")))
 
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
         self.check_sent(mq, count, resp)
@@ -1027,35 +1015,40 @@ class RemotingClient:
         for start in range(0, len(txns), chunk):
             if failed:
                 break
-            by_addr: dict[str, list[tuple[int, Txn]]] = {}
-            sent: list[tuple[int, Txn, Reply]] = []
-            for i in range(start, min(start + chunk, len(txns))):
-                t = txns[i]
-                try:
-                    by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append((i, t))
-                except RocketMQSparkError as exc:  # no route now: retried alone by settle
-                    no_route = Reply()
-                    no_route.set_exception(exc)
-                    sent.append((i, t, no_route))
-            for addr, its in by_addr.items():
-                reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
-                                                     commit_log_offset=t.commit_log_offset,
-                                                     queue_offset=t.queue_offset, msg_id=t.msg_id, commit=commit)
-                        for _, t in its]
-                try:
-                    futs = self._conn(addr, what).send_many(reqs)
-                except RocketMQSparkError as exc:
-                    futs = [Reply() for _ in its]
-                    for f in futs:
-                        f.set_exception(exc)
-                sent.extend((i, t, f) for (i, t), f in zip(its, futs))
-            pending.extend(sorted(sent, key=lambda x: x[0]))
+            part = txns[start:start + chunk]
+            replies = self._send_ends(part, commit=commit, producer_group=producer_group, what=what)
+            pending.extend((start + k, t, reply) for k, (t, reply) in enumerate(zip(part, replies)))
             if len(pending) > window:
                 settle_to(window - chunk)
         settle_to(0)
         if failed:
             raise failed[0]
         return gone
+
+    def _send_ends(self, txns: Sequence[Txn], *, commit: bool, producer_group: str, what: str) -> list[Reply]:
+        """END_TRANSACTION of each of ``txns`` without waiting, those for one broker written
+        together; one reply each, in order (failed where the request could not be written: a
+        broker in no route now, a connection that cannot be opened)."""
+        out: list[Reply | None] = [None] * len(txns)
+        by_addr: dict[str, list[int]] = {}
+        for k, t in enumerate(txns):
+            try:
+                by_addr.setdefault(self.broker_addr(t.broker, t.topic), []).append(k)
+            except RocketMQSparkError as exc:  # no route now: retried alone when settled
+                out[k] = _failed_replies(exc, 1)[0]
+        for addr, idx in by_addr.items():
+            reqs = [self.end_transaction_request(t.broker, producer_group=producer_group,
+                                                 commit_log_offset=t.commit_log_offset, queue_offset=t.queue_offset,
+                                                 msg_id=t.msg_id, commit=commit)
+                    for t in (txns[k] for k in idx)]
+            try:
+                futs = self._conn(addr, what).send_many(reqs)
+            except RocketMQSparkError as exc:
+                futs = _failed_replies(exc, len(idx))
+            for k, f in zip(idx, futs):
+                out[k] = f
+        return _every_answer(out, lambda k: (f"{what} ({txns[k].msg_id})",
+                                             self._broker_addrs.get(txns[k].broker, "?")))
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
@@ -1111,8 +1104,9 @@ class RemotingClient:
     def join_group(self, group: str, subscriptions: dict[str, str],
                    running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
-        member is closed (see :mod:`.membership`)."""
-        member = GroupMember(self.namesrv_addrs, self.config, group, subscriptions, running_info)
+        member is closed (see :class:`~.membership.RemotingGroupMember`), over a client of its own."""
+        member = RemotingGroupMember(RemotingClient(self.namesrv_addrs, self.config), group, subscriptions,
+                                     running_info)
         member.start()
         return member
 
@@ -1141,7 +1135,7 @@ class RemotingClient:
                                operation=f"consumer list of group {group!r}")
         if not resp.body:
             return []
-        ids = _object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])
+        ids = object_body(resp.body, f"consumer list of group {group!r} at {broker_addr}").get("consumerIdList", [])
         if not isinstance(ids, list):
             raise ProtocolError(f"consumer list of group {group!r} at {broker_addr}: consumerIdList is not a list")
         return [str(i) for i in ids]
@@ -1240,135 +1234,3 @@ class RemotingClient:
                 if -(1 << 63) <= queue_offset < (1 << 63):
                     return Txn(mq.broker, mq.topic, queue_offset, commit_log_offset, msg_id)
         return self.transaction(self.send_results(mq, 1, answer)[0], msg_id)
-
-    # -- admin views (CLI tools) -----------------------------------------------------
-
-    def consumer_running_info(self, group: str, client_id: str, broker_addr: str) -> dict[MessageQueue, dict[str, Any]]:
-        """GET_CONSUMER_RUNNING_INFO through a broker the consumer is connected to (the broker
-        asks the consumer): its queues and what it says of each (ProcessQueueInfo: a Spark
-        query reports the end of its last planned batch as cachedMsgMaxOffset and what it has
-        processed as cachedMsgMinOffset)."""
-        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields={
-            "consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}),
-            f"running info of consumer {client_id} of group {group!r}")
-        return parse_running_info(resp.body)
-
-    def cluster_brokers(self) -> dict[str, str]:
-        """Broker name -> master address of every broker the name servers know."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = _object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
-        if not isinstance(table, dict):
-            raise ProtocolError("cluster info: brokerAddrTable is not an object")
-        out: dict[str, str] = {}
-        for name, data in sorted(table.items()):
-            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
-            if not isinstance(addrs, dict):
-                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
-            addr = addrs.get("0")
-            if addr:
-                self._broker_addrs[name] = str(addr)
-                out[name] = str(addr)
-        return out
-
-    def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
-        """GET_ALL_TOPIC_CONFIG (21): the broker's topic table, topic -> its config
-        (``readQueueNums``, ``writeQueueNums``, ``perm``, ...)."""
-        resp = self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), "topic config list")
-        if not resp.body:
-            return {}
-        table = _object_body(resp.body, f"topic config list at {broker_addr}").get("topicConfigTable") or {}
-        if not isinstance(table, dict):
-            raise ProtocolError(f"topic config list at {broker_addr}: topicConfigTable is not an object")
-        return {str(k): dict(v) for k, v in table.items() if isinstance(v, dict)}
-
-    def reset_offset_by_timestamp(self, group: str, topic: str, timestamp_ms: int, *,
-                                  force: bool = True) -> dict[MessageQueue, int]:
-        """INVOKE_BROKER_TO_RESET_OFFSET (222) on every broker serving ``topic``: each queue's
-        offset of ``group`` becomes the first offset stored at/after ``timestamp_ms`` (the max
-        offset when none, or when ``timestamp_ms`` is -1). The brokers also tell the group's
-        connected consumers. Returns the offsets the brokers set."""
-        route = self.route(topic, refresh=True)
-        out: dict[MessageQueue, int] = {}
-        for b in route.broker_datas:
-            addr = b.master_addr
-            if not addr:
-                continue
-            resp = self.invoke(addr, RemotingCommand(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext_fields={
-                "topic": topic, "group": group, "timestamp": str(timestamp_ms),
-                "isForce": "true" if force else "false"}), f"reset offsets of group {group!r} on topic {topic!r}")
-            out.update(parse_offset_table(resp.body, default_broker=b.broker_name))
-        return out
-
-
-#: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
-_RESET_WAITS = "Offset has been previously reset"
-
-_MQ_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*(-?\d+)")
-
-
-def parse_offset_table(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, int]:
-    """``{"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:offset,...}}`` as fastjson
-    writes a ``Map<MessageQueue, Long>`` (object keys, not standard JSON) -> offsets."""
-    out: dict[MessageQueue, int] = {}
-    if not body:
-        return out
-    for m in _MQ_ENTRY.finditer(body.decode(errors="replace")):
-        try:
-            key = json.loads("{" + m.group(1) + "}")
-        except ValueError:
-            continue
-        if isinstance(key, dict) and "topic" in key and "queueId" in key:
-            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
-            out[mq] = int(m.group(2))
-    return out
-
-
-_STATS_ENTRY = re.compile(r"\{([^{}]*)\}\s*:\s*\{([^{}]*)\}")
-
-
-def _object_body(body: bytes | None, what: str) -> dict[str, Any]:
-    """A JSON object body (Java's lenient form accepted); anything else is a ProtocolError."""
-    try:
-        obj = loads_lenient(body or b"{}")
-    except ProtocolError as exc:
-        raise ProtocolError(f"{what}: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"{what}: the answer is a JSON {type(obj).__name__}, not an object")
-    return obj
-
-
-def _queue_maps(body: bytes | None, default_broker: str = "") -> Iterator[tuple[MessageQueue, dict[str, Any]]]:
-    """The entries of a fastjson ``Map<MessageQueue, Object>`` (object keys, not standard JSON:
-    ``{{"brokerName":..,"queueId":..,"topic":..}:{..},..}``) -> (queue, value); entries that do
-    not parse are left out."""
-    if not body:
-        return
-    for m in _STATS_ENTRY.finditer(body.decode(errors="replace")):
-        try:
-            key = json.loads("{" + m.group(1) + "}")
-            val = json.loads("{" + m.group(2) + "}")
-            mq = MessageQueue(str(key["topic"]), str(key.get("brokerName") or default_broker), int(key["queueId"]))
-        except (ValueError, KeyError, TypeError, OverflowError):
-            continue
-        if isinstance(val, dict):
-            yield mq, val
-
-
-def parse_topic_stats(body: bytes | None, *, default_broker: str = "") -> dict[MessageQueue, tuple[int, int]]:
-    """A TopicStatsTable (``{"offsetTable":{<queue>:{"maxOffset":..,"minOffset":..,..},..}}``)
-    -> (min, max) offsets per queue; entries that do not parse are left out."""
-    out: dict[MessageQueue, tuple[int, int]] = {}
-    for mq, val in _queue_maps(body, default_broker):
-        try:
-            out[mq] = (int(val["minOffset"]), int(val["maxOffset"]))
-        except (ValueError, KeyError, TypeError, OverflowError):
-            continue
-    return out
-
-
-def parse_running_info(body: bytes | None) -> dict[MessageQueue, dict[str, Any]]:
-    """The queues of a ConsumerRunningInfo body (``mqTable``, as
-    :meth:`~.membership.GroupMember.running_info_body` or a Java consumer writes it) -> queue ->
-    its ProcessQueueInfo fields."""
-    return dict(_queue_maps(body))

@@ -8,7 +8,7 @@ import pytest
 
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.client.remoting import parse_topic_stats
+from rocketmq_spark.client.tables import parse_topic_stats
 from rocketmq_spark.codec import BatchEntry, encode_properties
 from rocketmq_spark.errors import ConnectionFailedError
 from rocketmq_spark.model import MessageQueue
