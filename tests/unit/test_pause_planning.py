@@ -20,7 +20,8 @@ from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import BrokerUnavailableError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import _pulls
+from rocketmq_spark.source.queue_range import QueueRange
 
 TIMEOUT_S = 10.0
 B_ADDR = "127.0.0.1:10921"

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import _pulls
+from rocketmq_spark.source.queue_range import QueueRange
 
 MQ = MessageQueue("T", "broker-a", 0)
 

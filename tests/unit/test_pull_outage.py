@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import rocketmq_spark.source.reader as reader
+import rocketmq_spark.source.pull_loop as pull_loop
 from rocketmq_spark.errors import BrokerUnavailableError, ConnectionFailedError
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import _pulls
+from rocketmq_spark.source.queue_range import QueueRange
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -41,7 +42,7 @@ class FlakyBroker:
 
 @pytest.fixture(autouse=True)
 def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reader, "_OUTAGE_BACKOFF_S", (0.0, 0.0))
+    monkeypatch.setattr(pull_loop, "_OUTAGE_BACKOFF_S", (0.0, 0.0))
 
 
 @pytest.mark.parametrize("refuse", [True, False])
@@ -54,7 +55,7 @@ def test_pulls_resume_at_the_same_offset_after_an_outage(refuse: bool) -> None:
 
 def test_an_outage_past_the_budget_fails_naming_the_broker_address_and_operation(monkeypatch) -> None:
     clock = iter(range(0, 10_000, 1))
-    monkeypatch.setattr(reader.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(pull_loop.time, "monotonic", lambda: float(next(clock)))
     b = FlakyBroker(fail_from=2, outage=10_000, refuse=True)
     with pytest.raises(BrokerUnavailableError) as err:
         list(_pulls(_part(60, 5_000), b.start, b.finish))
@@ -96,7 +97,7 @@ class ReplacedStore:
 
 def _read(b: ReplacedStore, part: QueueRange) -> list[tuple[bytes, int]]:
     pulls = _pulls(part, b.start, b.finish, other_store=b.other_store, epoch=b.epoch)
-    return [(res.body, nxt) for res, nxt in reader._until_gone(pulls)]  # as the task reads them
+    return [(res.body, nxt) for res, nxt in pull_loop._until_gone(pulls)]  # as the task reads them
 
 
 def test_a_store_replaced_during_an_outage_ends_the_range_where_the_outage_began(caplog) -> None:

@@ -976,8 +976,9 @@ def test_a_broker_without_the_topic_now_has_its_queues_wait_instead_of_failing_t
 
 
 def test_a_task_whose_range_is_past_the_queues_end_fails_or_ends_there() -> None:
-    import rocketmq_spark.source.reader as reader_mod
-    from rocketmq_spark.source.reader import QueueRange, _check_pull
+    import rocketmq_spark.source.pull_loop as pull_loop
+    from rocketmq_spark.source.pull_loop import _check_pull
+    from rocketmq_spark.source.queue_range import QueueRange
 
     def part(fail: bool) -> QueueRange:
         return QueueRange(Q(0), 100, 120, ("127.0.0.1:9876",), None, "g", "*", 32, fail)
@@ -987,16 +988,16 @@ def test_a_task_whose_range_is_past_the_queues_end_fails_or_ends_there() -> None
             _check_pull(part(True), 100, res)
         assert f"t/broker-a:0: planned offsets [100, 120) are not on the broker: the queue holds offsets " \
                f"[0, {res.max_offset}) now" in str(err.value)
-        with pytest.raises(reader_mod._RangeGone):
+        with pytest.raises(pull_loop._RangeGone):
             _check_pull(part(False), 100, res)
     # what was read before the range ran out is kept
     pulls = iter([(PullResult("FOUND", 110, 0, 110, b"x"), 110)])
 
     def gone() -> Any:
         yield from pulls
-        raise reader_mod._RangeGone
+        raise pull_loop._RangeGone
 
-    assert [nxt for _res, nxt in reader_mod._until_gone(gone())] == [110]
+    assert [nxt for _res, nxt in pull_loop._until_gone(gone())] == [110]
 
 
 class _MarkPullFails(FakeClient):
