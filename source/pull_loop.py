@@ -1,9 +1,9 @@
 """The executor side of a read: one task reads its :class:`~.queue_range.QueueRange`.
 
-:func:`read_range` connects, runs the pull loop (:func:`_pulls`: the next pull in flight while
-this one is decoded, pulls ahead of a broker that caps its answers, the wait for a broker that
-stops answering, the comparison with the store the range was planned on) and decodes what it
-pulled into Arrow batches, several pulls per call.
+:func:`read_range` connects, runs the pull loop (:class:`PullLoop`: the next pull in flight
+while this one is decoded, pulls ahead of a broker that caps its answers, the wait for a broker
+that stops answering, the comparison with the store the range was planned on) and decodes what
+it pulled into Arrow batches, several pulls per call.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,7 @@ from .queue_range import QueueRange, _client_config, _iso, _store_time_in
 
 log = logging.getLogger(__name__)
 
-__all__ = ["read_range"]
+__all__ = ["PullLoop", "read_range"]
 
 #: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
 _DECODE_BYTES = 2 * 1024 * 1024
@@ -160,19 +160,26 @@ class _Failed:
         self.exc = exc
 
 
-#: pulls in flight per queue once the broker serves fewer messages per pull than asked (see _pulls)
+class _InFlight(NamedTuple):
+    """A pull sent and not answered yet."""
+
+    offset: int  # the offset it asks for
+    pending: Any  # the transport's pending pull (a _Failed when it could not be sent)
+    sent: float  # when it went out (time.monotonic())
+    conn: object  # the connection it went out on (``epoch()``; None when not sent)
+
+
+#: pulls in flight per queue once the broker serves fewer messages per pull than asked (see PullLoop)
 _CAPPED_AHEAD = 16
 
 #: pause between pull attempts while a broker is unreachable (seconds, doubling up to the max)
 _OUTAGE_BACKOFF_S = (0.2, 2.0)
 
 
-def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1,
-           start_many: Callable[[list[int]], list[Any]] | None = None,
-           other_store: Callable[[], str | None] | None = None,
-           epoch: Callable[[], object] = lambda: None) -> Iterator[tuple[PullResult, int]]:
+class PullLoop:
     """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
-    flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
+    flight (``start(offset)``) while the caller handles this one (``finish(pending)``). Iterate
+    it once: ``for res, next_offset in PullLoop(...)``.
 
     A broker that serves fewer messages per pull than asked while more are planned (Apache
     RocketMQ caps a pull at 32, whatever pullBatchSize says) gets up to ``ahead`` pulls in
@@ -203,93 +210,149 @@ def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any]
     task ends there, and the planner reads the queue again from its new start), nothing of
     the other store is handed on as the planned messages."""
 
-    def begin(off: int) -> tuple[int, Any, float, object]:
-        """(offset asked, its pending pull, when it went out, the connection it went out on)"""
+    def __init__(self, part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult],
+                 ahead: int = 1, start_many: Callable[[list[int]], list[Any]] | None = None,
+                 other_store: Callable[[], str | None] | None = None,
+                 epoch: Callable[[], object] = lambda: None) -> None:
+        self.part = part
+        self.ahead = ahead
+        self._start, self._finish, self._start_many = start, finish, start_many
+        self._other_store, self._epoch = other_store, epoch
+        #: the offset the answer at the head of ``inflight`` starts at: the next one handed on
+        self.offset = part.start
+        #: pulls sent and not answered yet, in offset order (filled when the iteration starts)
+        self.inflight: deque[_InFlight] = deque()
+        #: the broker's last answer, as far as known (time.monotonic(); set when the iteration starts)
+        self.heard = 0.0
+        self.answered = False  # the broker answered this loop at least once
+        #: when the broker was last heard of, while it does not answer (None: it answers)
+        self.down_since: float | None = None
+        self.pause = _OUTAGE_BACKOFF_S[0]  # the wait before the broker is asked again
+        #: the store is to be compared before an answer is handed on
+        self.compare = other_store is not None
+        self.compared: object = None  # the connection over which it was compared last
+        self.frontier = part.start  # where the next pull ahead starts (with ``step``)
+        self.step = 0  # messages the broker serves per pull, once it served fewer than asked
+        self.repulls = 0  # pulls sent again at the same offset after a reset answer
+
+    def __iter__(self) -> Iterator[tuple[PullResult, int]]:
+        part = self.part
+        self.heard = time.monotonic() - part.broker_silent_s
+        self.inflight = deque([self._send(self.offset)])
+        while self.offset < part.end:
+            try:
+                res = self._answer()
+            except ConnectionFailedError as exc:
+                self._wait_for_broker(exc)
+                continue
+            self._heard_from()
+            if _check_pull(part, self.offset, res):
+                self._pull_again(res)
+                continue
+            nxt = max(res.next_offset, self.offset)
+            self._pull_ahead(res, nxt)
+            yield res, nxt
+            self.offset = nxt
+
+    def _send(self, offset: int) -> _InFlight:
+        """A pull at ``offset``, sent (a _Failed one when the connection failed)."""
         sent = time.monotonic()
         try:
-            return off, start(off), sent, epoch()
+            return _InFlight(offset, self._start(offset), sent, self._epoch())
         except ConnectionFailedError as exc:
-            return off, _Failed(exc), sent, None
+            return _InFlight(offset, _Failed(exc), sent, None)
 
-    offset = part.start
-    heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
-    answered = False
-    inflight: deque[tuple[int, Any, float, object]] = deque([begin(offset)])
-    compare = other_store is not None  # the store is to be compared before an answer is handed on
-    compared: object = None  # the connection over which it was compared last
-    frontier = offset  # where the next pull ahead starts (with ``step``)
-    step = 0  # messages the broker serves per pull, once it served fewer than asked
-    repulls = 0
-    down_since: float | None = None
-    pause = _OUTAGE_BACKOFF_S[0]
-    while offset < part.end:
-        pending, over = inflight[0][1], inflight[0][3]
-        try:
-            if isinstance(pending, _Failed):
-                raise pending.exc
-            res = finish(pending)
-            if other_store is not None and (compare or over != compared):
-                other = other_store()
-                if over != epoch():  # compared over another connection than the answer came on
-                    raise ConnectionFailedError(part.broker_addr or part.mq.broker, f"pull of {part.mq}",
-                                                "the connection was replaced while the store was compared")
-                if other is not None:
-                    _store_gone(part, offset, other)
-                compare, compared = False, over
-        except ConnectionFailedError as exc:
-            compare = True
-            now = time.monotonic()
-            if down_since is None:
-                down_since = max(heard, inflight[0][2]) if answered else heard
-                log.warning("%s: broker unreachable at offset %d (%s); asking again for up to %d ms",
-                            part.mq, offset, exc, part.broker_down_timeout_ms)
-            waited = now - down_since
-            if waited * 1000 >= part.broker_down_timeout_ms:
-                raise BrokerUnavailableError(
-                    f"{part.mq}: broker {part.mq.broker} unreachable for {waited:.0f}s while reading offset "
-                    f"{offset} of [{part.start}, {part.end}): {exc} (brokerDownTimeoutMs="
-                    f"{part.broker_down_timeout_ms} bounds the wait)") from exc
-            time.sleep(pause)
-            pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
-            inflight = deque([begin(offset)])
-            continue
-        heard, answered = time.monotonic(), True
-        inflight.popleft()
-        if down_since is not None:
-            log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
-                        time.monotonic() - down_since, offset)
-            down_since, pause = None, _OUTAGE_BACKOFF_S[0]
-        if _check_pull(part, offset, res):
-            if (repulls := repulls + 1) > 3:
-                raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
-                                       f"offset ({res.next_offset}) for consumer group {part.group}")
-            inflight = deque([begin(offset)])
-            continue
-        nxt = max(res.next_offset, offset)
-        got = nxt - offset
-        if ahead > 1 and res.status == "FOUND" and 0 < got < part.pull_batch_size and nxt < part.end:
-            step = got
-        if inflight and inflight[0][0] != nxt:
+    def _answer(self) -> PullResult:
+        """The answer to the pull at the head of ``inflight``, the store compared first when it
+        is to be. Raises ConnectionFailedError when the broker did not answer."""
+        head = self.inflight[0]
+        if isinstance(head.pending, _Failed):
+            raise head.pending.exc
+        res = self._finish(head.pending)
+        if self._other_store is not None and (self.compare or head.conn != self.compared):
+            self._compare_store(self._other_store, head.conn)
+        return res
+
+    def _compare_store(self, other_store: Callable[[], str | None], over: object) -> None:
+        """Compare the store with the one the range was planned on, for an answer that came
+        over connection ``over`` (see the class's docstring)."""
+        other = other_store()
+        if over != self._epoch():  # compared over another connection than the answer came on
+            raise ConnectionFailedError(self.part.broker_addr or self.part.mq.broker, f"pull of {self.part.mq}",
+                                        "the connection was replaced while the store was compared")
+        if other is not None:
+            _store_gone(self.part, self.offset, other)
+        self.compare, self.compared = False, over
+
+    def _wait_for_broker(self, exc: ConnectionFailedError) -> None:
+        """The broker did not answer the pull at ``offset``: wait (with backoff) and send it
+        again, or raise BrokerUnavailableError once it has been silent past brokerDownTimeoutMs."""
+        part = self.part
+        self.compare = True
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = max(self.heard, self.inflight[0].sent) if self.answered else self.heard
+            log.warning("%s: broker unreachable at offset %d (%s); asking again for up to %d ms",
+                        part.mq, self.offset, exc, part.broker_down_timeout_ms)
+        waited = now - self.down_since
+        if waited * 1000 >= part.broker_down_timeout_ms:
+            raise BrokerUnavailableError(
+                f"{part.mq}: broker {part.mq.broker} unreachable for {waited:.0f}s while reading offset "
+                f"{self.offset} of [{part.start}, {part.end}): {exc} (brokerDownTimeoutMs="
+                f"{part.broker_down_timeout_ms} bounds the wait)") from exc
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, _OUTAGE_BACKOFF_S[1])
+        self.inflight = deque([self._send(self.offset)])
+
+    def _heard_from(self) -> None:
+        """The pull at the head of ``inflight`` was answered: the broker is heard from (again)."""
+        self.heard, self.answered = time.monotonic(), True
+        self.inflight.popleft()
+        if self.down_since is not None:
+            log.warning("%s: broker answers again after %.1fs; reading on from offset %d", self.part.mq,
+                        time.monotonic() - self.down_since, self.offset)
+            self.down_since, self.pause = None, _OUTAGE_BACKOFF_S[0]
+
+    def _pull_again(self, res: PullResult) -> None:
+        """The broker answered with a reset offset (see _check_pull): the same pull once more."""
+        self.repulls += 1
+        if self.repulls > 3:
+            raise OffsetResetError(f"{self.part.mq}: the broker keeps answering the pull at {self.offset} with a "
+                                   f"moved offset ({res.next_offset}) for consumer group {self.part.group}")
+        self.inflight = deque([self._send(self.offset)])
+
+    def _pull_ahead(self, res: PullResult, nxt: int) -> None:
+        """After an answer from ``offset`` to ``nxt``: learn the broker's cap from it, drop the
+        pulls ahead when their offsets did not hold, and send what the window has room for."""
+        part, inflight = self.part, self.inflight
+        got = nxt - self.offset
+        if self.ahead > 1 and res.status == "FOUND" and 0 < got < part.pull_batch_size and nxt < part.end:
+            self.step = got
+        if inflight and inflight[0].offset != nxt:
             inflight.clear()  # the computed offsets did not hold: go on from where this pull ended
         if not inflight:
-            frontier = nxt
-        if step and start_many is not None and len(inflight) <= ahead // 2 and frontier < part.end:
-            offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
-            sent = time.monotonic()
-            try:
-                many = start_many(offsets)
-                conn = epoch()
-                inflight.extend((off, pending, sent, conn) for off, pending in zip(offsets, many))
-            except ConnectionFailedError as exc:
-                inflight.extend((off, _Failed(exc), sent, None) for off in offsets)
-            frontier = offsets[-1] + step
-        while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
-            inflight.append(begin(frontier))
-            if not step:
+            self.frontier = nxt
+        if (self.step and self._start_many is not None and len(inflight) <= self.ahead // 2
+                and self.frontier < part.end):
+            self._send_many(self._start_many)
+        while self.frontier < part.end and (not inflight or (self.step and len(inflight) < self.ahead
+                                                             and self._start_many is None)):
+            inflight.append(self._send(self.frontier))
+            if not self.step:
                 break  # the next offset is known only from this pull's answer
-            frontier += step
-        yield res, nxt
-        offset = nxt
+            self.frontier += self.step
+
+    def _send_many(self, start_many: Callable[[list[int]], list[Any]]) -> None:
+        """Pulls ahead from ``frontier`` that fill the window, sent together."""
+        offsets = list(range(self.frontier, self.part.end, self.step)[:self.ahead - len(self.inflight)])
+        sent = time.monotonic()
+        try:
+            many = start_many(offsets)
+            conn = self._epoch()
+            self.inflight.extend(_InFlight(off, pending, sent, conn) for off, pending in zip(offsets, many))
+        except ConnectionFailedError as exc:
+            self.inflight.extend(_InFlight(off, _Failed(exc), sent, None) for off in offsets)
+        self.frontier = offsets[-1] + self.step
 
 
 def _retry_asked(part: QueueRange) -> bool:
@@ -325,14 +388,14 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
 
     unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
-    pulls = _pulls(part,
-                   lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                            subscription=part.sub_expression),
-                   lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
-                   lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                  subscription=part.sub_expression),
-                   None if (mark := part.mark) is None else lambda: _other_store(c, mq, mark),
-                   lambda: c.connection_epoch(mq.broker))
+    pulls = PullLoop(part,
+                     lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
+                                              subscription=part.sub_expression),
+                     lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
+                     lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
+                                                    subscription=part.sub_expression),
+                     None if (mark := part.mark) is None else lambda: _other_store(c, mq, mark),
+                     lambda: c.connection_epoch(mq.broker))
     for res, nxt in _until_gone(pulls):
         if res.size:
             pulled.append(res)
@@ -350,7 +413,7 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
             yield batch
 
 
-def _until_gone(pulls: Iterator[tuple[PullResult, int]]) -> Iterator[tuple[PullResult, int]]:
+def _until_gone(pulls: Iterable[tuple[PullResult, int]]) -> Iterator[tuple[PullResult, int]]:
     """``pulls`` until the range's rest is gone from the broker (see :class:`_RangeGone`)."""
     try:
         yield from pulls

@@ -20,7 +20,7 @@ from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import BrokerUnavailableError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.source.pull_loop import _pulls
+from rocketmq_spark.source.pull_loop import PullLoop
 from rocketmq_spark.source.queue_range import QueueRange
 
 TIMEOUT_S = 10.0
@@ -123,7 +123,7 @@ def test_a_pull_that_times_out_counts_from_when_it_went_out(clock: Clock) -> Non
         raise RequestTimeoutError(B_ADDR, f"pull of {mq}", f"no response within {TIMEOUT_S:g}s")
 
     with pytest.raises(BrokerUnavailableError) as failed:
-        for _res, _nxt in _pulls(part, start, finish):
+        for _res, _nxt in PullLoop(part, start, finish):
             pass
     # the pull at 20 went out before the pause was seen: the 5 s bound was over when its timeout
     # came (was: counted from then, so one more 10 s pull before failing)
@@ -204,7 +204,7 @@ def test_a_task_of_a_broker_the_planner_found_silent_counts_from_then(clock: Clo
         raise RequestTimeoutError(B_ADDR, f"pull of {mq}", f"no response within {TIMEOUT_S:g}s")
 
     with pytest.raises(BrokerUnavailableError, match=r"unreachable for 35s"):
-        list(_pulls(part, lambda off: off, finish))
+        list(PullLoop(part, lambda off: off, finish))
     assert len(attempts) == 1  # 25 s silent before the task, 10 s more: past the 30 s bound
 
 
