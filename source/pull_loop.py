@@ -14,13 +14,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..client import BrokerClient, connect
-from ..codec import PropertyKey, property_of, split_record, subscribed_tags
-from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
+from ..codec import subscribed_tags
+from ..codec.arrow import ARROW_SCHEMA, RETRY_COLUMNS, no_retry_origin, only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,
@@ -361,8 +360,9 @@ def _retry_asked(part: QueueRange) -> bool:
 
 
 def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | None:
-    """The columns to decode for ``part``: those asked, plus the tag to filter by and the
-    queue offset the retry columns are matched by (None: all)."""
+    """The columns of :data:`ARROW_SCHEMA` to decode for ``part``: those asked, plus the tag to
+    filter by, and with the retry columns the queue offset (the rows of a topic's own messages
+    are counted by it when only retry columns are asked) (None: all)."""
     if part.columns is None:
         return None
     need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if _retry_asked(part) else set())
@@ -375,6 +375,10 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     fixed cost per call is large)."""
     mq = part.mq
     retry = _retry_asked(part)
+    # a retry topic's records say where each message was given back from: decoded with the rest
+    origin = retry and mq.topic.startswith(RETRY_PREFIX)
+    if origin:
+        columns = (*(ARROW_SCHEMA.names if columns is None else columns), *RETRY_COLUMNS)
     pulled: list[PullResult] = []
     buffered = 0
     first = part.start  # offset of the first message in ``pulled``
@@ -382,10 +386,10 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
     def decode(upto: int) -> pa.RecordBatch:
         try:
             batch = c.rows(mq, pulled, part.end, columns)
-            return _with_retry_columns(batch, mq, pulled) if retry else batch
         except ProtocolError as exc:
             raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
+        return no_retry_origin(batch) if retry and not origin else batch
 
     unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
     pulls = PullLoop(part,
@@ -419,28 +423,6 @@ def _until_gone(pulls: Iterable[tuple[PullResult, int]]) -> Iterator[tuple[PullR
         yield from pulls
     except _RangeGone:
         return
-
-
-def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[PullResult]) -> pa.RecordBatch:
-    """``batch`` with retryTopic and reconsumeTimes: read from the records of a retry topic's
-    queue (messages given back: their RETRY_TOPIC property and reconsume times), null and 0
-    for a topic's own messages."""
-    n = batch.num_rows
-    if mq.topic.startswith(RETRY_PREFIX):
-        seen: dict[int, tuple[str | None, int]] = {}
-        for res in pulled:
-            at = 0
-            while at < len(res.body):
-                rec = split_record(res.body, at)
-                seen[rec.queue_offset] = (property_of(rec.properties, PropertyKey.RETRY_TOPIC), rec.reconsume_times)
-                at += int.from_bytes(res.body[at:at + 4], "big")
-        pairs = [seen.get(off, (None, 0)) for off in batch.column("queueOffset").to_pylist()]
-        topics = pa.array([p[0] for p in pairs], pa.string())
-        times = pa.array([p[1] for p in pairs], pa.int32())
-    else:
-        topics, times = pa.nulls(n, pa.string()), pa.array(np.zeros(n, np.int32))
-    return pa.RecordBatch.from_arrays([*batch.columns, topics, times],
-                                      schema=pa.schema([*batch.schema, *RETRY_FIELDS]))
 
 
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
