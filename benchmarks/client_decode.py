@@ -14,7 +14,7 @@ records per call (the reader calls it once per pull body today; see PLAN)::
 and end to end, against an embedded broker in a child process holding the same number of
 messages (one queue, the same properties and body size)::
 
-    pull + decode   the reader's partition path without Spark (``source.reader._read``:
+    pull + decode   the reader's partition path without Spark (``source.pull_loop._read``:
                     pipelined pulls of 1024, several pull bodies per decode call) over the queue
     socket          the limit: the same bytes the pulls carried, sent by a forked child over a
                     loopback TCP socket and received with recv_into into one buffer
@@ -220,7 +220,8 @@ def pull_decode_end_to_end(n: int, repeat: int, workdir: str) -> tuple[Row, Row]
     """Preload ``n`` messages into one queue of a broker in a child process, then time the
     reader's partition path over them and the socket floor for the bytes its pulls carried."""
     from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.source.reader import QueueRange, _read
+    from rocketmq_spark.source.pull_loop import _read
+    from rocketmq_spark.source.queue_range import QueueRange
 
     topic = "BenchDecode"
     rnd = random.Random(11)
@@ -255,7 +256,7 @@ def pull_decode_end_to_end(n: int, repeat: int, workdir: str) -> tuple[Row, Row]
                 raise AssertionError(f"pull + decode read {got} rows, expected {n}")
             best, median, cpu = _time(once, repeat)
             pulled = Row("pull+decode", MAX_PULL, MAX_PULL, n, len(wire), best, median, cpu,
-                         {"broker": f"{h.launcher} child process", "path": "source.reader._read"})
+                         {"broker": f"{h.launcher} child process", "path": "source.pull_loop._read"})
         finally:
             c.close()
     return pulled, socket_floor(wire, n, repeat)

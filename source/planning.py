@@ -234,7 +234,7 @@ class Planner:
         its start; a queue missing from ``start`` starts at its min offset, asked now), cut
         into about minPartitions pieces in proportion to their size when that asks for more.
         Each carries its queue's mark below ``end`` (``marks``: those the batch's offsets kept
-        when it was planned; else this planner's), which its task compares (see _pulls)."""
+        when it was planned; else this planner's), which its task compares (see :class:`.pull_loop.PullLoop`)."""
         o = self.options
         known = self.data_loss.marks_of(end) if marks is None else marks
         ranges = []

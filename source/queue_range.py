@@ -42,10 +42,10 @@ class QueueRange(InputPartition):
     #: server for it (one that does not answer must not stop the read; see read_range)
     broker_addr: str | None = None
     #: how long the broker had not answered the planner when the range was planned (seconds;
-    #: 0: it answered): a task that gets no answer either counts its wait from then (see _pulls)
+    #: 0: it answered): a task that gets no answer either counts its wait from then (see :class:`.pull_loop.PullLoop`)
     broker_silent_s: float = 0.0
     #: (offset, store time in epoch ms) of a message of the store the range was planned on (the
     #: queue's mark, see Planner._marks); None: none known. A task compares it before it hands
     #: on what it pulled, and again whenever its connection to the broker was replaced: a broker
-    #: that lost its store serves other messages at the planned offsets (see _pulls)
+    #: that lost its store serves other messages at the planned offsets (see :class:`.pull_loop.PullLoop`)
     mark: tuple[int, int] | None = None

@@ -1,21 +1,17 @@
-"""``format("rocketmq")``: the stream and batch readers, and the read tasks' side.
+"""``format("rocketmq")``: the stream and batch readers.
 
 Spark-facing methods (camelCase) are thin; the planning is plain Python in
 :class:`~.planning.Planner`, tested without Spark. Planning calls run in one long-lived
-process on the driver side; ``read()`` runs in executors on an unpickled copy, so
-nothing here opens a socket in ``__init__``.
+process on the driver side; ``read()`` runs in executors on an unpickled copy (the pull
+loop, :mod:`.pull_loop`), so nothing here opens a socket in ``__init__``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -30,34 +26,22 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..client import BrokerClient, connect
-from ..codec import PropertyKey, property_of, split_record, subscribed_tags
-from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS, only_subscribed, tag_set
+from ..client import BrokerClient
 from ..errors import (
-    BrokerUnavailableError,
-    ConnectionFailedError,
-    DataLossError,
-    OffsetResetError,
     OptionError,
-    ProtocolError,
 )
-from ..model import MessageQueue, PullResult
-from ..names import RETRY_PREFIX
 from ..offsets import (
     EARLIEST,
     LATEST,
-    Mark,
     Offsets,
     batch_end_json,
     group_of,
     marks_of,
     split_batch_end,
 )
-from .context import client_config as _client_config
-from .marks import iso as _iso
-from .marks import store_time_in as _store_time_in
 from .options import ReaderOptions
 from .planning import Planner, QueueOffsets
+from .pull_loop import _read_partition, read_range
 from .pushdown import Pushed, pushed_of
 from .queue_range import QueueRange
 
@@ -65,361 +49,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
 
-#: Pull bodies are decoded together once this many bytes are buffered (bounds task memory).
-_DECODE_BYTES = 2 * 1024 * 1024
-
-
 def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
     """Offsets as Spark keeps them in its checkpoint (the canonical form, see :mod:`..offsets`)."""
     return Offsets(offsets).to_json()
-
-
-def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator[pa.RecordBatch]:
-    """The rows of ``[part.start, part.end)`` of one queue in offset order, as Arrow batches
-    of :data:`~rocketmq_spark.codec.arrow.ARROW_SCHEMA`, keeping the next pull in flight while
-    decoding; rows whose tag the subscription does not name are left out (their offsets
-    still pass). ``client`` is used and left open when given; otherwise one is opened from
-    the partition and closed.
-
-    Raises DataLossError when planned offsets are gone (deleted by retention, unless
-    failOnDataLoss=false skips them; or never stored), OffsetResetError when the group's
-    offset was reset meanwhile, BrokerUnavailableError when the broker stays unreachable past
-    brokerDownTimeoutMs, ProtocolError on bytes that do not decode, and the client's other
-    errors."""
-    own = client is None
-    c = client or connect(part.namesrv, part.endpoints, _client_config(part.broker_down_timeout_ms),
-                          credentials=part.credentials)
-    if part.broker_addr:
-        c.remember_broker_addr(part.mq.broker, part.broker_addr)
-    tags = tag_set(subscribed_tags(part.sub_expression))
-    try:
-        for batch in _read(part, c, _decoded_columns(part, tags is not None)):
-            batch = only_subscribed(batch, tags)
-            if part.columns is not None and tuple(batch.schema.names) != part.columns:
-                batch = batch.select(list(part.columns))
-            if batch.num_rows:
-                yield batch
-    finally:
-        if own:
-            c.close()
-
-
-def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
-    """A pull inside the planned range found no message: retention deleted them (fail, or
-    with failOnDataLoss=false log the skip), or they were never there (always fail). True
-    when the pull is to be sent again at the same offset: a 5.x broker answered the group's
-    first pull after a server-side offset reset with the reset offset (and will serve the next);
-    this batch reads its planned range, the planner applies the reset to the next one."""
-    mq = part.mq
-    if res.status == "OFFSET_ILLEGAL" and part.group and 0 <= res.min_offset <= offset < res.max_offset:
-        log.info("%s: the broker moved consumer group %s's offset from %d to %d (an offset reset); this batch "
-                 "reads its planned range [%d, %d), the next one follows onOffsetReset", mq, part.group, offset,
-                 res.next_offset, part.start, part.end)
-        return True
-    past_end = (res.status == "NO_NEW_MSG" or (res.status == "OFFSET_ILLEGAL" and res.next_offset < offset)
-                or (res.status == "OFFSET_ILLEGAL" and 0 <= res.max_offset <= offset))
-    if past_end:
-        # planned below the queue's max offset, now at or past it: the broker lost messages
-        # (its store, or the topic deleted and re-created); new ones would take these offsets
-        hi = "?" if res.max_offset < 0 else res.max_offset
-        lo = "?" if res.min_offset < 0 else res.min_offset
-        if part.fail_on_data_loss:
-            raise DataLossError(
-                f"{mq}: planned offsets [{offset}, {part.end}) are not on the broker: the queue holds offsets "
-                f"[{lo}, {hi}) now. The broker lost messages this query planned to read (its store was lost, or "
-                f"the topic deleted and re-created), and new messages take their offsets. To read the queue again "
-                f"from its earliest offset, start the query on a new checkpoint with startingOffsets=earliest, or "
-                f"set failOnDataLoss=false")
-        log.warning("%s: planned offsets [%d, %d) are not on the broker (it holds [%s, %s) now: its store was "
-                    "lost, or the topic deleted and re-created); failOnDataLoss=false: not read, the next batch "
-                    "reads the queue from its earliest offset", mq, offset, part.end, lo, hi)
-        raise _RangeGone
-    if res.status == "OFFSET_ILLEGAL":
-        if res.next_offset > offset and not part.fail_on_data_loss:
-            log.warning("%s: skipping offsets [%d, %d) deleted by retention (failOnDataLoss=false)",
-                        mq, offset, res.next_offset)
-        else:
-            lo = "?" if res.min_offset < 0 else res.min_offset
-            hi = "?" if res.max_offset < 0 else res.max_offset
-            raise DataLossError(f"{mq}: planned offsets [{offset}, {part.end}) are outside the queue's "
-                                f"range [{lo}, {hi}) (deleted by retention?)")
-    return False
-
-
-class _RangeGone(Exception):
-    """The rest of a task's range is past the queue's end or in a store that is gone
-    (failOnDataLoss=false: logged by :func:`_check_pull` or :func:`_store_gone`): the task
-    ends its range there."""
-
-
-def _store_gone(part: QueueRange, offset: int, why: str) -> None:
-    """The broker serves another store than the one ``part`` was planned on (``why``): the
-    rest of the range, from ``offset``, is not there. DataLossError with failOnDataLoss=true,
-    else logged and :class:`_RangeGone`."""
-    if part.fail_on_data_loss:
-        raise DataLossError(
-            f"{part.mq}: planned offsets [{offset}, {part.end}) are not on the broker: {why}. The broker lost its "
-            f"store (or the topic was deleted and re-created) while this batch read it, and other messages take "
-            f"these offsets. To read the queue again from its earliest offset, start the query on a new checkpoint "
-            f"with startingOffsets=earliest, or set failOnDataLoss=false")
-    log.warning("%s: planned offsets [%d, %d) are not on the broker (%s: its store was lost, or the topic deleted "
-                "and re-created, while this batch read it); failOnDataLoss=false: not read, the next batch reads "
-                "the queue from its earliest offset", part.mq, offset, part.end, why)
-    raise _RangeGone
-
-
-def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
-    """None when the broker still holds the message ``mark`` names in ``mq`` (or cannot tell:
-    retention deleted it); else what it holds instead. Raises the client's errors."""
-    off, ts = mark
-    res = c.pull_result(mq, c.pull_async(mq, off, 1))
-    if res.status == "FOUND":
-        now = _store_time_in(c, mq, off, res)
-        if now is None or now == ts:
-            return None
-        return f"offset {off}, stored at {_iso(ts)} when the batch was planned, holds a message stored at {_iso(now)}"
-    if res.status == "NO_NEW_MSG" or (res.status == "OFFSET_ILLEGAL" and (0 <= res.max_offset <= off or
-                                                                          0 <= res.next_offset < off)):
-        hi = "?" if res.max_offset < 0 else res.max_offset
-        return f"offset {off}, stored at {_iso(ts)} when the batch was planned, is past the queue's max offset {hi}"
-    return None
-
-
-class _Failed:
-    """A pull that could not even be sent (the connection failed): raised when finished."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: ConnectionFailedError) -> None:
-        self.exc = exc
-
-
-#: pulls in flight per queue once the broker serves fewer messages per pull than asked (see _pulls)
-_CAPPED_AHEAD = 16
-
-#: pause between pull attempts while a broker is unreachable (seconds, doubling up to the max)
-_OUTAGE_BACKOFF_S = (0.2, 2.0)
-
-
-def _pulls(part: QueueRange, start: Callable[[int], Any], finish: Callable[[Any], PullResult], ahead: int = 1,
-           start_many: Callable[[list[int]], list[Any]] | None = None,
-           other_store: Callable[[], str | None] | None = None,
-           epoch: Callable[[], object] = lambda: None) -> Iterator[tuple[PullResult, int]]:
-    """Every pull of ``[part.start, part.end)`` with the next offset, the next pull already in
-    flight (``start(offset)``) while the caller handles this one (``finish(pending)``).
-
-    A broker that serves fewer messages per pull than asked while more are planned (Apache
-    RocketMQ caps a pull at 32, whatever pullBatchSize says) gets up to ``ahead`` pulls in
-    flight at offsets computed from that cap: a round trip per 32 messages is otherwise what
-    a read costs. Offsets of a queue are contiguous, so a computed pull starts exactly where
-    the one before it ends; when one does not (a shorter answer: the byte cap, the end of the
-    queue), the pulls ahead are dropped and pulling goes on from the real next offset. Only
-    for reads without a tag filter (a filtered pull's next offset skips what did not match).
-    The pulls ahead go out half a window at a time through ``start_many`` when given (one
-    write for several pulls, instead of a write and a thread hand-off per answer).
-
-    A broker that becomes unreachable mid-range (restart, network outage, a paused process
-    whose pulls time out) is asked again from the same offset, one pull at a time with
-    backoff, for up to ``part.broker_down_timeout_ms`` counted from when it was last heard
-    of (its last answer, or the failed pull going out if that was later; before any answer,
-    ``part.broker_silent_s`` before the read began): nothing already yielded is read twice,
-    nothing skipped. Past that the task fails with :class:`BrokerUnavailableError` naming the
-    broker's address and the operation, at most one pull attempt (a request timeout) after
-    the bound.
-
-    A broker that comes back may come back without its store (a lost disk): the planned
-    offsets then hold other messages. ``other_store()`` (None: the range has no mark) compares
-    the mark of the store the range was planned on (None: the same store; else why not) before
-    the first answer is handed on, and again before the first answer over a replaced connection
-    (``epoch()``: the client's connection to the broker, None when not known: then after every
-    failed pull) and the answer must come over the connection the comparison went over. Another
-    store: what the range has left is gone (failOnDataLoss=true: DataLossError; else logged, the
-    task ends there, and the planner reads the queue again from its new start), nothing of
-    the other store is handed on as the planned messages."""
-
-    def begin(off: int) -> tuple[int, Any, float, object]:
-        """(offset asked, its pending pull, when it went out, the connection it went out on)"""
-        sent = time.monotonic()
-        try:
-            return off, start(off), sent, epoch()
-        except ConnectionFailedError as exc:
-            return off, _Failed(exc), sent, None
-
-    offset = part.start
-    heard = time.monotonic() - part.broker_silent_s  # the broker's last answer, as far as known
-    answered = False
-    inflight: deque[tuple[int, Any, float, object]] = deque([begin(offset)])
-    compare = other_store is not None  # the store is to be compared before an answer is handed on
-    compared: object = None  # the connection over which it was compared last
-    frontier = offset  # where the next pull ahead starts (with ``step``)
-    step = 0  # messages the broker serves per pull, once it served fewer than asked
-    repulls = 0
-    down_since: float | None = None
-    pause = _OUTAGE_BACKOFF_S[0]
-    while offset < part.end:
-        pending, over = inflight[0][1], inflight[0][3]
-        try:
-            if isinstance(pending, _Failed):
-                raise pending.exc
-            res = finish(pending)
-            if other_store is not None and (compare or over != compared):
-                other = other_store()
-                if over != epoch():  # compared over another connection than the answer came on
-                    raise ConnectionFailedError(part.broker_addr or part.mq.broker, f"pull of {part.mq}",
-                                                "the connection was replaced while the store was compared")
-                if other is not None:
-                    _store_gone(part, offset, other)
-                compare, compared = False, over
-        except ConnectionFailedError as exc:
-            compare = True
-            now = time.monotonic()
-            if down_since is None:
-                down_since = max(heard, inflight[0][2]) if answered else heard
-                log.warning("%s: broker unreachable at offset %d (%s); asking again for up to %d ms",
-                            part.mq, offset, exc, part.broker_down_timeout_ms)
-            waited = now - down_since
-            if waited * 1000 >= part.broker_down_timeout_ms:
-                raise BrokerUnavailableError(
-                    f"{part.mq}: broker {part.mq.broker} unreachable for {waited:.0f}s while reading offset "
-                    f"{offset} of [{part.start}, {part.end}): {exc} (brokerDownTimeoutMs="
-                    f"{part.broker_down_timeout_ms} bounds the wait)") from exc
-            time.sleep(pause)
-            pause = min(pause * 2, _OUTAGE_BACKOFF_S[1])
-            inflight = deque([begin(offset)])
-            continue
-        heard, answered = time.monotonic(), True
-        inflight.popleft()
-        if down_since is not None:
-            log.warning("%s: broker answers again after %.1fs; reading on from offset %d", part.mq,
-                        time.monotonic() - down_since, offset)
-            down_since, pause = None, _OUTAGE_BACKOFF_S[0]
-        if _check_pull(part, offset, res):
-            if (repulls := repulls + 1) > 3:
-                raise OffsetResetError(f"{part.mq}: the broker keeps answering the pull at {offset} with a moved "
-                                       f"offset ({res.next_offset}) for consumer group {part.group}")
-            inflight = deque([begin(offset)])
-            continue
-        nxt = max(res.next_offset, offset)
-        got = nxt - offset
-        if ahead > 1 and res.status == "FOUND" and 0 < got < part.pull_batch_size and nxt < part.end:
-            step = got
-        if inflight and inflight[0][0] != nxt:
-            inflight.clear()  # the computed offsets did not hold: go on from where this pull ended
-        if not inflight:
-            frontier = nxt
-        if step and start_many is not None and len(inflight) <= ahead // 2 and frontier < part.end:
-            offsets = list(range(frontier, part.end, step)[:ahead - len(inflight)])
-            sent = time.monotonic()
-            try:
-                many = start_many(offsets)
-                conn = epoch()
-                inflight.extend((off, pending, sent, conn) for off, pending in zip(offsets, many))
-            except ConnectionFailedError as exc:
-                inflight.extend((off, _Failed(exc), sent, None) for off in offsets)
-            frontier = offsets[-1] + step
-        while frontier < part.end and (not inflight or (step and len(inflight) < ahead and start_many is None)):
-            inflight.append(begin(frontier))
-            if not step:
-                break  # the next offset is known only from this pull's answer
-            frontier += step
-        yield res, nxt
-        offset = nxt
-
-
-def _retry_asked(part: QueueRange) -> bool:
-    """Whether the rows carry the retry columns (includeRetryTopic) and the query asks for one."""
-    return part.retry_columns and (part.columns is None or bool({"retryTopic", "reconsumeTimes"} & set(part.columns)))
-
-
-def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | None:
-    """The columns to decode for ``part``: those asked, plus the tag to filter by and the
-    queue offset the retry columns are matched by (None: all)."""
-    if part.columns is None:
-        return None
-    need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if _retry_asked(part) else set())
-    decoded = tuple(c for c in part.columns if c in ARROW_SCHEMA.names)
-    return decoded + tuple(c for c in ARROW_SCHEMA.names if c in need and c not in decoded)
-
-
-def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
-    """The rows of ``[part.start, part.end)``, several pulls decoded at once (the decoder's
-    fixed cost per call is large)."""
-    mq = part.mq
-    retry = _retry_asked(part)
-    pulled: list[PullResult] = []
-    buffered = 0
-    first = part.start  # offset of the first message in ``pulled``
-
-    def decode(upto: int) -> pa.RecordBatch:
-        try:
-            batch = c.rows(mq, pulled, part.end, columns)
-            return _with_retry_columns(batch, mq, pulled) if retry else batch
-        except ProtocolError as exc:
-            raise ProtocolError(f"{mq}: the messages the broker {c.broker_addr(mq.broker, mq.topic)} returned for "
-                                f"offsets [{first}, {upto}) do not decode: {exc}") from None
-
-    unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
-    pulls = _pulls(part,
-                   lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                            subscription=part.sub_expression),
-                   lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
-                   lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                  subscription=part.sub_expression),
-                   None if (mark := part.mark) is None else lambda: _other_store(c, mq, mark),
-                   lambda: c.connection_epoch(mq.broker))
-    for res, nxt in _until_gone(pulls):
-        if res.size:
-            pulled.append(res)
-            buffered += res.size
-            if buffered >= _DECODE_BYTES or nxt >= part.end:
-                batch = decode(nxt)
-                pulled, buffered, first = [], 0, nxt
-                if batch.num_rows:
-                    yield batch
-        elif not pulled:
-            first = nxt
-    if pulled:
-        batch = decode(part.end)
-        if batch.num_rows:
-            yield batch
-
-
-def _until_gone(pulls: Iterator[tuple[PullResult, int]]) -> Iterator[tuple[PullResult, int]]:
-    """``pulls`` until the range's rest is gone from the broker (see :class:`_RangeGone`)."""
-    try:
-        yield from pulls
-    except _RangeGone:
-        return
-
-
-def _with_retry_columns(batch: pa.RecordBatch, mq: MessageQueue, pulled: list[PullResult]) -> pa.RecordBatch:
-    """``batch`` with retryTopic and reconsumeTimes: read from the records of a retry topic's
-    queue (messages given back: their RETRY_TOPIC property and reconsume times), null and 0
-    for a topic's own messages."""
-    n = batch.num_rows
-    if mq.topic.startswith(RETRY_PREFIX):
-        seen: dict[int, tuple[str | None, int]] = {}
-        for res in pulled:
-            at = 0
-            while at < len(res.body):
-                rec = split_record(res.body, at)
-                seen[rec.queue_offset] = (property_of(rec.properties, PropertyKey.RETRY_TOPIC), rec.reconsume_times)
-                at += int.from_bytes(res.body[at:at + 4], "big")
-        pairs = [seen.get(off, (None, 0)) for off in batch.column("queueOffset").to_pylist()]
-        topics = pa.array([p[0] for p in pairs], pa.string())
-        times = pa.array([p[1] for p in pairs], pa.int32())
-    else:
-        topics, times = pa.nulls(n, pa.string()), pa.array(np.zeros(n, np.int32))
-    return pa.RecordBatch.from_arrays([*batch.columns, topics, times],
-                                      schema=pa.schema([*batch.schema, *RETRY_FIELDS]))
-
-
-def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """A planned queue range; any other partition is the one Spark makes up when partitions()
-    found nothing to read (an empty topic): it reads as no rows."""
-    if isinstance(partition, QueueRange):
-        return read_range(partition)
-    return iter(())
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -203,7 +203,8 @@ class BrokerClient(Protocol):
              columns: Sequence[str] | None = None) -> pa.RecordBatch:
         """The messages of ``results`` (pulls of ``mq``, in order) as rows of the reader's
         schema, those at or after offset ``end`` left out; ``columns``: only those, in that
-        order (None: all). Raises ProtocolError on bytes that do not decode."""
+        order (None: all of ARROW_SCHEMA; the retry columns of RETRY_FIELDS only when named).
+        Raises ProtocolError on bytes that do not decode."""
 
     # -- writing ----------------------------------------------------------------------
 

@@ -409,10 +409,15 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
              columns: Sequence[str] | None = None) -> pa.RecordBatch:
-        from ..codec.arrow import columns_to_batch
+        from ..codec.arrow import RETRY_COLUMNS, columns_to_batch, no_retry_origin
 
         batch = columns_to_batch(message_columns([m for r in results for m in r.messages]), mq.broker, end)
-        return batch if columns is None else batch.select(list(columns))
+        if columns is None:
+            return batch
+        if not set(RETRY_COLUMNS).isdisjoint(columns):
+            # the rows built from gRPC messages have no retry origin: retryTopic null, reconsumeTimes 0
+            batch = no_retry_origin(batch)
+        return batch.select(list(columns))
 
     # -- consumer group ---------------------------------------------------------------
 

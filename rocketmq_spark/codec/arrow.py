@@ -27,8 +27,8 @@ from ..errors import ProtocolError
 from .properties import SYSTEM_PROPERTY_KEYS, PropertyKey
 from .record import HEAD, MAGIC_V1, MAGIC_V2, SysFlag
 
-__all__ = ["ARROW_SCHEMA", "RETRY_FIELDS", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "columns_to_batch",
-           "decode_to_batch", "decode_to_batch_reference", "only_subscribed", "tag_set"]
+__all__ = ["ARROW_SCHEMA", "RETRY_COLUMNS", "RETRY_FIELDS", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "columns_to_batch",
+           "decode_to_batch", "decode_to_batch_reference", "no_retry_origin", "only_subscribed", "tag_set"]
 
 SCHEMA_DDL = (
     "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
@@ -41,6 +41,8 @@ SCHEMA_DDL = (
 #: reconsumeTimes (how many times it was given back: 0 for the topics' own messages)
 RETRY_SCHEMA_DDL = SCHEMA_DDL + ", retryTopic STRING, reconsumeTimes INT"
 RETRY_FIELDS = (pa.field("retryTopic", pa.string()), pa.field("reconsumeTimes", pa.int32()))
+#: their names: the decoders give them when ``columns`` names them (see :func:`decode_to_batch`)
+RETRY_COLUMNS = tuple(f.name for f in RETRY_FIELDS)
 
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
@@ -58,6 +60,7 @@ ARROW_SCHEMA = pa.schema([
     pa.field("bornHost", pa.string()),
     pa.field("storeHost", pa.string()),
 ])
+_RETRY_SCHEMA = pa.schema([*ARROW_SCHEMA, *RETRY_FIELDS])
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -76,12 +79,14 @@ def _host(buf: bytes, p: int, v6: bool) -> tuple[str, int]:
 
 
 def decode_to_batch_reference(
-    chunks: Iterable[bytes], broker: str, end: int | None = None
+    chunks: Iterable[bytes], broker: str, end: int | None = None, retry: bool = False
 ) -> pa.RecordBatch:
     """Decode record bytes (pull bodies) into one RecordBatch; records at/after ``end`` are dropped.
 
     The per-record reference implementation: :func:`decode_to_batch` must give the same batch.
-    Raises ProtocolError naming the byte position of the first malformed record.
+    Raises ProtocolError naming the byte position of the first malformed record. ``retry``:
+    the batch has :data:`RETRY_FIELDS` after :data:`ARROW_SCHEMA`'s columns (each record's
+    RETRY_TOPIC property, its last one when repeated, and its reconsume times).
     """
     topics: list[str] = []
     qids: list[int] = []
@@ -95,11 +100,14 @@ def decode_to_batch_reference(
     store_ts: list[int] = []
     born_hosts: list[str] = []
     store_hosts: list[str] = []
+    retry_topics: list[str | None] = []
+    reconsumes: list[int] = []
     head = HEAD.unpack_from
     # the loop runs per record and per property: constants bound to locals, not looked up
     head_size, compressed = HEAD.size, SysFlag.COMPRESSED
     born_v6, store_v6 = SysFlag.BORN_HOST_V6, SysFlag.STORE_HOST_V6
     tags_key, keys_key, uniq_key = PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY
+    retry_key = PropertyKey.RETRY_TOPIC
     system_keys = SYSTEM_PROPERTY_KEYS
     host_cache: dict[bytes, str] = {}
     for buf in chunks:
@@ -133,6 +141,8 @@ def decode_to_batch_reference(
                 if store is None:
                     v6 = bool(sys_flag & store_v6)
                     store = host_cache.setdefault(store_raw, _host(store_raw, 0, v6)[0])
+                if retry:
+                    (reconsumed,) = _I.unpack_from(buf, q)
                 q += 12  # reconsumeTimes, preparedTransactionOffset
                 (blen,) = _I.unpack_from(buf, q)
                 q += 4
@@ -172,6 +182,7 @@ def decode_to_batch_reference(
             tag = None
             key_list = None
             uniq = None
+            retry_topic = None
             for item in raw_props.split("\x02"):
                 if not item:
                     continue
@@ -184,6 +195,8 @@ def decode_to_batch_reference(
                     uniq = v
                 elif k not in system_keys:
                     user.append((k, v))
+                elif k == retry_key:
+                    retry_topic = v
             if uniq is None:
                 uniq = store_raw.hex().upper() + _Q.pack(phys).hex().upper()
             topics.append(topic)
@@ -198,7 +211,11 @@ def decode_to_batch_reference(
             store_ts.append(sts * 1000)
             born_hosts.append(born)
             store_hosts.append(store)
+            if retry:
+                retry_topics.append(retry_topic)
+                reconsumes.append(reconsumed)
     n = len(topics)
+    origin = [pa.array(retry_topics, pa.string()), pa.array(reconsumes, pa.int32())] if retry else []
     return pa.RecordBatch.from_arrays(
         [
             pa.array(topics, pa.string()),
@@ -214,9 +231,19 @@ def decode_to_batch_reference(
             pa.array(store_ts, _TS),
             pa.array(born_hosts, pa.string()),
             pa.array(store_hosts, pa.string()),
+            *origin,
         ],
-        schema=ARROW_SCHEMA,
+        schema=_RETRY_SCHEMA if retry else ARROW_SCHEMA,
     )
+
+
+def no_retry_origin(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with :data:`RETRY_FIELDS` for messages that were not given back: retryTopic
+    null, reconsumeTimes 0 (a topic's own messages; and every row the gRPC transport builds,
+    whose pulls carry no record bytes)."""
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(n, pa.string()), pa.array(np.zeros(n, np.int32))],
+                                      schema=pa.schema([*batch.schema, *RETRY_FIELDS]))
 
 
 def columns_to_batch(cols: dict[str, list[object]], broker: str, end: int | None = None) -> pa.RecordBatch:
@@ -292,9 +319,9 @@ BLOCK_BYTES = 4 << 20
 _HDR = np.dtype(
     {
         "names": ["magicLow", "queueId", "queueOffset", "sysLow", "bornTs", "born", "storeTs", "store",
-                  "bodyLen"],
-        "formats": ["u1", ">i4", ">i8", "u1", ">i8", ">u8", ">i8", ">u8", ">i4"],
-        "offsets": [7, 12, 20, 39, 40, 48, 56, 64, 84],
+                  "reconsumeTimes", "bodyLen"],
+        "formats": ["u1", ">i4", ">i8", "u1", ">i8", ">u8", ">i8", ">u8", ">i4", ">i4"],
+        "offsets": [7, 12, 20, 39, 40, 48, 56, 64, 72, 84],
         "itemsize": _FIXED,
     }
 )
@@ -310,7 +337,7 @@ _KEYS_TYPE = ARROW_SCHEMA.field("keys").type
 _PROPS_TYPE = ARROW_SCHEMA.field("properties").type
 _ENTRY = [_PROPS_TYPE.key_field, _PROPS_TYPE.item_field]
 _HEX = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), np.uint8).reshape(256, 2)
-# index_in codes: 0 TAGS, 1 KEYS, 2 UNIQ_KEY, >= 3 the other system keys, null a user property
+# index_in codes: 0 TAGS, 1 KEYS, 2 UNIQ_KEY, 3 RETRY_TOPIC, > 3 the other system keys, null a user property
 
 
 def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType | None = None) -> pa.Array:
@@ -344,8 +371,9 @@ def only_subscribed(batch: pa.RecordBatch, tags: pa.Array | None) -> pa.RecordBa
     return batch.filter(keep)
 
 
-_FIRST_KEYS = [PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY]
+_FIRST_KEYS = [PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY, PropertyKey.RETRY_TOPIC]
 _KEY_SET = _string_constant(_FIRST_KEYS + sorted(SYSTEM_PROPERTY_KEYS - set(_FIRST_KEYS)))
+_RETRY_TOPIC_CODE = 3
 _EMPTY_STRINGS = _string_constant([])
 
 # -- state kept between calls ------------------------------------------------------------------
@@ -447,25 +475,28 @@ def decode_to_batch(chunks: Iterable[bytes], broker: str, end: int | None = None
     pull bodies per call (a few thousand records). Each chunk must hold whole records.
     Malformed input raises the reference decoder's ProtocolError.
 
-    ``columns``: only these of :data:`ARROW_SCHEMA`, in this order (the rest is not decoded:
-    no properties parsed without tag, keys, messageId or properties, no hosts formatted
-    without bornHost or storeHost); None: every column.
+    ``columns``: only these of :data:`ARROW_SCHEMA` and :data:`RETRY_FIELDS`, in this order
+    (the rest is not decoded: no properties parsed without tag, keys, messageId, properties or
+    retryTopic, no hosts formatted without bornHost or storeHost); None: every column of
+    :data:`ARROW_SCHEMA`. retryTopic is a record's RETRY_TOPIC property (its last one when
+    repeated; null without one), reconsumeTimes its reconsume times.
     """
     parts = [c for c in chunks if len(c)]
     total = sum(len(c) for c in parts)
+    retry = columns is not None and not _RETRY_NAMES.isdisjoint(columns)
     if total < SMALL_INPUT_BYTES:
-        return _project(decode_to_batch_reference(parts, broker, end), columns)
+        return _project(decode_to_batch_reference(parts, broker, end, retry), columns)
     if total > BLOCK_BYTES and len(parts) > 1:
         # blocks of about BLOCK_BYTES keep the temporaries cache-sized (and clear of fresh pages)
         return _concat([decode_to_batch(g, broker, end, columns) for g in _groups(parts, BLOCK_BYTES)])
     if total > _MAX_FAST_BYTES:  # one huge chunk
-        return _project(decode_to_batch_reference(parts, broker, end), columns)
+        return _project(decode_to_batch_reference(parts, broker, end, retry), columns)
     try:
         return _decode_fast(parts, broker, end, columns)
     except _Malformed:
-        return _project(decode_to_batch_reference(parts, broker, end), columns)
+        return _project(decode_to_batch_reference(parts, broker, end, retry), columns)
     except _Unsupported as exc:
-        return _project(_decode_mixed(parts, broker, end, exc.positions), columns)
+        return _project(_decode_mixed(parts, broker, end, exc.positions, retry), columns)
 
 
 def _project(batch: pa.RecordBatch, columns: Sequence[str] | None) -> pa.RecordBatch:
@@ -473,7 +504,8 @@ def _project(batch: pa.RecordBatch, columns: Sequence[str] | None) -> pa.RecordB
 
 
 #: the columns read from a record's properties
-_PROPERTY_COLUMNS = frozenset({"tag", "keys", "messageId", "properties"})
+_PROPERTY_COLUMNS = frozenset({"tag", "keys", "messageId", "properties", "retryTopic"})
+_RETRY_NAMES = frozenset(RETRY_COLUMNS)
 
 
 def _groups(parts: list[bytes], limit: int) -> list[list[bytes]]:
@@ -493,22 +525,25 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def _decode_mixed(parts: list[bytes], broker: str, end: int | None, bad: np.ndarray) -> pa.RecordBatch:
-    """Chunks holding unsupported records go through the reference decoder, runs of the others not."""
+def _decode_mixed(parts: list[bytes], broker: str, end: int | None, bad: np.ndarray,
+                  retry: bool = False) -> pa.RecordBatch:
+    """Chunks holding unsupported records go through the reference decoder, runs of the others
+    not (every column of :data:`ARROW_SCHEMA`, and with ``retry`` :data:`RETRY_FIELDS` too)."""
     bounds = np.cumsum([len(c) for c in parts])
     bad_chunks = set(np.searchsorted(bounds, bad, side="right").tolist())
+    columns = _RETRY_SCHEMA.names if retry else None
     batches: list[pa.RecordBatch] = []
     run: list[bytes] = []
     for i, c in enumerate(parts):
         if i in bad_chunks:
             if run:
-                batches.append(decode_to_batch(run, broker, end))
+                batches.append(decode_to_batch(run, broker, end, columns))
                 run = []
-            batches.append(decode_to_batch_reference([c], broker, end))
+            batches.append(decode_to_batch_reference([c], broker, end, retry))
         else:
             run.append(c)
     if run:
-        batches.append(decode_to_batch(run, broker, end))
+        batches.append(decode_to_batch(run, broker, end, columns))
     return _concat(batches)
 
 
@@ -696,7 +731,8 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
                 raise _Malformed() from None
             rows = np.flatnonzero(keep)
             if not len(rows):
-                return _project(pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA), columns)
+                return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA if columns is None
+                                                  else _schema_of(tuple(columns)))
             heads, qoff = heads[rows], qoff[rows]
             h = heads.view(_HDR)
             six = rows.astype(np.int32) * 6
@@ -726,9 +762,9 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
             body = _take(pa.concat_arrays([body, inflated]), pa.array(order))
 
     if want & _PROPERTY_COLUMNS:
-        tag, keys, user, uniq = _properties(gdata, goff[2 * k :], k)
+        tag, keys, user, uniq, retry_topic = _properties(gdata, goff[2 * k :], k, "retryTopic" in want)
     else:  # properties are not parsed (their text was checked above)
-        tag = keys = user = uniq = None
+        tag = keys = user = uniq = retry_topic = None
     message_id = None
     if "messageId" in want:
         if uniq is None or uniq.null_count:  # the offset message id: store host + physical offset, in hex
@@ -761,6 +797,8 @@ def _decode_fast(parts: Sequence[bytes], broker: str, end: int | None,
         "storeTimestamp": lambda: pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[1])]),
         "bornHost": lambda: _host_column(h["born"]),
         "storeHost": lambda: _host_column(h["store"]),
+        "retryTopic": lambda: retry_topic,
+        "reconsumeTimes": lambda: _int32s(h["reconsumeTimes"]),
     }
     names = ARROW_SCHEMA.names if columns is None else list(columns)
     return pa.RecordBatch.from_arrays([make[c]() for c in names],
@@ -774,8 +812,8 @@ _ALL_COLUMNS = frozenset(ARROW_SCHEMA.names)
 # query asks one list, so 64 entries hold every query of a process; lru_cache is thread-safe.
 @functools.lru_cache(maxsize=64)
 def _schema_of(columns: tuple[str, ...]) -> pa.Schema:
-    """The schema of a projection of ARROW_SCHEMA."""
-    return pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+    """The schema of a projection of ARROW_SCHEMA and RETRY_FIELDS."""
+    return pa.schema([_RETRY_SCHEMA.field(c) for c in columns])
 
 
 def _terminate(data: np.ndarray, offsets: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -792,24 +830,26 @@ def _terminate(data: np.ndarray, offsets: np.ndarray, k: int) -> tuple[np.ndarra
     return data, _offsets_of(plen + grow)
 
 
-def _no_properties(k: int) -> tuple[pa.Array, pa.Array, pa.Array, None]:
+def _no_properties(k: int, retry_topic: bool) -> tuple[pa.Array, pa.Array, pa.Array, None, pa.Array | None]:
     empty = pa.StructArray.from_arrays([_EMPTY_STRINGS, _EMPTY_STRINGS], fields=_ENTRY)
     zeros = np.zeros(k + 1, np.int32)
     return (pa.nulls(k, pa.string()), _list(zeros, _EMPTY_STRINGS, k),
-            pa.Array.from_buffers(_PROPS_TYPE, k, [None, pa.py_buffer(zeros)], children=[empty]), None)
+            pa.Array.from_buffers(_PROPS_TYPE, k, [None, pa.py_buffer(zeros)], children=[empty]), None,
+            pa.nulls(k, pa.string()) if retry_topic else None)
 
 
 def _properties(
-    gdata: np.ndarray, poff: np.ndarray, k: int
-) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None]:
+    gdata: np.ndarray, poff: np.ndarray, k: int, retry_topic: bool = False
+) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None, pa.Array | None]:
     """Parse k records' properties ``gdata[poff[i]:poff[i + 1]]``.
 
     -> tag, keys and user-properties columns, UNIQ_KEY per record (null where absent; None
-    when no record has one).
+    when no record has one), and with ``retry_topic`` RETRY_TOPIC per record (null where
+    absent; else None).
     """
     p0, p1 = int(poff[0]), int(poff[-1])
     if p1 == p0:
-        return _no_properties(k)
+        return _no_properties(k, retry_topic)
     data = gdata[p0:p1]
     offsets = poff - p0
     if not (gdata[poff[1:] - 1] == 2).all():  # some lack the final \x02 (or are empty)
@@ -822,7 +862,7 @@ def _properties(
     term = np.flatnonzero(kinds == 2)  # the \x02 ending each item, as indices in seps
     n_items = len(term)
     if not n_items:
-        return _no_properties(k)
+        return _no_properties(k, retry_topic)
     item_end = seps[term]
     first = np.empty(n_items, np.int64)  # index in seps of each item's first separator
     first[0] = 0
@@ -843,7 +883,7 @@ def _properties(
     else:  # empty items (\x02\x02) are skipped
         item = np.flatnonzero(off[:-1, 3] > off[:-1, 0])
         if not len(item):
-            return _no_properties(k)
+            return _no_properties(k, retry_topic)
         bounds = np.searchsorted(item, bounds)
         key_elem = item.astype(np.int32) * 4
 
@@ -885,7 +925,24 @@ def _properties(
                                          fields=_ENTRY)
     user_off = np.searchsorted(user, bounds).astype(np.int32)  # user items before each record
     props = pa.Array.from_buffers(_PROPS_TYPE, k, [None, pa.py_buffer(user_off)], children=[entries])
-    return got.slice(0, k), _keys_column(got.slice(k, k), k), props, None if uniq.null_count == k else uniq
+    origin = _last_values(items, codes, _RETRY_TOPIC_CODE, bounds, item, k) if retry_topic else None
+    return got.slice(0, k), _keys_column(got.slice(k, k), k), props, None if uniq.null_count == k else uniq, origin
+
+
+def _last_values(items: pa.Array, codes: np.ndarray, code: int, bounds: np.ndarray, item: np.ndarray | None,
+                 k: int) -> pa.Array:
+    """Per record, the value of its last item whose key is the ``code``-th of ``_KEY_SET``
+    (null where it has none); ``items``, ``codes``, ``bounds`` and ``item`` as in :func:`_properties`."""
+    hits = np.flatnonzero(codes == code)
+    if not len(hits):
+        return pa.nulls(k, pa.string())
+    pick = np.full(k, -1, np.int64)
+    np.maximum.at(pick, np.repeat(_arange(k), np.diff(bounds))[hits], hits)
+    elem = (pick if item is None else item[pick]).astype(np.int32)
+    elem *= 4
+    elem += 2
+    missing = pick < 0
+    return _take(items, pa.array(elem, mask=missing) if missing.any() else _int32s(elem))
 
 
 def _keys_column(text: pa.Array, k: int) -> pa.Array:

@@ -119,6 +119,10 @@ def test_sent_over_grpc_read_over_remoting_and_the_reverse(broker, client, gclie
     cols = message_columns(res.messages)
     assert cols["tag"] == ["z"] and cols["properties"] == [[("p", "1")]] and cols["queueOffset"] == [0]
     assert cols["storeHost"] == [broker.broker_addr]
+    # the retry columns, when asked: a gRPC row has no retry origin
+    rows = gclient.rows(rq, [res], None, ("body", "retryTopic", "reconsumeTimes"))
+    assert rows.schema.names == ["body", "retryTopic", "reconsumeTimes"]
+    assert rows.to_pylist() == [{"body": big, "retryTopic": None, "reconsumeTimes": 0}]
 
 
 def test_offsets_over_grpc_are_the_brokers(broker, client, gclient) -> None:

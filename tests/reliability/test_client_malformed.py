@@ -26,7 +26,8 @@ from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.codes import RequestCode, ResponseCode
 from rocketmq_spark.remoting.frame import RemotingCommand
 from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRouteData
-from rocketmq_spark.source.reader import QueueRange, read_range
+from rocketmq_spark.source.pull_loop import read_range
+from rocketmq_spark.source.queue_range import QueueRange
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 

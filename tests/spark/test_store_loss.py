@@ -36,7 +36,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import DataLossError, RocketMQSparkError
 from rocketmq_spark.source import Planner, ReaderOptions
-from rocketmq_spark.source.reader import read_range
+from rocketmq_spark.source.pull_loop import read_range
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability]
 

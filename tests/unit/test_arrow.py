@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.codec import MAGIC_V1, SYSTEM_PROPERTY_KEYS, arrow, encode_record
-from rocketmq_spark.codec.arrow import ARROW_SCHEMA, decode_to_batch, decode_to_batch_reference
+from rocketmq_spark.codec import MAGIC_V1, SYSTEM_PROPERTY_KEYS, arrow, encode_record, property_of, split_record
+from rocketmq_spark.codec.arrow import ARROW_SCHEMA, RETRY_COLUMNS, decode_to_batch, decode_to_batch_reference
 from rocketmq_spark.errors import ProtocolError
 
 BROKER = "broker-a"
@@ -59,7 +59,7 @@ _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 _key = st.one_of(
     _text,
     st.sampled_from(sorted(SYSTEM_PROPERTY_KEYS)),
-    st.sampled_from(["region", "traceId", "TAGSX", "KEY", "uniq_key", "x-request-id-longer-than-24"]),
+    st.sampled_from(["region", "traceId", "TAGSX", "KEY", "uniq_key", "x-request-id-longer-than-24", "RETRY_TOPIC"]),
 )
 _keys_value = st.lists(st.sampled_from(["", "k1", "k2", "order-7", "ключ", "x y"]), max_size=4).map(" ".join)
 
@@ -128,6 +128,26 @@ def test_matches_reference(case: tuple[list[bytes], int | None]) -> None:
     assert_same(chunks, end)
 
 
+WITH_RETRY = (*ARROW_SCHEMA.names, *RETRY_COLUMNS)
+
+
+def assert_retry_same(chunks: list[bytes], end: int | None = None) -> pa.RecordBatch:
+    """The retry columns as the reference decodes them, and the other columns as without them."""
+    ref = decode_to_batch_reference(chunks, BROKER, end, retry=True)
+    fast = decode_to_batch(chunks, BROKER, end, WITH_RETRY)
+    assert fast.schema.names == list(WITH_RETRY)
+    assert fast.equals(ref), [n for n in WITH_RETRY if not fast.column(n).equals(ref.column(n))]
+    assert fast.select(ARROW_SCHEMA.names).equals(decode_to_batch(chunks, BROKER, end))
+    return fast
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pull_bodies())
+def test_retry_columns_match_reference(case: tuple[list[bytes], int | None]) -> None:
+    chunks, end = case
+    assert_retry_same(chunks, end)
+
+
 # -- explicit cases -----------------------------------------------------------------------
 
 
@@ -168,10 +188,10 @@ def test_ipv6_hosts_fall_back_per_chunk(monkeypatch: pytest.MonkeyPatch) -> None
     used: list[int] = []
     real = decode_to_batch_reference
 
-    def spy(chunks: list[bytes], broker: str, end: int | None = None) -> pa.RecordBatch:
+    def spy(chunks: list[bytes], broker: str, end: int | None = None, retry: bool = False) -> pa.RecordBatch:
         used.append(len(chunks))
         assert chunks == [v6]
-        return real(chunks, broker, end)
+        return real(chunks, broker, end, retry)
 
     monkeypatch.setattr(arrow, "decode_to_batch_reference", spy)
     assert decode_to_batch(chunks, BROKER).equals(real(chunks, BROKER))
@@ -259,3 +279,72 @@ def test_large_input_without_the_small_input_shortcut(monkeypatch: pytest.Monkey
 
 def test_magic_constant() -> None:
     assert MAGIC_V1 & 0xFFFFFFFF == 0xDAA320A7
+
+
+# -- the retry columns (includeRetryTopic) ------------------------------------------------
+
+
+def _origin(chunks: list[bytes], end: int | None = None) -> list[tuple[str | None, int]]:
+    """(RETRY_TOPIC property, reconsume times) of each record below ``end``, read record by record."""
+    out = []
+    for body in chunks:
+        at = 0
+        while at < len(body):
+            rec = split_record(body, at)
+            if end is None or rec.queue_offset < end:
+                out.append((property_of(rec.properties, "RETRY_TOPIC"), rec.reconsume_times))
+            at += int.from_bytes(body[at:at + 4], "big")
+    return out
+
+
+def given_back(i: int, **kw: object) -> bytes:
+    """A message of a retry topic: the topic it was first read from, given back ``i % 5`` times
+    (every third one has no RETRY_TOPIC: a message sent to the retry topic by hand)."""
+    props: dict[str, str] = {"TAGS": "a", "KEYS": f"k{i}", "UNIQ_KEY": f"U{i:031d}", "ORIGIN_MESSAGE_ID": f"O{i}"}
+    if i % 3:
+        props["RETRY_TOPIC"] = ("Orders", "заказы")[i % 3 - 1]
+    return record(i, **{"topic": "%RETRY%group", "properties": props, "reconsume_times": i % 5, **kw})
+
+
+@pytest.mark.parametrize("end", [None, 70])
+def test_retry_columns_are_read_with_the_rest_without_reference(monkeypatch: pytest.MonkeyPatch,
+                                                                end: int | None) -> None:
+    chunks = [b"".join(given_back(i) for i in range(j, j + 32)) for j in range(0, 96, 32)]
+    want = _origin(chunks, end)
+    assert {t for t, _ in want} == {None, "Orders", "заказы"} and {n for _, n in want} == set(range(5))
+    plain = decode_to_batch(chunks, BROKER, end)
+    no_reference(monkeypatch)
+    batch = decode_to_batch(chunks, BROKER, end, WITH_RETRY)
+    assert list(zip(batch.column("retryTopic").to_pylist(), batch.column("reconsumeTimes").to_pylist())) == want
+    assert batch.select(ARROW_SCHEMA.names).equals(plain)  # the other columns as without them
+    assert batch.schema.field("reconsumeTimes").type == pa.int32()
+
+
+@pytest.mark.parametrize("columns", [("retryTopic",), ("reconsumeTimes",), ("body", "reconsumeTimes", "retryTopic"),
+                                     ("tag", "retryTopic")])
+def test_retry_columns_in_a_projection(columns: tuple[str, ...]) -> None:
+    chunks = [b"".join(given_back(i) for i in range(j, j + 32)) for j in range(0, 96, 32)]
+    batch = decode_to_batch(chunks, BROKER, None, columns)
+    full = assert_retry_same(chunks)
+    assert batch.schema.names == list(columns) and batch.equals(full.select(list(columns)))
+
+
+def test_retry_columns_of_small_mixed_and_odd_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # IPv6 hosts (a chunk through the reference), a RETRY_TOPIC given twice (the last counts),
+    # records without properties, and an input small enough for the reference alone
+    v6 = b"".join([given_back(40, born_host="[::1]:5000"), given_back(41)])
+    twice = given_back(50, properties="RETRY_TOPIC\x01first\x02TAGS\x01a\x02RETRY_TOPIC\x01last\x02")
+    chunks = [b"".join(given_back(i) for i in range(30)), v6, twice + given_back(51, properties="")]
+    batch = assert_retry_same(chunks)
+    assert list(zip(batch.column("retryTopic").to_pylist(), batch.column("reconsumeTimes").to_pylist())) == \
+        _origin(chunks)
+    assert batch.column("retryTopic").to_pylist()[-2:] == ["last", None]
+    monkeypatch.setattr(arrow, "SMALL_INPUT_BYTES", 1 << 20)
+    assert decode_to_batch(chunks, BROKER, None, WITH_RETRY).equals(batch)
+
+
+def test_retry_columns_of_no_rows() -> None:
+    chunks = [b"".join(given_back(i) for i in range(10, 60))]
+    for columns in (WITH_RETRY, ("retryTopic",)):
+        batch = decode_to_batch(chunks, BROKER, 5, columns)
+        assert batch.num_rows == 0 and batch.schema.names == list(columns)

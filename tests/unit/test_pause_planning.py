@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -21,7 +22,8 @@ from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import BrokerUnavailableError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import PullLoop
+from rocketmq_spark.source.queue_range import QueueRange
 
 TIMEOUT_S = 10.0
 B_ADDR = "127.0.0.1:10921"
@@ -30,8 +32,8 @@ B_ADDR = "127.0.0.1:10921"
 @pytest.fixture()
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = fake_clock(monkeypatch)
-    monkeypatch.setattr(reader.time, "monotonic", c.now)  # the time module: every user of it
-    monkeypatch.setattr(reader.time, "sleep", c.sleep)
+    monkeypatch.setattr(time, "monotonic", c.now)  # the time module: every user of it
+    monkeypatch.setattr(time, "sleep", c.sleep)
     return c
 
 
@@ -123,7 +125,7 @@ def test_a_pull_that_times_out_counts_from_when_it_went_out(clock: Clock) -> Non
         raise RequestTimeoutError(B_ADDR, f"pull of {mq}", f"no response within {TIMEOUT_S:g}s")
 
     with pytest.raises(BrokerUnavailableError) as failed:
-        for _res, _nxt in _pulls(part, start, finish):
+        for _res, _nxt in PullLoop(part, start, finish):
             pass
     # the pull at 20 went out before the pause was seen: the 5 s bound was over when its timeout
     # came (was: counted from then, so one more 10 s pull before failing)
@@ -204,7 +206,7 @@ def test_a_task_of_a_broker_the_planner_found_silent_counts_from_then(clock: Clo
         raise RequestTimeoutError(B_ADDR, f"pull of {mq}", f"no response within {TIMEOUT_S:g}s")
 
     with pytest.raises(BrokerUnavailableError, match=r"unreachable for 35s"):
-        list(_pulls(part, lambda off: off, finish))
+        list(PullLoop(part, lambda off: off, finish))
     assert len(attempts) == 1  # 25 s silent before the task, 10 s more: past the 30 s bound
 
 

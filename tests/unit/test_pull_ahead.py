@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import PullLoop
+from rocketmq_spark.source.queue_range import QueueRange
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -46,7 +47,7 @@ def _read(part: QueueRange, b: CappedBroker, ahead: int, many: bool = False) -> 
         b.groups.append(len(offsets))
         return [b.start(off) for off in offsets]
 
-    for res, nxt in _pulls(part, b.start, b.finish, ahead, start_many if many else None):
+    for res, nxt in PullLoop(part, b.start, b.finish, ahead, start_many if many else None):
         got.extend(range(nxt - len(res.body), min(nxt, part.end)))
     return got
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import rocketmq_spark.source.reader as reader
+import rocketmq_spark.source.pull_loop as pull_loop
 from rocketmq_spark.errors import BrokerUnavailableError, ConnectionFailedError
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.source.reader import QueueRange, _pulls
+from rocketmq_spark.source.pull_loop import PullLoop
+from rocketmq_spark.source.queue_range import QueueRange
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -41,23 +42,23 @@ class FlakyBroker:
 
 @pytest.fixture(autouse=True)
 def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reader, "_OUTAGE_BACKOFF_S", (0.0, 0.0))
+    monkeypatch.setattr(pull_loop, "_OUTAGE_BACKOFF_S", (0.0, 0.0))
 
 
 @pytest.mark.parametrize("refuse", [True, False])
 def test_pulls_resume_at_the_same_offset_after_an_outage(refuse: bool) -> None:
     b = FlakyBroker(fail_from=3, outage=4, refuse=refuse)
-    got = [nxt for _res, nxt in _pulls(_part(60, 60_000), b.start, b.finish)]
+    got = [nxt for _res, nxt in PullLoop(_part(60, 60_000), b.start, b.finish)]
     assert got == [10, 20, 30, 40, 50, 60]  # nothing skipped, nothing twice
     assert b.asked.count(20) == 5  # the failed pull and its retries all asked offset 20
 
 
 def test_an_outage_past_the_budget_fails_naming_the_broker_address_and_operation(monkeypatch) -> None:
     clock = iter(range(0, 10_000, 1))
-    monkeypatch.setattr(reader.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(pull_loop.time, "monotonic", lambda: float(next(clock)))
     b = FlakyBroker(fail_from=2, outage=10_000, refuse=True)
     with pytest.raises(BrokerUnavailableError) as err:
-        list(_pulls(_part(60, 5_000), b.start, b.finish))
+        list(PullLoop(_part(60, 5_000), b.start, b.finish))
     msg = str(err.value)
     assert "broker-a" in msg and "127.0.0.1:10911" in msg and "pull of" in msg
     assert "brokerDownTimeoutMs=5000" in msg and "offset 10" in msg
@@ -95,8 +96,8 @@ class ReplacedStore:
 
 
 def _read(b: ReplacedStore, part: QueueRange) -> list[tuple[bytes, int]]:
-    pulls = _pulls(part, b.start, b.finish, other_store=b.other_store, epoch=b.epoch)
-    return [(res.body, nxt) for res, nxt in reader._until_gone(pulls)]  # as the task reads them
+    pulls = PullLoop(part, b.start, b.finish, other_store=b.other_store, epoch=b.epoch)
+    return [(res.body, nxt) for res, nxt in pull_loop._until_gone(pulls)]  # as the task reads them
 
 
 def test_a_store_replaced_during_an_outage_ends_the_range_where_the_outage_began(caplog) -> None:
@@ -134,8 +135,7 @@ def test_a_comparison_over_another_connection_than_the_answer_is_made_again() ->
             b.connection += 1
         return compared()
 
-    got = [nxt for _r, nxt in _pulls(QueueRange(MQ, 0, 30, ("127.0.0.1:9876",), None, "g", "*", 10, True, 60_000,
-                                                mark=(9, 1)), b.start, b.finish, other_store=reconnecting,
-                                     epoch=b.epoch)]
+    part = QueueRange(MQ, 0, 30, ("127.0.0.1:9876",), None, "g", "*", 10, True, 60_000, mark=(9, 1))
+    got = [nxt for _r, nxt in PullLoop(part, b.start, b.finish, other_store=reconnecting, epoch=b.epoch)]
     assert got == [10, 20, 30]
     assert b.compared == [2, 2]  # the answer over connection 1 was asked again over connection 2

@@ -240,11 +240,10 @@ class FlakyBrokerClient(FakeClient):
 
 
 def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it(monkeypatch) -> None:
-    import rocketmq_spark.source.reader as reader_mod
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0, b1 = Q(0), Q(0, "broker-b"), Q(1, "broker-b")
     client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10), b1: (0, 10)})
     p = _planner(client, brokerDownTimeoutMs="5000")
@@ -273,10 +272,9 @@ def test_a_down_brokers_queues_keep_their_offsets_then_the_query_fails_naming_it
 def test_a_down_broker_is_warned_about_once_per_interval_not_every_trigger(monkeypatch, caplog) -> None:
     import logging
 
-    import rocketmq_spark.source.reader as reader_mod
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0 = Q(0), Q(0, "broker-b")
     client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
     p = _planner(client, brokerDownTimeoutMs="60000")
@@ -302,11 +300,10 @@ def test_a_down_broker_is_warned_about_once_per_interval_not_every_trigger(monke
 
 
 def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_queues(monkeypatch) -> None:
-    import rocketmq_spark.source.reader as reader_mod
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0 = Q(0), Q(0, "broker-b")
     client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
     p = _planner(client, brokerDownTimeoutMs="5000")
@@ -334,11 +331,10 @@ def test_available_now_waits_for_a_down_broker_instead_of_ending_without_its_que
 
 
 def test_a_query_starting_while_a_broker_is_down_waits_for_it_then_fails(monkeypatch) -> None:
-    import rocketmq_spark.source.reader as reader_mod
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0 = Q(0), Q(0, "broker-b")
     client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
     client.committed = {a0: 3, b0: 7}
@@ -365,11 +361,10 @@ def test_a_query_starting_while_a_broker_is_down_waits_for_it_then_fails(monkeyp
 def test_a_batch_read_waits_for_a_broker_that_went_down_after_its_start_offsets(monkeypatch) -> None:
     # initial() found every queue; the broker then stopped answering: its queues must not be
     # left out of the batch without a word (they were, the end offsets simply lacked them)
-    import rocketmq_spark.source.reader as reader_mod
     from rocketmq_spark.errors import BrokerUnavailableError
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0 = Q(0), Q(0, "broker-b")
     client = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
     p = _planner(client, brokerDownTimeoutMs="5000")
@@ -883,10 +878,9 @@ def test_a_refilled_queue_with_fail_on_data_loss_false_is_read_from_its_first_ne
 def test_a_broker_that_was_down_is_compared_even_when_it_answers_again_only_in_planning(monkeypatch) -> None:
     # the data-loss check skips a broker known down (re-probed every _REPROBE_S); the planning
     # that follows may find it back: the queue must not be planned past its lost messages there
-    import rocketmq_spark.source.reader as reader_mod
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0, b0 = Q(0), Q(0, "broker-b")
     c = FlakyBrokerClient({a0: (0, 10), b0: (0, 10)})
     p = _planner(c, brokerDownTimeoutMs="60000")
@@ -954,11 +948,10 @@ def test_marks_gone_by_retention_are_taken_again_and_compare_nothing() -> None:
 
 
 def test_a_broker_without_the_topic_now_has_its_queues_wait_instead_of_failing_the_query(monkeypatch) -> None:
-    import rocketmq_spark.source.reader as reader_mod
     from rocketmq_spark.errors import BrokerUnavailableError, TopicNotFoundError
 
     clock = [1000.0]
-    monkeypatch.setattr(reader_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     a0 = Q(0)
     c = FakeClient({a0: (0, 10)})
     p = _planner(c, brokerDownTimeoutMs="5000")
@@ -977,8 +970,9 @@ def test_a_broker_without_the_topic_now_has_its_queues_wait_instead_of_failing_t
 
 
 def test_a_task_whose_range_is_past_the_queues_end_fails_or_ends_there() -> None:
-    import rocketmq_spark.source.reader as reader_mod
-    from rocketmq_spark.source.reader import QueueRange, _check_pull
+    import rocketmq_spark.source.pull_loop as pull_loop
+    from rocketmq_spark.source.pull_loop import _check_pull
+    from rocketmq_spark.source.queue_range import QueueRange
 
     def part(fail: bool) -> QueueRange:
         return QueueRange(Q(0), 100, 120, ("127.0.0.1:9876",), None, "g", "*", 32, fail)
@@ -988,16 +982,16 @@ def test_a_task_whose_range_is_past_the_queues_end_fails_or_ends_there() -> None
             _check_pull(part(True), 100, res)
         assert f"t/broker-a:0: planned offsets [100, 120) are not on the broker: the queue holds offsets " \
                f"[0, {res.max_offset}) now" in str(err.value)
-        with pytest.raises(reader_mod._RangeGone):
+        with pytest.raises(pull_loop._RangeGone):
             _check_pull(part(False), 100, res)
     # what was read before the range ran out is kept
     pulls = iter([(PullResult("FOUND", 110, 0, 110, b"x"), 110)])
 
     def gone() -> Any:
         yield from pulls
-        raise reader_mod._RangeGone
+        raise pull_loop._RangeGone
 
-    assert [nxt for _res, nxt in reader_mod._until_gone(gone())] == [110]
+    assert [nxt for _res, nxt in pull_loop._until_gone(gone())] == [110]
 
 
 class _MarkPullFails(FakeClient):
