@@ -1,4 +1,4 @@
-"""Layout contract (DESIGN.md section 3) and import boundaries (section 9)."""
+"""Layout contract and import boundaries (docs/architecture.md: "Layout", "Who may import whom")."""
 
 from __future__ import annotations
 
