@@ -1,4 +1,5 @@
-"""Writer options and input columns (DESIGN.md section 6), checked before anything is sent."""
+"""Writer options and input columns (documented in docs/options.md, "Writing"), checked before
+anything is sent."""
 
 from __future__ import annotations
 

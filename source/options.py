@@ -1,4 +1,4 @@
-"""Reader options (DESIGN.md section 5), parsed once into a frozen dataclass.
+"""Reader options (documented in docs/options.md, "Reading"), parsed once into a frozen dataclass.
 
 Keys are case-insensitive; unknown keys and invalid values raise :class:`OptionError`
 naming the option, the value and what is accepted.

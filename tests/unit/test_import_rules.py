@@ -1,5 +1,5 @@
-"""DESIGN.md §9's boundaries, read from the source: every import of every module of the
-distribution (lazy imports inside functions and TYPE_CHECKING blocks included).
+"""The import boundaries (docs/architecture.md, "Who may import whom"), read from the source:
+every import of every module of the distribution (lazy imports inside functions and TYPE_CHECKING blocks included).
 
     source/, sink/  ->  checkpoints/  ->  client (remoting, grpc)  ->  codec / model / errors
     broker/         ->  codec / model / errors   (plus the gRPC servicer for its proxy port)

@@ -1,5 +1,6 @@
 """Every invalid reader/writer option (and writer column) fails with an error that names the
-option, the value given and what is accepted (DESIGN.md sections 5, 6 and 8).
+option, the value given and what is accepted (the options are documented in docs/options.md,
+the errors in rocketmq_spark/errors.py).
 
 Pure unit tests: no Spark session, no broker, no sockets. The option tables are checked
 against the parsers' own lists of known names, so a new option without an invalid-value

@@ -1,5 +1,6 @@
-"""Layout contract (DESIGN.md section 3), and what a fresh interpreter loads (section 9's
-boundaries as they are read from the source are test_import_rules.py's)."""
+"""Layout contract (docs/architecture.md: "Layout"), and what a fresh interpreter loads (the
+import boundaries as read from the source are test_import_rules.py's; docs/architecture.md:
+"Who may import whom")."""
 
 from __future__ import annotations
 
