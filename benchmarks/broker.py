@@ -50,7 +50,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.model import MessageQueue
 
-from . import _report
+from . import _plot, _report
 from ._brokers import BrokerHandle, cli_available, java_missing, start_broker
 
 BODY_SIZE = 100
@@ -667,10 +667,10 @@ def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elap
     appends = [r for r in rows if r.scenario.startswith("append")]
     pulls = [r for r in rows if r.scenario.startswith("pull")]
     _report.write_results(path, doc, [
-        _report.Panel("append: single vs batched sends, async vs sync flush", "msgs/s",
-                      [_report.Bar(label(r), r.msgs_per_s, r.scenario == "append single") for r in appends], log=True),
-        _report.Panel("pull: max 1024 vs a real broker's 32 per pull, sequential vs pipelined", "msgs/s",
-                      [_report.Bar(label(r), r.msgs_per_s) for r in pulls]),
+        _plot.Panel("append: single vs batched sends, async vs sync flush", "msgs/s",
+                      [_plot.Bar(label(r), r.msgs_per_s, r.scenario == "append single") for r in appends], log=True),
+        _plot.Panel("pull: max 1024 vs a real broker's 32 per pull, sequential vs pipelined", "msgs/s",
+                      [_plot.Bar(label(r), r.msgs_per_s) for r in pulls]),
     ])
 
 

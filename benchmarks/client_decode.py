@@ -55,7 +55,7 @@ from rocketmq_spark.codec.arrow import (
     decode_to_batch_reference,
 )
 
-from . import _report
+from . import _plot, _report
 from ._brokers import start_broker
 
 BODY_SIZE = 100
@@ -428,14 +428,14 @@ def run(args: argparse.Namespace) -> int:
     }
     fast = [r for r in rows if r.scenario == "fast"]
     _report.write_results(out, doc, [
-        _report.Panel("decode from memory: fast decoder (chunk / records per call) vs copying the bytes", "msgs/s",
-                      [_report.Bar(f"{r.scenario} {r.chunk}/{r.per_call}", r.msgs_per_s, r.scenario == "read")
+        _plot.Panel("decode from memory: fast decoder (chunk / records per call) vs copying the bytes", "msgs/s",
+                      [_plot.Bar(f"{r.scenario} {r.chunk}/{r.per_call}", r.msgs_per_s, r.scenario == "read")
                        for r in rows if r.scenario in ("fast", "read") and r.chunk == 1024]
-                      + [_report.Bar(f"reference {r.chunk}", r.msgs_per_s, True) for r in rows
+                      + [_plot.Bar(f"reference {r.chunk}", r.msgs_per_s, True) for r in rows
                          if r.scenario == "reference"], target=TARGET, log=True),
-        _report.Panel("end to end: pull + decode from a broker vs the same bytes from a socket", "MB/s of records",
-                      [_report.Bar("socket (limit)", sock.mb_s, True), _report.Bar("pull + decode", e2e.mb_s),
-                       _report.Bar(f"fast decode, best ({max(fast, key=lambda r: r.msgs_per_s).per_call}/call)",
+        _plot.Panel("end to end: pull + decode from a broker vs the same bytes from a socket", "MB/s of records",
+                      [_plot.Bar("socket (limit)", sock.mb_s, True), _plot.Bar("pull + decode", e2e.mb_s),
+                       _plot.Bar(f"fast decode, best ({max(fast, key=lambda r: r.msgs_per_s).per_call}/call)",
                                    max(r.mb_s for r in fast))]),
     ])
     return 0

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from . import _report
+from . import _plot, _report
 
 CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
 BROKER_TIMEOUT_S = 6.0
@@ -185,13 +185,13 @@ def run(args: argparse.Namespace) -> int:
     doc = {"benchmark": "cluster", "quick": bool(args.quick), **res}
     phases = res["phases"]
     _report.write_results(_report.results_path(args, "cluster"), doc, [
-        _report.Panel("write (writer task path, no Spark)", "msgs/s",
-                      [_report.Bar(k, v["write"]["msgs_per_s"], i == 0) for i, (k, v) in enumerate(phases.items())]),
-        _report.Panel("planning per trigger (median)", "ms",
-                      [_report.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
+        _plot.Panel("write (writer task path, no Spark)", "msgs/s",
+                      [_plot.Bar(k, v["write"]["msgs_per_s"], i == 0) for i, (k, v) in enumerate(phases.items())]),
+        _plot.Panel("planning per trigger (median)", "ms",
+                      [_plot.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
                        for i, (k, v) in enumerate(phases.items())]),
-        _report.Panel("read of the live queues (client)", "msgs/s",
-                      [_report.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0)
+        _plot.Panel("read of the live queues (client)", "msgs/s",
+                      [_plot.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0)
                        for i, (k, v) in enumerate(phases.items())]),
     ])
     return 0

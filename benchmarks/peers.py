@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from . import _report
+from . import _plot, _report
 from ._brokers import start_broker
 
 BODY_SIZE = 100
@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
         "total_elapsed_s": round(total, 2),
     }
     _report.write_results(_report.results_path(args, "peers"), doc, [
-        _report.Panel(f"{scenario}: official SDK (grey) vs ours", "msgs/s",
-                      [_report.Bar(f"{r['side']} ({r['transport']})", r["msgs_per_s"], r["side"].startswith("official"))
+        _plot.Panel(f"{scenario}: official SDK (grey) vs ours", "msgs/s",
+                      [_plot.Bar(f"{r['side']} ({r['transport']})", r["msgs_per_s"], r["side"].startswith("official"))
                        for r in rows if r["scenario"] == scenario], log=True)
         for scenario in ("send", "receive")
     ])

@@ -35,7 +35,7 @@ import time
 from collections import deque
 from typing import Any
 
-from . import _report
+from . import _plot, _report
 from ._brokers import start_broker
 
 QUEUE_COUNTS = (8, 64, 512, 4096)
@@ -253,13 +253,13 @@ def run(args: argparse.Namespace) -> int:
         "total_elapsed_s": round(total, 2),
     }
     _report.write_results(_report.results_path(args, "scale"), doc, [
-        _report.Panel("planning (latestOffset + partitions) + commit per trigger, by queue count", "seconds",
-                      [_report.Bar(f"{r['queues']} queues: plan", r["plan_s_median"]) for r in plan_rows]
-                      + [_report.Bar(f"{r['queues']} queues: commit", r["commit_s_median"]) for r in plan_rows]
-                      + [_report.Bar(f"{r['queues']} queues: plan + commit", r["per_trigger_s"]) for r in plan_rows],
+        _plot.Panel("planning (latestOffset + partitions) + commit per trigger, by queue count", "seconds",
+                      [_plot.Bar(f"{r['queues']} queues: plan", r["plan_s_median"]) for r in plan_rows]
+                      + [_plot.Bar(f"{r['queues']} queues: commit", r["commit_s_median"]) for r in plan_rows]
+                      + [_plot.Bar(f"{r['queues']} queues: plan + commit", r["per_trigger_s"]) for r in plan_rows],
                       target=TARGET_S),
-        _report.Panel("executor: peak RSS of one partition read over the process without data", "MB",
-                      [_report.Bar(f"{r['messages']:,} x 1 KiB ({r['data_mb']} MB)", r["peak_over_baseline_mb"])
+        _plot.Panel("executor: peak RSS of one partition read over the process without data", "MB",
+                      [_plot.Bar(f"{r['messages']:,} x 1 KiB ({r['data_mb']} MB)", r["peak_over_baseline_mb"])
                        for r in mem_rows]),
     ])
     return 0
