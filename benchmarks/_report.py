@@ -15,11 +15,16 @@ from typing import Any
 
 from ._plot import Panel, plot
 
-__all__ = ["MB", "RESULTS_DIR", "add_results_dir", "results_path", "table", "write_results"]
+__all__ = ["MB", "RESULTS_DIR", "add_results_dir", "per_s", "results_path", "table", "write_results"]
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: the benchmarks' megabyte
 MB = 1_000_000
+
+
+def per_s(amount: float, seconds: float) -> float:
+    """``amount`` per second over ``seconds`` (0 when no time was measured)."""
+    return amount / seconds if seconds > 0 else 0.0
 
 
 def add_results_dir(p: argparse.ArgumentParser) -> None:

@@ -96,15 +96,15 @@ class Row:
 
     @property
     def msgs_per_s(self) -> float:
-        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.messages, self.elapsed_s)
 
     @property
     def body_mb_s(self) -> float:
-        return self.body_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.body_bytes / MB, self.elapsed_s)
 
     @property
     def record_mb_s(self) -> float:
-        return self.record_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.record_bytes / MB, self.elapsed_s)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -121,11 +121,11 @@ class Row:
 
     @property
     def msgs_per_s(self) -> float:
-        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.messages, self.elapsed_s)
 
     @property
     def mb_s(self) -> float:
-        return self.record_bytes / _report.MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.record_bytes / _report.MB, self.elapsed_s)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -57,7 +57,7 @@ def _peer(*args: str, timeout: float) -> dict[str, Any]:
 def _row(scenario: str, side: str, transport: str, n: int, elapsed: float, cpu: float | None,
          extra: dict[str, Any] | None = None) -> dict[str, Any]:
     row = {"scenario": scenario, "side": side, "transport": transport, "messages": n,
-           "elapsed_s": round(elapsed, 4), "msgs_per_s": round(n / elapsed, 1) if elapsed > 0 else 0.0,
+           "elapsed_s": round(elapsed, 4), "msgs_per_s": round(_report.per_s(n, elapsed), 1),
            "cpu_s": None if cpu is None else round(cpu, 3)}
     row.update(extra or {})
     return row
