@@ -8,9 +8,10 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
   source: messages preloaded over 8 queues (TAGS, KEYS, UNIQ_KEY and one user property)
     rocketmq -> noop        readStream.format("rocketmq"), startingOffsets=earliest, to the noop
                             sink with trigger(availableNow=True); start() to termination
-    synthetic -> noop       the floor: a Python streaming data source (benchmarks/_synthetic.py), same schema,
-                            8 partitions per batch, yielding prebuilt Arrow RecordBatches of the
-                            reader's batch size (1024 rows), same trigger and sink
+    synthetic -> noop       the floor: a Python streaming data source (benchmarks/_synthetic.py),
+                            same schema, 8 partitions per batch, yielding prebuilt Arrow
+                            RecordBatches of the reader's batch size (1024 rows), same trigger
+                            and sink
     client pull + decode    no Spark: RemotingClient.pull(mq, offset, 1024) over every queue in
                             turn + codec.arrow.decode_to_batch([body], broker)
   sink: 100-byte BINARY bodies from spark.range, cached and counted before timing
@@ -35,8 +36,8 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
                             partitions), loaded by Spark's Kafka sink (benchmarks/_kafka.py)
 
 The run is a list of sections (``SECTIONS``: source, gRPC vs remoting, the Java client, the
-pushed read, sink, the real peers), each looping over a table of named scenarios (``SOURCE``,
-``GRPC``, ``SINK``).
+pushed read, sink, the real peers); the source, gRPC and sink sections loop over tables of named
+scenarios (``SOURCE``, ``GRPC``, ``SINK``).
 
 Warm-ups (one small query of each source, one small write of each mode) run before anything is
 timed, while the preload goes on. ``--repeat`` runs each source scenario R times and keeps the
