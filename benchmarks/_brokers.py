@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["LAUNCHERS", "BrokerHandle", "start_broker"]
+__all__ = ["LAUNCHERS", "BrokerHandle", "chosen_launcher", "start_broker"]
 
 LAUNCHERS = ("cli", "mp", "thread", "real")
 _START_TIMEOUT_S = 60.0
@@ -85,6 +85,13 @@ def cli_available() -> bool:
         return importlib.util.find_spec("rocketmq_spark.cli") is not None
     except (ImportError, ValueError):
         return False
+
+
+def chosen_launcher(launcher: str) -> str:
+    """``launcher``, with ``auto`` made ``cli`` when the CLI is importable and ``mp`` otherwise."""
+    if launcher != "auto":
+        return launcher
+    return "cli" if cli_available() else "mp"
 
 
 class CliBroker(BrokerHandle):

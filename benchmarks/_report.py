@@ -1,9 +1,8 @@
-"""Where a suite's results go, and its PNG plot.
+"""Where a suite's results go, and the printed tables.
 
 Every suite writes ``<results-dir>/<name>.json`` (``<name>-quick.json`` for ``--quick``, so a
-smoke run never overwrites the full figures) and, beside it, the same name with ``.png``: a
-horizontal bar chart of the suite's headline figures, baselines drawn grey next to the
-scenarios measured against them, and the targets as dashed lines.
+smoke run never overwrites the full figures) and, beside it, the same name with ``.png`` (drawn
+by :mod:`benchmarks._plot`).
 """
 
 from __future__ import annotations
@@ -12,10 +11,20 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ._plot import Panel, plot
+
+__all__ = ["MB", "RESULTS_DIR", "add_results_dir", "per_s", "results_path", "table", "write_results"]
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: the benchmarks' megabyte
+MB = 1_000_000
+
+
+def per_s(amount: float, seconds: float) -> float:
+    """``amount`` per second over ``seconds`` (0 when no time was measured)."""
+    return amount / seconds if seconds > 0 else 0.0
 
 
 def add_results_dir(p: argparse.ArgumentParser) -> None:
@@ -27,22 +36,6 @@ def results_path(args: argparse.Namespace, name: str) -> str:
     """``<results-dir>/<name>[-quick].json``."""
     d = getattr(args, "results_dir", None) or RESULTS_DIR
     return os.path.join(d, f"{name}-quick.json" if getattr(args, "quick", False) else f"{name}.json")
-
-
-@dataclass(frozen=True)
-class Bar:
-    label: str
-    value: float
-    baseline: bool = False  # a reference the others are compared with (drawn grey)
-
-
-@dataclass(frozen=True)
-class Panel:
-    title: str
-    unit: str
-    bars: Sequence[Bar]
-    target: float | None = None
-    log: bool = False
 
 
 def write_results(path: str, doc: dict[str, Any], panels: Sequence[Panel]) -> tuple[str, str]:
@@ -57,46 +50,13 @@ def write_results(path: str, doc: dict[str, Any], panels: Sequence[Panel]) -> tu
     return path, png
 
 
-def plot(png: str, title: str, panels: Sequence[Panel]) -> None:
-    import matplotlib
+def table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """The lines of a text table: each column as wide as its widest cell, the first ``left``
+    columns left-aligned and the others right-aligned, two spaces between, a rule of dashes
+    under the head, trailing spaces stripped."""
+    widths = [max([len(head[i]), *(len(r[i]) for r in rows)]) for i in range(len(head))]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    panels = [p for p in panels if p.bars] or [Panel("no results", "", [Bar("(none)", 0.0)])]
-    heights = [max(1.6, 0.42 * len(p.bars) + 1.1) for p in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, sum(heights)),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
-    for ax, p in zip(axes[:, 0], panels):
-        labels = [b.label for b in p.bars]
-        values = [b.value for b in p.bars]
-        colors = ["#9e9e9e" if b.baseline else "#1f77b4" for b in p.bars]
-        ys = range(len(p.bars))
-        ax.barh(list(ys), values, color=colors)
-        ax.set_yticks(list(ys), labels, fontsize=8)
-        ax.invert_yaxis()
-        if p.log and all(v > 0 for v in values):
-            ax.set_xscale("log")
-        top = max(values + ([p.target] if p.target else []) + [1e-9])
-        for y, v in zip(ys, values):
-            ax.text(v, y, f" {_fmt(v)}", va="center", fontsize=7)
-        if p.target:
-            ax.axvline(p.target, color="#d62728", linestyle="--", linewidth=1)
-            ax.text(p.target, -0.6, f" target {_fmt(p.target)}", color="#d62728", fontsize=7, va="bottom")
-        if not p.log:
-            ax.set_xlim(0, top * 1.22)
-        ax.set_title(p.title, fontsize=9, loc="left")
-        ax.set_xlabel(p.unit, fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-
-
-def _fmt(v: float) -> str:
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    if abs(v) >= 1:
-        return f"{v:,.2f}"
-    return f"{v:.3g}"
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]

@@ -16,6 +16,8 @@ import json
 import sys
 import time
 
+from ._cpu import Clock
+
 
 def send(endpoint: str, topic: str, count: int, body_size: int) -> dict[str, float]:
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
@@ -26,18 +28,17 @@ def send(endpoint: str, topic: str, count: int, body_size: int) -> dict[str, flo
     startup = time.perf_counter() - t0
     body = b"p" * body_size
     try:
-        c0, t0 = time.process_time(), time.perf_counter()
-        for i in range(count):
-            msg = Message()
-            msg.topic = topic
-            msg.body = body
-            msg.tag = "peer"
-            msg.keys = f"k{i}"
-            producer.send(msg)
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        with Clock() as loop:
+            for i in range(count):
+                msg = Message()
+                msg.topic = topic
+                msg.body = body
+                msg.tag = "peer"
+                msg.keys = f"k{i}"
+                producer.send(msg)
     finally:
         producer.shutdown()
-    return {"messages": count, "elapsed_s": elapsed, "startup_s": startup, "cpu_s": cpu}
+    return {"messages": count, "elapsed_s": loop.wall, "startup_s": startup, "cpu_s": loop.cpu}
 
 
 def receive(endpoint: str, topic: str, group: str, count: int, timeout_s: float) -> dict[str, float]:
@@ -56,15 +57,14 @@ def receive(endpoint: str, topic: str, group: str, count: int, timeout_s: float)
     got = 0
     deadline = time.monotonic() + timeout_s
     try:
-        c0, t0 = time.process_time(), time.perf_counter()
-        while got < count and time.monotonic() < deadline:
-            for m in consumer.receive(32, 15) or []:
-                consumer.ack(m)
-                got += 1
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        with Clock() as loop:
+            while got < count and time.monotonic() < deadline:
+                for m in consumer.receive(32, 15) or []:
+                    consumer.ack(m)
+                    got += 1
     finally:
         consumer.shutdown()
-    return {"messages": got, "elapsed_s": elapsed, "startup_s": startup, "cpu_s": cpu}
+    return {"messages": got, "elapsed_s": loop.wall, "startup_s": startup, "cpu_s": loop.cpu}
 
 
 def main(argv: list[str]) -> int:

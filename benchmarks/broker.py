@@ -11,6 +11,8 @@ Scenarios (100-byte bodies, properties ``TAGS=bench``, a topic of 4 queues)::
     pull pipelined         pulls at computed offsets, DEPTH in flight per queue, all queues at once
     pull seq / pipelined   at a real broker's cap of 32 messages per pull
 
+The suite is a table of broker stages per placement (``STAGES``, ``REAL_STAGES``: how each
+broker is started, then its append scenarios, ``APPENDS``, and pull scenarios, ``Pull``).
 Only the public client API is used. The pull scenarios read back what "append batch"
 (flush=async) wrote; the cap-32 broker reopens that store. Pulls are idempotent, so each
 runs ``--repeat`` times and the median is reported; appends run once.
@@ -32,11 +34,8 @@ the process broker only (add ``--broker both`` for the thread placement too).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,11 +49,15 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
 from rocketmq_spark.model import MessageQueue
 
-from . import _report
-from ._brokers import BrokerHandle, cli_available, java_missing, start_broker
+from . import _plot, _provenance, _report
+from ._brokers import BrokerHandle, chosen_launcher, java_missing, start_broker
+from ._cpu import OtherProcesses
+from ._profiling import summarize_cprofile
+from ._runs import check, median_of
+from ._synthetic import body_of
 
 BODY_SIZE = 100
-BODY = bytes((i * 37 + 11) % 256 for i in range(BODY_SIZE))
+BODY = body_of(BODY_SIZE)
 PROPS = encode_properties({"TAGS": "bench"})
 BATCH = 256
 MAX_PULL = 1024
@@ -63,7 +66,7 @@ SENDER_THREADS = 8
 PIPELINE_DEPTH = 4  # pulls in flight per queue (x4 queues)
 PIPELINE_DEPTH_CAPPED = 16  # at 32 messages per pull more are needed to hide the round trip
 RESULTS_DIR = _report.RESULTS_DIR
-MB = 1_000_000
+MB = _report.MB
 
 
 @dataclass(frozen=True)
@@ -93,15 +96,15 @@ class Row:
 
     @property
     def msgs_per_s(self) -> float:
-        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.messages, self.elapsed_s)
 
     @property
     def body_mb_s(self) -> float:
-        return self.body_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.body_bytes / MB, self.elapsed_s)
 
     @property
     def record_mb_s(self) -> float:
-        return self.record_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.record_bytes / MB, self.elapsed_s)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -114,11 +117,6 @@ class Row:
 
 
 # -- the client side of each scenario ---------------------------------------------------
-
-
-def _check(cond: bool, what: str) -> None:
-    if not cond:
-        raise AssertionError(f"benchmark check failed: {what}")
 
 
 def append_single(c: RemotingClient, qs: list[MessageQueue], n: int) -> tuple[float, int]:
@@ -139,7 +137,7 @@ def append_batch(c: RemotingClient, qs: list[MessageQueue], n: int, batch: int =
     while sent < n:
         k = min(batch, n - sent)
         res = c.send_batch(qs[requests % nq], entries if k == batch else entries[:k])
-        _check(len(res) == k, "one send result per batch entry")
+        check(len(res) == k, "one send result per batch entry")
         sent += k
         requests += 1
     return time.perf_counter() - t0, requests
@@ -195,13 +193,13 @@ def pull_sequential(c: RemotingClient, qs: list[MessageQueue], max_nums: int, *,
             tot.requests += 1
             if res.status == "NO_NEW_MSG":
                 break
-            _check(res.status == "FOUND", f"pull of {mq} at {off}: {res.status}")
+            check(res.status == "FOUND", f"pull of {mq} at {off}: {res.status}")
             got = res.next_offset - off
             tot.messages += got
             tot.record_bytes += len(res.body)
             if decode:
                 recs = decode_records(res.body)
-                _check(len(recs) == got, "records in a pull body match its offset range")
+                check(len(recs) == got, "records in a pull body match its offset range")
                 for r in recs:
                     tot.body_bytes += len(r.body)
             off = res.next_offset
@@ -242,9 +240,9 @@ def pull_pipelined(c: RemotingClient, qs: list[MessageQueue], ends: dict[Message
     while inflight:
         mq, off, n, fut = inflight.popleft()
         res = c.pull_result(mq, fut)
-        _check(res.status == "FOUND", f"pipelined pull of {mq} at {off}: {res.status}")
+        check(res.status == "FOUND", f"pipelined pull of {mq} at {off}: {res.status}")
         got = res.next_offset - off
-        _check(0 < got <= n, f"pull of {mq} at {off} returned {got} of {n}")
+        check(0 < got <= n, f"pull of {mq} at {off} returned {got} of {n}")
         tot.messages += got
         tot.record_bytes += len(res.body)
         if got < n:
@@ -260,9 +258,9 @@ def pull_pipelined(c: RemotingClient, qs: list[MessageQueue], ends: dict[Message
 def record_size(c: RemotingClient, mq: MessageQueue) -> int:
     """Size of one stored record of ``mq`` (all records of a scenario have the same size)."""
     res = c.pull(mq, 0, 1)
-    _check(res.status == "FOUND", f"first record of {mq}")
+    check(res.status == "FOUND", f"first record of {mq}")
     recs = decode_records(res.body)
-    _check(len(recs) == 1 and recs[0].body == BODY and recs[0].tags == "bench", "stored record round-trips")
+    check(len(recs) == 1 and recs[0].body == BODY and recs[0].tags == "bench", "stored record round-trips")
     return len(res.body)
 
 
@@ -271,7 +269,7 @@ def _wait_indexed(c: RemotingClient, ends: dict[MessageQueue, int], timeout_s: f
     before its consume queue is written; a pull before that sees a shorter queue)."""
     deadline = time.monotonic() + timeout_s
     while any(c.max_offset(mq) < n for mq, n in ends.items()):
-        _check(time.monotonic() < deadline, f"the broker indexed every message within {timeout_s:.0f}s")
+        check(time.monotonic() < deadline, f"the broker indexed every message within {timeout_s:.0f}s")
         time.sleep(0.1)
 
 
@@ -337,57 +335,110 @@ def loopback_rtt_us(placement: str, n: int = 2000, size: int = 64) -> float:
     return sorted(runs)[1]
 
 
-class CpuMeter:
-    """How busy other processes kept the machine while a scenario ran.
+# -- the scenarios, as tables -------------------------------------------------------------
 
-    Machine-wide busy CPU time (``/proc/stat``) minus this process's and the broker
-    process's own (``/proc/<pid>/stat``), as a share of all CPUs over the wall time.
-    """
 
-    def __init__(self, broker_pid: int | None) -> None:
-        self.pid = broker_pid if broker_pid not in (None, os.getpid()) else None
-        self.hz = os.sysconf("SC_CLK_TCK")
-        self._start: tuple[float, float, float] | None = None
+@dataclass(frozen=True)
+class Append:
+    """An append scenario: ``send(client, queues, n)`` -> (elapsed, requests) of ``n`` messages
+    (Sizes.single or Sizes.batch) to ``topic`` (suffixed ``-sync`` under sync flush)."""
 
-    def _read(self) -> tuple[float, float, float] | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-            own = os.times()
-            mine = own.user + own.system
-            if self.pid is not None:
-                with open(f"/proc/{self.pid}/stat") as f:
-                    st = f.read().rsplit(")", 1)[1].split()
-                mine += (int(st[11]) + int(st[12])) / self.hz  # utime, stime
-        except (OSError, ValueError, IndexError):
-            return None
-        busy = (sum(fields[:8]) - fields[3] - fields[4]) / self.hz  # all but idle and iowait
-        return time.perf_counter(), busy, mine
+    name: str
+    send: Callable[[RemotingClient, list[MessageQueue], int], tuple[float, int]]
+    topic: str
+    size: str  # the Sizes field: single | batch
+    params: dict[str, Any] = field(default_factory=dict)
 
-    def start(self) -> None:
-        self._start = self._read()
 
-    def share(self) -> float | None:
-        end = self._read()
-        if self._start is None or end is None or end[0] <= self._start[0]:
-            return None
-        other = max(0.0, (end[1] - self._start[1]) - (end[2] - self._start[2]))
-        return round(other / ((end[0] - self._start[0]) * (os.cpu_count() or 1)), 3)
+#: the append scenarios, in the order they run under each flush mode; the pulls read back what
+#: the batched one wrote
+APPENDS = (
+    Append("append single", append_single, "bench-single", "single"),
+    Append(f"append batch {BATCH}", append_batch, "bench-batch", "batch", {"batch": BATCH}),
+    Append(f"append single x{SENDER_THREADS} threads", append_single_threads, "bench-thread", "single",
+           {"threads": SENDER_THREADS}),
+)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A pull scenario over every queue of the batched topic: ``max_nums`` asked per pull, one
+    pull at a time queue after queue (``depth`` 0, records decoded with ``decode``) or ``depth``
+    pulls in flight per queue at computed offsets."""
+
+    name: str
+    max_nums: int
+    depth: int = 0
+    decode: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, c: RemotingClient, qs: list[MessageQueue], ends: dict[MessageQueue, int]) -> tuple[float, PullTotals]:
+        if self.depth:
+            return pull_pipelined(c, qs, ends, self.max_nums, self.depth)
+        return pull_sequential(c, qs, self.max_nums, decode=self.decode)
+
+
+def _sequential(**params: Any) -> tuple[Pull, Pull]:
+    """Every queue read in turn, asking 1024 a pull, with and without decoding."""
+    return (Pull(f"pull seq {MAX_PULL}", MAX_PULL, params={"max_nums": MAX_PULL, **params}),
+            Pull(f"pull seq {MAX_PULL} + decode", MAX_PULL, decode=True,
+                 params={"max_nums": MAX_PULL, **params, "decode": True}))
+
+
+#: pulls of 32 (a real broker's cap), PIPELINE_DEPTH_CAPPED in flight per queue
+PIPELINED_CAPPED = Pull(f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}", REAL_BROKER_CAP,
+                        PIPELINE_DEPTH_CAPPED, params={"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP,
+                                                       "depth_per_queue": PIPELINE_DEPTH_CAPPED})
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One broker of a placement's run: how it starts, then its appends (under ``flush``; None:
+    none, the store is read as an earlier stage left it) and its pulls (each ``--repeat``
+    times, the median kept)."""
+
+    label: str  # the end of its log line
+    store: str  # its data directory in the run's work directory ({broker}: the placement)
+    flush: str | None
+    pulls: tuple[Pull, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)  # EmbeddedBroker options
+    capped: bool = False  # it serves at most REAL_BROKER_CAP messages a pull (checked)
+    topics: tuple[str, ...] = ()  # created with 4 queues first (Apache RocketMQ would make 8)
+    wait_indexed: bool = False  # the pulls wait until every message sent is in its consume queue
+
+
+#: the embedded broker's stages (in a child process or in a thread): async flush with every pull
+#: scenario, the same store reopened by a broker capped at 32 messages per pull, then sync flush
+#: (fsync before each send is answered; concurrent sends share an fsync)
+STAGES = (
+    Stage(f"flush=async, max {MAX_PULL}/pull", "{broker}-async", "async", (
+        *_sequential(),
+        Pull(f"pull pipelined {MAX_PULL} d{PIPELINE_DEPTH}", MAX_PULL, PIPELINE_DEPTH,
+             params={"max_nums": MAX_PULL, "depth_per_queue": PIPELINE_DEPTH}))),
+    Stage(f"same store, max {REAL_BROKER_CAP}/pull", "{broker}-async", None, (
+        Pull(f"pull seq cap {REAL_BROKER_CAP}", MAX_PULL, params={"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
+        PIPELINED_CAPPED), config={"max_pull_messages": REAL_BROKER_CAP}, capped=True),
+    Stage("flush=sync", "{broker}-sync", "sync", config={"flush": "sync"}),
+)
+
+#: Apache RocketMQ's broker: the same appends (async flush, its default; sync flush would need
+#: another broker config), then the pulls, which it caps at 32 messages whatever is asked
+REAL_STAGES = (
+    Stage(f"flush=async, max {REAL_BROKER_CAP}/pull (its own cap)", "real", "async",
+          (*_sequential(broker_cap=REAL_BROKER_CAP), PIPELINED_CAPPED), capped=True,
+          topics=("bench-warmup", "bench-single", "bench-batch", "bench-thread"), wait_indexed=True),
+)
 
 
 # -- running a suite against one broker placement ---------------------------------------
 
 
-def _pick_launcher(broker: str, launcher: str) -> str:
-    if broker == "thread":
-        return "thread"
-    if launcher != "auto":
-        return launcher
-    return "cli" if cli_available() else "mp"
-
-
 def _start(broker: str, launcher: str, data_dir: str, log: Callable[[str], None], **config: Any) -> BrokerHandle:
-    chosen = _pick_launcher(broker, launcher)
+    """A broker placed as ``broker`` (process | thread | real); ``auto`` falls back to a
+    multiprocessing child when the CLI fails to start."""
+    if broker in ("thread", "real"):
+        return start_broker(broker, data_dir, **config)
+    chosen = chosen_launcher(launcher)
     try:
         return start_broker(chosen, data_dir, **config)
     except Exception as exc:
@@ -397,141 +448,90 @@ def _start(broker: str, launcher: str, data_dir: str, log: Callable[[str], None]
         return start_broker("mp", data_dir, **config)
 
 
+@dataclass
+class _Placement:
+    """The scenarios' side of one placement's run: its sizes and repeats, and the rows so far."""
+
+    broker: str
+    sizes: Sizes
+    repeats: int
+    log: Callable[[str], None]
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, scenario: str, h: BrokerHandle, flush: str, elapsed: float, requests: int, messages: int,
+            body_bytes: int, record_bytes: int, meter: OtherProcesses, **params: Any) -> None:
+        row = Row(scenario, self.broker, h.launcher, flush, messages, elapsed, requests, body_bytes, record_bytes,
+                  params, meter.share())
+        self.rows.append(row)
+        self.log(f"  {scenario:<28} {row.msgs_per_s:>11,.0f} msgs/s  {row.elapsed_s:7.2f} s")
+
+    def appends(self, h: BrokerHandle, c: RemotingClient, flush: str) -> dict[str, list[MessageQueue]]:
+        """:data:`APPENDS` under ``flush``. -> the queues of each topic."""
+        suffix = "" if flush == "async" else "-sync"
+        queues = {a.topic: c.message_queues(f"{a.topic}{suffix}") for a in APPENDS}
+        for a in APPENDS:
+            n = getattr(self.sizes, a.size)
+            meter = OtherProcesses(h.pid).start()
+            el, req = a.send(c, queues[a.topic], n)
+            rs = record_size(c, queues[a.topic][0])
+            self.add(a.name, h, flush, el, req, n, n * BODY_SIZE, n * rs, meter, **a.params)
+        return queues
+
+    def pulls(self, h: BrokerHandle, c: RemotingClient, qs: list[MessageQueue], ends: dict[MessageQueue, int],
+              stage: Stage) -> None:
+        """The stage's pulls, each ``repeats`` times (reads are idempotent); the median run is kept."""
+        rec_size = record_size(c, qs[0])
+        min_requests = self.sizes.batch // REAL_BROKER_CAP if stage.capped else 0
+        for p in stage.pulls:
+            meter = OtherProcesses(h.pid).start()
+            runs = []
+            for _ in range(self.repeats):
+                el, tot = p.run(c, qs, ends)
+                check(tot.messages == self.sizes.batch, f"{p.name} read {tot.messages} of {self.sizes.batch}")
+                check(tot.requests >= min_requests, f"{p.name}: the broker capped each pull")
+                check(tot.record_bytes == tot.messages * rec_size, f"{p.name}: every record read whole, once")
+                runs.append((el, tot))
+            el, tot = median_of(runs, key=lambda r: r[0])
+            self.add(p.name, h, "async", el, tot.requests, tot.messages, tot.body_bytes, tot.record_bytes, meter,
+                     **p.params, short_pulls=tot.short_pulls, runs_s=[round(r[0], 4) for r in runs])
+
+
+def _batched_ends(qs: list[MessageQueue], n: int) -> dict[MessageQueue, int]:
+    """Messages per queue after :func:`append_batch` sent ``n`` round-robin over ``qs``."""
+    ends = {mq: 0 for mq in qs}
+    for i in range(-(-n // BATCH)):
+        ends[qs[i % len(qs)]] += min(BATCH, n - i * BATCH)
+    return ends
+
+
 def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto", repeats: int = 3,
               log: Callable[[str], None] = print) -> list[Row]:
-    """All scenarios against brokers placed as ``broker`` (process | thread)."""
-    rows: list[Row] = []
-
-    def add(scenario: str, h: BrokerHandle, flush: str, elapsed: float, requests: int, messages: int,
-            body_bytes: int, record_bytes: int, meter: CpuMeter, **params: Any) -> None:
-        row = Row(scenario, broker, h.launcher, flush, messages, elapsed, requests, body_bytes, record_bytes, params,
-                  meter.share())
-        rows.append(row)
-        log(f"  {scenario:<28} {row.msgs_per_s:>11,.0f} msgs/s  {row.elapsed_s:7.2f} s")
-
-    def pulls(h: BrokerHandle, cases: list[tuple[str, Callable[[], tuple[float, PullTotals]], dict[str, Any]]],
-              rec_size: int, min_requests: int = 0) -> None:
-        """Each pull scenario ``repeats`` times (reads are idempotent); the median run is reported."""
-        for name, fn, params in cases:
-            meter = CpuMeter(h.pid)
-            meter.start()
-            runs = []
-            for _ in range(repeats):
-                el, tot = fn()
-                _check(tot.messages == sizes.batch, f"{name} read {tot.messages} of {sizes.batch}")
-                _check(tot.requests >= min_requests, f"{name}: the broker capped each pull")
-                _check(tot.record_bytes == tot.messages * rec_size, f"{name}: every record read whole, once")
-                runs.append((el, tot))
-            el, tot = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-            add(name, h, "async", el, tot.requests, tot.messages, tot.body_bytes, tot.record_bytes, meter, **params,
-                short_pulls=tot.short_pulls, runs_s=[round(r[0], 4) for r in runs])
-
-    def appends(h: BrokerHandle, flush: str, c: RemotingClient) -> list[MessageQueue]:
-        suffix = "" if flush == "async" else "-sync"
-        c_single = c.message_queues(f"bench-single{suffix}")
-        c_batch = c.message_queues(f"bench-batch{suffix}")
-        c_threads = c.message_queues(f"bench-thread{suffix}")
-        meter = CpuMeter(h.pid)
-        meter.start()
-        el, req = append_single(c, c_single, sizes.single)
-        rs = record_size(c, c_single[0])
-        add("append single", h, flush, el, req, sizes.single, sizes.single * BODY_SIZE, sizes.single * rs, meter)
-        meter.start()
-        el, req = append_batch(c, c_batch, sizes.batch)
-        rs = record_size(c, c_batch[0])
-        add(f"append batch {BATCH}", h, flush, el, req, sizes.batch, sizes.batch * BODY_SIZE, sizes.batch * rs,
-            meter, batch=BATCH)
-        meter.start()
-        el, req = append_single_threads(c, c_threads, sizes.single)
-        rs = record_size(c, c_threads[0])
-        add(f"append single x{SENDER_THREADS} threads", h, flush, el, req, sizes.single,
-            sizes.single * BODY_SIZE, sizes.single * rs, meter, threads=SENDER_THREADS)
-        return c_batch
-
-    per_queue: dict[MessageQueue, int] = {}
-
-    def pull_plan(qs: list[MessageQueue]) -> None:
-        per_queue.clear()
-        per_queue.update({mq: 0 for mq in qs})
-        for i in range(-(-sizes.batch // BATCH)):
-            per_queue[qs[i % len(qs)]] += min(BATCH, sizes.batch - i * BATCH)
-
-    PullCase = tuple[str, Callable[[], tuple[float, PullTotals]], dict[str, Any]]
-
-    def sequential(c: RemotingClient, qs: list[MessageQueue], **params: Any) -> list[PullCase]:
-        """Every queue read in turn, asking 1024 a pull, with and without decoding."""
-        return [(f"pull seq {MAX_PULL}", lambda: pull_sequential(c, qs, MAX_PULL), {"max_nums": MAX_PULL, **params}),
-                (f"pull seq {MAX_PULL} + decode", lambda: pull_sequential(c, qs, MAX_PULL, decode=True),
-                 {"max_nums": MAX_PULL, **params, "decode": True})]
-
-    def pipelined_capped(c: RemotingClient, qs: list[MessageQueue]) -> PullCase:
-        """Pulls of 32 (a real broker's cap), PIPELINE_DEPTH_CAPPED in flight per queue."""
-        return (f"pull pipelined cap {REAL_BROKER_CAP} d{PIPELINE_DEPTH_CAPPED}",
-                lambda: pull_pipelined(c, qs, per_queue, REAL_BROKER_CAP, PIPELINE_DEPTH_CAPPED),
-                {"max_nums": REAL_BROKER_CAP, "broker_cap": REAL_BROKER_CAP, "depth_per_queue": PIPELINE_DEPTH_CAPPED})
-
-    if broker == "real":
-        # Apache RocketMQ: the same appends (async flush, its default), then the pulls, which it
-        # caps at 32 messages whatever is asked; sync flush would need another broker config
-        with start_broker("real", os.path.join(workdir, "real")) as h:
-            log(f"broker (Apache RocketMQ, pid {h.pid}), flush=async, max {REAL_BROKER_CAP}/pull (its own cap)")
+    """Every stage of :data:`STAGES` (:data:`REAL_STAGES` for ``real``) against brokers placed as
+    ``broker`` (process | thread | real)."""
+    run = _Placement(broker, sizes, repeats, log)
+    ends: dict[MessageQueue, int] = {}  # of the batched topic, as the last appends left it
+    for stage in REAL_STAGES if broker == "real" else STAGES:
+        with _start(broker, launcher, os.path.join(workdir, stage.store.format(broker=broker)), log,
+                    **stage.config) as h:
+            who = "Apache RocketMQ" if broker == "real" else f"{broker}, launcher {h.launcher}"
+            log(f"broker ({who}, pid {h.pid}), {stage.label}")
             c = RemotingClient(h.namesrv_addr)
             try:
-                for topic in ("bench-warmup", "bench-single", "bench-batch", "bench-thread"):
-                    c.create_topic(topic, 4)  # it would auto-create them with 8 queues (defaultTopicQueueNums)
+                for topic in stage.topics:
+                    c.create_topic(topic, 4)
                 _warm_up(c)
-                qs = appends(h, "async", c)
-                pull_plan(qs)
-                _wait_indexed(c, per_queue)
-                pulls(h, [*sequential(c, qs, broker_cap=REAL_BROKER_CAP), pipelined_capped(c, qs)],
-                      record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
+                if stage.flush is not None:
+                    qs = run.appends(h, c, stage.flush)["bench-batch"]
+                    ends = _batched_ends(qs, sizes.batch)
+                else:
+                    qs = c.message_queues("bench-batch")
+                if stage.wait_indexed:
+                    _wait_indexed(c, ends)
+                if stage.pulls:
+                    run.pulls(h, c, qs, ends, stage)
             finally:
                 c.close()
-        return rows
-
-    # 1) async flush: appends, then every pull scenario on the batched topic.
-    d_async = os.path.join(workdir, f"{broker}-async")
-    with _start(broker, launcher, d_async, log) as h:
-        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), flush=async, max 1024/pull")
-        c = RemotingClient(h.namesrv_addr)
-        try:
-            _warm_up(c)
-            qs = appends(h, "async", c)
-            pull_plan(qs)
-            pulls(h, [
-                *sequential(c, qs),
-                (f"pull pipelined {MAX_PULL} d{PIPELINE_DEPTH}",
-                 lambda: pull_pipelined(c, qs, per_queue, MAX_PULL, PIPELINE_DEPTH),
-                 {"max_nums": MAX_PULL, "depth_per_queue": PIPELINE_DEPTH}),
-            ], record_size(c, qs[0]))
-        finally:
-            c.close()
-
-    # 2) the same store reopened by a broker capped at 32 messages per pull.
-    with _start(broker, launcher, d_async, log, max_pull_messages=REAL_BROKER_CAP) as h:
-        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), same store, max {REAL_BROKER_CAP}/pull")
-        c = RemotingClient(h.namesrv_addr)
-        try:
-            _warm_up(c)
-            qs = c.message_queues("bench-batch")
-            pulls(h, [
-                (f"pull seq cap {REAL_BROKER_CAP}", lambda: pull_sequential(c, qs, MAX_PULL),
-                 {"max_nums": MAX_PULL, "broker_cap": REAL_BROKER_CAP}),
-                pipelined_capped(c, qs),
-            ], record_size(c, qs[0]), min_requests=sizes.batch // REAL_BROKER_CAP)
-        finally:
-            c.close()
-
-    # 3) sync flush (fsync before each send is answered; concurrent sends share an fsync).
-    with _start(broker, launcher, os.path.join(workdir, f"{broker}-sync"), log, flush="sync") as h:
-        log(f"broker ({broker}, launcher {h.launcher}, pid {h.pid}), flush=sync")
-        c = RemotingClient(h.namesrv_addr)
-        try:
-            _warm_up(c)
-            appends(h, "sync", c)
-        finally:
-            c.close()
-    return rows
+    return run.rows
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -540,26 +540,18 @@ def run_suite(broker: str, sizes: Sizes, workdir: str, *, launcher: str = "auto"
 def format_table(rows: list[Row]) -> str:
     head = ["scenario", "broker", "flush", "msgs", "requests", "elapsed s", "msgs/s", "body MB/s", "wire MB/s",
             "noise"]
-    body = []
-    for r in rows:
-        body.append([r.scenario, f"{r.broker}/{r.launcher}" if r.broker != r.launcher else r.broker, r.flush,
-                     f"{r.messages:,}", f"{r.requests:,}", f"{r.elapsed_s:.3f}", f"{r.msgs_per_s:,.0f}",
-                     f"{r.body_mb_s:.2f}", f"{r.record_mb_s:.2f}",
-                     "?" if r.other_cpu_share is None else f"{100 * r.other_cpu_share:.0f}%"])
-    widths = [max(len(head[i]), *(len(b[i]) for b in body)) for i in range(len(head))]
-    left = {0, 1, 2}
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    out = [line(head), line(["-" * w for w in widths])]
+    body = [[r.scenario, f"{r.broker}/{r.launcher}" if r.broker != r.launcher else r.broker, r.flush,
+             f"{r.messages:,}", f"{r.requests:,}", f"{r.elapsed_s:.3f}", f"{r.msgs_per_s:,.0f}",
+             f"{r.body_mb_s:.2f}", f"{r.record_mb_s:.2f}",
+             "?" if r.other_cpu_share is None else f"{100 * r.other_cpu_share:.0f}%"] for r in rows]
+    head_line, rule, *lines = _report.table(head, body, left=3)
+    out = [head_line, rule]
     prev = None
-    for r, b in zip(rows, body):
+    for r, line in zip(rows, lines):
         if prev is not None and prev != r.broker:
-            out.append("")
+            out.append("")  # a blank line between placements
         prev = r.broker
-        out.append(line(b))
+        out.append(line)
     return "\n".join(out)
 
 
@@ -570,77 +562,14 @@ def _sort_key(r: Row) -> tuple[int, int, int]:
     return order.get(r.broker, 2), kind, flush if kind == 0 else 0
 
 
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "python_version": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-    }
-    try:
-        info["cpu_affinity"] = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            for ln in f:
-                if ln.startswith("model name"):
-                    info["cpu_model"] = ln.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            info["mem_total_kb"] = int(f.readline().split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return info
-
-
-def _cpu_snapshot() -> tuple[float, float] | None:
-    """(CPU seconds the whole machine was busy, CPU seconds of this process and its reaped children)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    hz = os.sysconf("SC_CLK_TCK")
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait
-    t = os.times()
-    return busy / hz, t.user + t.system + t.children_user + t.children_system
-
-
-def foreign_cpu(start: tuple[float, float] | None, end: tuple[float, float] | None, wall: float) -> dict[str, float]:
-    """CPU time other processes used during the run: a noisy neighbour skews every figure."""
-    if start is None or end is None or wall <= 0:
-        return {}
-    other = max(0.0, (end[0] - start[0]) - (end[1] - start[1]))
-    return {"other_processes_cpu_s": round(other, 1),
-            "other_processes_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3)}
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=5,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elapsed_s: float, path: str,
                baseline: dict[str, Any] | None = None, machine: dict[str, Any] | None = None) -> None:
     doc = {
         "benchmark": "broker",
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "created": _provenance.created(),
         "quick": quick,
-        "git_commit": _git_commit(),
-        "machine": machine or machine_info(),
+        "git_commit": _provenance.git_commit(),
+        "machine": machine or _provenance.machine_info(),
         "setup": {
             "body_size": BODY_SIZE,
             "properties": PROPS.replace("\x01", "=").replace("\x02", ";"),
@@ -667,11 +596,46 @@ def write_json(rows: list[Row], *, quick: bool, sizes: Sizes, repeats: int, elap
     appends = [r for r in rows if r.scenario.startswith("append")]
     pulls = [r for r in rows if r.scenario.startswith("pull")]
     _report.write_results(path, doc, [
-        _report.Panel("append: single vs batched sends, async vs sync flush", "msgs/s",
-                      [_report.Bar(label(r), r.msgs_per_s, r.scenario == "append single") for r in appends], log=True),
-        _report.Panel("pull: max 1024 vs a real broker's 32 per pull, sequential vs pipelined", "msgs/s",
-                      [_report.Bar(label(r), r.msgs_per_s) for r in pulls]),
+        _plot.Panel("append: single vs batched sends, async vs sync flush", "msgs/s",
+                    [_plot.Bar(label(r), r.msgs_per_s, r.scenario == "append single") for r in appends], log=True),
+        _plot.Panel("pull: max 1024 vs a real broker's 32 per pull, sequential vs pipelined", "msgs/s",
+                    [_plot.Bar(label(r), r.msgs_per_s) for r in pulls]),
     ])
+
+
+def real_ratios(rows: list[Row]) -> dict[str, float]:
+    """Apache RocketMQ's msgs/s over the process broker's for each scenario both ran, by name
+    (async flush; a real "pull seq 1024" gets 32 per pull, the embedded one up to 1024)."""
+    embedded = {r.scenario: r for r in rows if r.broker == "process" and r.flush == "async"}
+    out = {}
+    for r in rows:
+        if r.broker != "real":
+            continue
+        e = embedded.get(r.scenario)
+        if e is not None and e.msgs_per_s:
+            out[r.scenario] = round(r.msgs_per_s / e.msgs_per_s, 3)
+    return out
+
+
+def print_report(rows: list[Row], mi: dict[str, Any], *, quick: bool, repeats: int, rtt: dict[str, float],
+                 noise: dict[str, float], ratios: dict[str, float], total: float) -> None:
+    print()
+    print(f"broker benchmark ({'quick' if quick else 'full'}): {BODY_SIZE}-byte bodies, 4 queues, "
+          f"{mi['cpu_count']} CPUs, Python {mi['python_version']}, load average "
+          f"{mi['loadavg_at_start'][0]:.2f} at start / {mi.get('loadavg', [0])[0]:.2f} at end; MB = 1e6 bytes")
+    print(format_table(rows))
+    print("wire MB/s counts whole stored records (what a pull carries); pulls: median of "
+          f"{repeats} runs; noise: share of the CPUs other processes used meanwhile")
+    if rtt:
+        print("floor, a raw 64-byte TCP ping-pong over loopback: "
+              + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
+    if noise:
+        print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
+              f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): "
+              "figures are skewed when that is high")
+    for scenario, v in ratios.items():
+        print(f"Apache RocketMQ / the embedded broker (process), {scenario}: {v:.2f}")
+    print(f"total {total:.1f}s")
 
 
 # -- profiling ------------------------------------------------------------------------------
@@ -699,61 +663,13 @@ def profile(sizes: Sizes, workdir: str, out_dir: str, top: int = 20) -> str:
                 h.profile_start()
                 el, _ = fn()
                 h.profile_stop(path)
-                report.append(summarize_profile(pstats.Stats(path), name, el, top))
+                report.append(summarize_cprofile(pstats.Stats(path), name, el, top))
         finally:
             c.close()
     return "\n\n".join(report)
 
 
-def summarize_profile(st: Any, name: str, elapsed: float, top: int) -> str:
-    """Self time per function, in % of the broker loop thread's CPU time (epoll waits excluded)."""
-    stats = st.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
-    idle = sum(v[2] for k, v in stats.items() if "epoll" in k[2] or "kqueue" in k[2])
-    busy = sum(v[2] for v in stats.values()) - idle
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def label(k: tuple[str, int, str]) -> str:
-        file, line, func = k
-        if file == "~":
-            return func
-        f = os.path.relpath(file, root) if file.startswith(root) else "/".join(file.split("/")[-2:])
-        return f"{f}:{line}:{func}"
-
-    lines = [(f"== {name}: {elapsed:.2f}s wall (profiled), broker loop thread CPU {busy:.2f}s; "
-              "% of that CPU time (cProfile with a thread-CPU clock; it inflates call-heavy code) ==")]
-    lines.append(f"{'self%':>6} {'cum%':>6} {'calls':>9}  function")
-    ranked = sorted(((k, v) for k, v in stats.items() if not ("epoll" in k[2] or "kqueue" in k[2])),
-                    key=lambda kv: kv[1][2], reverse=True)
-    for k, (_cc, nc, tt, ct, _callers) in ranked[:top]:
-        lines.append(f"{100 * tt / busy:6.1f} {100 * ct / busy:6.1f} {nc:>9,}  {label(k)}")
-    by_file: dict[str, float] = {}
-    for k, v in stats.items():
-        if "epoll" in k[2] or "kqueue" in k[2]:
-            continue
-        f = k[0]
-        key = os.path.relpath(f, root) if f.startswith(root) else ("builtins" if f == "~" else
-                                                                   "stdlib/" + os.path.basename(f))
-        by_file[key] = by_file.get(key, 0.0) + v[2]
-    lines.append("self time by file: " + ", ".join(
-        f"{f} {100 * t / busy:.0f}%" for f, t in sorted(by_file.items(), key=lambda x: -x[1])[:8]))
-    return "\n".join(lines)
-
-
 # -- entry point ----------------------------------------------------------------------------
-
-
-def real_ratios(rows: list[Row]) -> dict[str, float]:
-    """Apache RocketMQ's msgs/s over the process broker's for each scenario both ran, by name
-    (async flush; a real "pull seq 1024" gets 32 per pull, the embedded one up to 1024)."""
-    embedded = {r.scenario: r for r in rows if r.broker == "process" and r.flush == "async"}
-    out = {}
-    for r in rows:
-        if r.broker != "real":
-            continue
-        e = embedded.get(r.scenario)
-        if e is not None and e.msgs_per_s:
-            out[r.scenario] = round(r.msgs_per_s / e.msgs_per_s, 3)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -795,36 +711,20 @@ def run(args: argparse.Namespace) -> int:
         placement = args.broker or ("process" if args.quick else "all" if java_missing() is None else "both")
         placements = {"both": ["process", "thread"], "all": ["process", "thread", "real"]}.get(placement, [placement])
         load_start = os.getloadavg()
-        cpu_start = _cpu_snapshot()
+        others = OtherProcesses(children=True).start()
         t0 = time.perf_counter()
         rows: list[Row] = []
         for placement in placements:
             rows += run_suite(placement, sizes, workdir, launcher=args.launcher, repeats=args.repeat)
         rtt = {placement: round(loopback_rtt_us(placement), 1) for placement in placements if placement != "real"}
         total = time.perf_counter() - t0
-        noise = foreign_cpu(cpu_start, _cpu_snapshot(), total)
+        noise = others.summary(total)
         rows.sort(key=_sort_key)
-        mi = machine_info()
+        mi = _provenance.machine_info()
         mi["loadavg_at_start"] = [round(x, 2) for x in load_start]
         mi.update(noise)
-        print()
-        print(f"broker benchmark ({'quick' if args.quick else 'full'}): {BODY_SIZE}-byte bodies, 4 queues, "
-              f"{mi['cpu_count']} CPUs, Python {mi['python_version']}, load average "
-              f"{load_start[0]:.2f} at start / {mi.get('loadavg', [0])[0]:.2f} at end; MB = 1e6 bytes")
-        print(format_table(rows))
-        print("wire MB/s counts whole stored records (what a pull carries); pulls: median of "
-              f"{args.repeat} runs; noise: share of the CPUs other processes used meanwhile")
-        if rtt:
-            print("floor, a raw 64-byte TCP ping-pong over loopback: "
-                  + ", ".join(f"{p} peer {v:.0f} us/round trip" for p, v in rtt.items()))
-        if noise:
-            print(f"other processes on this machine used {noise['other_processes_cpu_s']:.1f} CPU-s during the run "
-                  f"({100 * noise['other_processes_cpu_share']:.0f}% of its CPUs): "
-                  "figures are skewed when that is high")
         ratios = real_ratios(rows)
-        for scenario, v in ratios.items():
-            print(f"Apache RocketMQ / the embedded broker (process), {scenario}: {v:.2f}")
-        print(f"total {total:.1f}s")
+        print_report(rows, mi, quick=args.quick, repeats=args.repeat, rtt=rtt, noise=noise, ratios=ratios, total=total)
         write_json(rows, quick=args.quick, sizes=sizes, repeats=args.repeat, elapsed_s=total,
                    path=_report.results_path(args, "broker"),
                    baseline={"loopback_tcp_rtt_us": rtt, "real_to_embedded_process": ratios}, machine=mi)

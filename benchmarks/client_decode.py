@@ -4,7 +4,9 @@ Records have 100-byte bodies and typical properties (TAGS, KEYS, UNIQ_KEY, one o
 properties), IPv4 hosts (8 producers, one broker): about 300 bytes per stored record. They are
 laid out in pull bodies ("chunks") of 1024 records (the most a pull returns here) or of 32 (a
 real broker's cap), and decoded with ``decode_to_batch(chunks, broker)`` a given number of
-records per call (the reader calls it once per pull body today; see PLAN)::
+records per call (the reader's partition path passes several pull bodies a call). The decoders
+are the table ``DECODERS``; the run loops over the (chunk, records per call) pairs of ``PLAN``
+with each::
 
     fast        codec.arrow.decode_to_batch: the vectorised numpy + pyarrow decoder
     reference   codec.arrow.decode_to_batch_reference: the per-record Python loop (on a subset)
@@ -14,7 +16,7 @@ records per call (the reader calls it once per pull body today; see PLAN)::
 and end to end, against an embedded broker in a child process holding the same number of
 messages (one queue, the same properties and body size)::
 
-    pull + decode   the reader's partition path without Spark (``source.pull_loop._read``:
+    pull + decode   the reader's partition path without Spark (``rocketmq_spark.source.read_range``:
                     pipelined pulls of 1024, several pull bodies per decode call) over the queue
     socket          the limit: the same bytes the pulls carried, sent by a forked child over a
                     loopback TCP socket and received with recv_into into one buffer
@@ -32,14 +34,13 @@ cpu/wall < 1 means the core was taken by others part of the time.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import gc
 import itertools
 import os
 import random
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,13 +56,14 @@ from rocketmq_spark.codec.arrow import (
     decode_to_batch_reference,
 )
 
-from . import _report
+from . import _plot, _provenance, _report
 from ._brokers import start_broker
+from ._cpu import Clock, steal_ticks
 
 BODY_SIZE = 100
 UNIQUE = 4096  # distinct records encoded; the rest are copies with their own queue/physical offsets
 BROKER = "broker-a"
-MB = 1_000_000
+MAX_PULL = 1024
 TARGET = 1_000_000  # messages/s on one core
 
 
@@ -107,7 +109,7 @@ def split_chunks(buf: bytes, starts: np.ndarray, per_chunk: int) -> list[bytes]:
 
 @dataclass
 class Row:
-    scenario: str  # fast | reference | read
+    scenario: str  # fast | reference | read | socket | pull+decode
     chunk: int  # records per pull body
     per_call: int  # records per decode call
     messages: int
@@ -119,11 +121,11 @@ class Row:
 
     @property
     def msgs_per_s(self) -> float:
-        return self.messages / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.messages, self.elapsed_s)
 
     @property
     def mb_s(self) -> float:
-        return self.record_bytes / MB / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return _report.per_s(self.record_bytes / _report.MB, self.elapsed_s)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,17 +146,32 @@ def _time(fn: Callable[[], Any], repeat: int) -> tuple[float, float, float]:
     runs: list[tuple[float, float]] = []
     for _ in range(repeat):
         gc.collect()
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t0, time.process_time() - c0))
+        with Clock() as t:
+            fn()
+        runs.append((t.wall, t.cpu))
     best = min(runs)
     return best[0], statistics.median(r[0] for r in runs), best[1]
 
 
+def copy_bytes(group: Sequence[bytes], _broker: str) -> Any:
+    """The bytes copied once: what any decoder that materialises the records must at least do."""
+    return bytearray(group[0]) if len(group) == 1 else b"".join(group)
+
+
+#: the in-memory scenarios: name -> decode(pull bodies of one call, broker name)
+DECODERS: dict[str, Callable[[Sequence[bytes], str], Any]] = {
+    "read": copy_bytes,
+    "fast": decode_to_batch,
+    "reference": decode_to_batch_reference,
+}
+#: (chunk, per_call) pairs that read and the fast decoder run; the reference runs one chunk per call
+PLAN = [(1024, 1024), (1024, 4096), (1024, 16384), (32, 32), (32, 1024), (32, 4096), (32, 16384)]
+QUICK_PLAN = [(1024, 1024), (1024, 16384), (32, 32)]
+
+
 def run_scenario(name: str, chunks: list[bytes], messages: int, chunk: int, per_call: int, repeat: int) -> Row:
     groups = _groups(chunks, max(1, per_call // chunk))
-    decode: Callable[[Sequence[bytes], str], Any] = {
-        "fast": decode_to_batch, "reference": decode_to_batch_reference, "read": _read}[name]
+    decode = DECODERS[name]
 
     def loop() -> None:
         for g in groups:
@@ -167,9 +184,34 @@ def run_scenario(name: str, chunks: list[bytes], messages: int, chunk: int, per_
                {"calls": len(groups)})
 
 
-def _read(group: Sequence[bytes], _broker: str) -> Any:
-    """The bytes copied once: what any decoder that materialises the records must at least do."""
-    return bytearray(group[0]) if len(group) == 1 else b"".join(group)
+def check_equal(chunks: list[bytes], per_call: int, chunk: int) -> None:
+    """The fast decoder must give the reference's batch (on the first few calls)."""
+    for g in _groups(chunks, max(1, per_call // chunk))[:3]:
+        fast, ref = decode_to_batch(g, BROKER), decode_to_batch_reference(g, BROKER)
+        if fast.schema != ARROW_SCHEMA or not fast.equals(ref):
+            raise AssertionError(f"fast decoder differs from the reference (chunk {chunk}, per call {per_call})")
+
+
+def in_memory(buf: bytes, starts: np.ndarray, plan: list[tuple[int, int]], n_ref: int, repeat: int) -> list[Row]:
+    """Every decoder of :data:`DECODERS` on the records of ``buf``: read and fast for each
+    (chunk, per call) pair of ``plan``, then the reference once per chunk size, on the first
+    ``n_ref`` records and one run fewer (it is slow and steady)."""
+    n = len(starts) - 1
+    chunks = {c: split_chunks(buf, starts, c) for c in sorted({c for c, _ in plan})}
+    ref_chunks = chunks if n_ref == n else {
+        c: split_chunks(buf[: starts[n_ref]], starts[: n_ref + 1], c) for c in chunks}
+    for c, pc in plan:
+        check_equal(chunks[c], pc, c)
+    rows: list[Row] = []
+    for c, pc in plan:
+        rows.append(run_scenario("read", chunks[c], n, c, pc, repeat))
+        rows.append(run_scenario("fast", chunks[c], n, c, pc, repeat))
+    for c in chunks:
+        rows.append(run_scenario("reference", ref_chunks[c], n_ref, c, c, max(1, repeat - 1)))
+    return rows
+
+
+# -- end to end: pulls from a broker, and the socket they could at most fill ---------------------
 
 
 def _serve_bytes(port: int, data: bytes, times: int) -> None:
@@ -213,61 +255,55 @@ def socket_floor(data: bytes, messages: int, repeat: int) -> Row:
     return Row("socket", MAX_PULL, MAX_PULL, messages, len(data), best, median, cpu, {"transport": "loopback TCP"})
 
 
-MAX_PULL = 1024
+def _fill_queue(c: Any, mq: Any, n: int) -> None:
+    """``n`` messages into ``mq``, 512 a send, with the properties and bodies of :func:`build_records`."""
+    rnd = random.Random(11)
+    for first in range(0, n, 512):
+        entries = []
+        for i in range(first, min(n, first + 512)):
+            props = {"TAGS": ("TagA", "TagB", "TagC")[i % 3], "KEYS": f"order-{rnd.randrange(10**9)}",
+                     "UNIQ_KEY": f"0A000001{rnd.randrange(16**24):024X}", "region": "eu-west-1"}
+            if i % 2:
+                props["traceId"] = f"{rnd.randrange(16**16):016x}"
+            entries.append(BatchEntry(rnd.randbytes(BODY_SIZE), encode_properties(props)))
+        c.send_batch(mq, entries)
 
 
 def pull_decode_end_to_end(n: int, repeat: int, workdir: str) -> tuple[Row, Row]:
     """Preload ``n`` messages into one queue of a broker in a child process, then time the
-    reader's partition path over them and the socket floor for the bytes its pulls carried."""
+    reader's partition path (``read_range``) over them and the socket floor for the bytes its
+    pulls carried."""
     from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.source.pull_loop import _read
-    from rocketmq_spark.source.queue_range import QueueRange
+    from rocketmq_spark.source import QueueRange, read_range
 
     topic = "BenchDecode"
-    rnd = random.Random(11)
     with start_broker("cli", os.path.join(workdir, "e2e")) as h:
         c = RemotingClient(h.namesrv_addr)
         try:
             c.create_topic(topic, 1)
             mq = c.message_queues(topic, refresh=True)[0]
-            for first in range(0, n, 512):
-                entries = []
-                for i in range(first, min(n, first + 512)):
-                    props = {"TAGS": ("TagA", "TagB", "TagC")[i % 3], "KEYS": f"order-{rnd.randrange(10**9)}",
-                             "UNIQ_KEY": f"0A000001{rnd.randrange(16**24):024X}", "region": "eu-west-1"}
-                    if i % 2:
-                        props["traceId"] = f"{rnd.randrange(16**16):016x}"
-                    entries.append(BatchEntry(rnd.randbytes(BODY_SIZE), encode_properties(props)))
-                c.send_batch(mq, entries)
+            _fill_queue(c, mq, n)
             part = QueueRange(mq, 0, n, (h.namesrv_addr,), None, "", "*", MAX_PULL, True)
-            bodies: list[bytes] = []
-            for off in range(0, n, MAX_PULL):  # the bytes the pulls carry, for the socket floor
-                res = c.pull(mq, off, MAX_PULL)
-                bodies.append(res.body or b"")
-            wire = b"".join(bodies)
+            # the bytes the pulls carry, for the socket floor
+            wire = b"".join(c.pull(mq, off, MAX_PULL).body or b"" for off in range(0, n, MAX_PULL))
             got = 0
 
             def once() -> None:
                 nonlocal got
-                got = sum(b.num_rows for b in _read(part, c))
+                got = sum(b.num_rows for b in read_range(part, c))
 
             once()
             if got != n:
                 raise AssertionError(f"pull + decode read {got} rows, expected {n}")
             best, median, cpu = _time(once, repeat)
             pulled = Row("pull+decode", MAX_PULL, MAX_PULL, n, len(wire), best, median, cpu,
-                         {"broker": f"{h.launcher} child process", "path": "source.pull_loop._read"})
+                         {"broker": f"{h.launcher} child process", "path": "source.read_range"})
         finally:
             c.close()
     return pulled, socket_floor(wire, n, repeat)
 
 
-def check_equal(chunks: list[bytes], per_call: int, chunk: int) -> None:
-    """The fast decoder must give the reference's batch (on the first few calls)."""
-    for g in _groups(chunks, max(1, per_call // chunk))[:3]:
-        fast, ref = decode_to_batch(g, BROKER), decode_to_batch_reference(g, BROKER)
-        if fast.schema != ARROW_SCHEMA or not fast.equals(ref):
-            raise AssertionError(f"fast decoder differs from the reference (chunk {chunk}, per call {per_call})")
+# -- output ---------------------------------------------------------------------------------------
 
 
 def format_table(rows: list[Row], ref_rate: dict[int, float], read_rate: dict[tuple[int, int], float]) -> str:
@@ -295,35 +331,104 @@ def calibration_us() -> float:
     return min(timeit.repeat("for i in range(1000): x += i", "x = 0", number=200, repeat=5)) / 200 * 1e6
 
 
-def _steal_ticks() -> tuple[int, int] | None:
-    """(steal, total) CPU ticks of the machine from /proc/stat (time the hypervisor gave to others)."""
-    try:
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        return vals[7], sum(vals[:8])
-    except (OSError, ValueError, IndexError):
-        return None
+@dataclass(frozen=True)
+class Settings:
+    """What a run measures (from the command line, with the defaults of its mode)."""
+
+    quick: bool
+    repeat: int
+    plan: list[tuple[int, int]]
+    messages: int
+    e2e_messages: int
+    reference_messages: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Settings:
+        """``run`` also accepts the namespace of ``python -m benchmarks`` (which has --quick and
+        --repeat), using the defaults for what it lacks."""
+        quick = bool(getattr(args, "quick", False))
+        n = getattr(args, "messages", None) or (50_000 if quick else 1_000_000)
+        return cls(quick, int(getattr(args, "repeat", None) or (1 if quick else 3)), QUICK_PLAN if quick else PLAN, n,
+                   getattr(args, "e2e_messages", None) or (10_000 if quick else 200_000),
+                   min(getattr(args, "reference_messages", None) or n, n))
 
 
-def machine_info() -> dict[str, Any]:
-    """The shared machine facts (benchmarks.broker) plus the decoder's libraries."""
-    import pyarrow
+def print_report(rows: list[Row], mi: dict[str, Any], record_bytes: float, total: float) -> None:
+    """The table and the headline figures (``mi``: the machine facts with the core-speed
+    calibration before and after)."""
+    ref_rate = {r.chunk: r.msgs_per_s for r in rows if r.scenario == "reference"}
+    read_rate = {(r.chunk, r.per_call): r.msgs_per_s for r in rows if r.scenario == "read"}
+    sock = next(r for r in rows if r.scenario == "socket")
+    e2e = next(r for r in rows if r.scenario == "pull+decode")
+    calib0, calib1 = mi["python_loop_us"]
+    print()
+    print(f"client decode benchmark: {BODY_SIZE}-byte bodies, {record_bytes:.0f} bytes per record, one core, "
+          f"Python {mi['python_version']}, numpy {mi['numpy']}, pyarrow {mi['pyarrow']}; MB = 1e6 bytes")
+    print(f"core speed: a 1000-addition Python loop took {calib0:.1f} us before, {calib1:.1f} us after"
+          + (f"; hypervisor steal {mi['steal_pct']}% of the machine's CPU time" if "steal_pct" in mi else ""))
+    print(format_table(rows, ref_rate, read_rate))
+    print("x ref: speed-up over the reference decoder with the same chunks; % read: share of the rate of "
+          "just copying the same bytes; cpu/wall < 1: the core was shared")
+    print(f"calls of fewer than {SMALL_INPUT_BYTES:,} bytes (the 32-record pull bodies one by one) go to the "
+          "reference decoder inside decode_to_batch: it is faster on so few records")
+    print(f"end to end: pull + decode {e2e.msgs_per_s:,.0f} msgs/s ({e2e.mb_s:.1f} MB/s) vs the same bytes from a "
+          f"socket {sock.msgs_per_s:,.0f} msgs/s ({sock.mb_s:.1f} MB/s): "
+          f"{100 * e2e.mb_s / sock.mb_s:.1f}% of the limit")
+    print(f"target {TARGET:,} msgs/s: best fast scenario {_best_fast(rows):,.0f} msgs/s; total {total:.1f}s")
 
-    from .broker import machine_info as common
 
-    info = common()
-    info["numpy"] = np.__version__
-    info["pyarrow"] = pyarrow.__version__
-    return info
+def _best_fast(rows: list[Row]) -> float:
+    return max((r.msgs_per_s for r in rows if r.scenario == "fast"), default=0.0)
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=5,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return (out.stdout.strip() or None) if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
+def results_doc(rows: list[Row], s: Settings, mi: dict[str, Any], record_bytes: float, total: float) -> dict[str, Any]:
+    sock = next(r for r in rows if r.scenario == "socket")
+    e2e = next(r for r in rows if r.scenario == "pull+decode")
+    return {
+        "benchmark": "client_decode",
+        "quick": s.quick,
+        "created": _provenance.created(),
+        "git_commit": _provenance.git_commit(),
+        "machine": mi,
+        "setup": {
+            "messages": s.messages,
+            "reference_messages": s.reference_messages,
+            "small_input_bytes": SMALL_INPUT_BYTES,
+            "body_size": BODY_SIZE,
+            "record_bytes_avg": round(record_bytes, 1),
+            "properties": "TAGS, KEYS (one key), UNIQ_KEY, region, traceId on every other message",
+            "repeats": s.repeat,
+            "target_msgs_per_s": TARGET,
+            "end_to_end_messages": s.e2e_messages,
+            "units": "MB = 1e6 bytes of stored records; elapsed is the best wall time of the runs",
+        },
+        "total_elapsed_s": round(total, 2),
+        "target_met": _best_fast(rows) >= TARGET,
+        "end_to_end": {"pull_decode_msgs_per_s": round(e2e.msgs_per_s), "pull_decode_mb_s": round(e2e.mb_s, 1),
+                       "socket_msgs_per_s": round(sock.msgs_per_s), "socket_mb_s": round(sock.mb_s, 1),
+                       "share_of_socket": round(e2e.mb_s / sock.mb_s, 3) if sock.mb_s else None},
+        "results": [r.to_json() for r in rows],
+    }
+
+
+def plot_panels(rows: list[Row]) -> list[_plot.Panel]:
+    sock = next(r for r in rows if r.scenario == "socket")
+    e2e = next(r for r in rows if r.scenario == "pull+decode")
+    fast = [r for r in rows if r.scenario == "fast"]
+    return [
+        _plot.Panel("decode from memory: fast decoder (chunk / records per call) vs copying the bytes", "msgs/s",
+                    [_plot.Bar(f"{r.scenario} {r.chunk}/{r.per_call}", r.msgs_per_s, r.scenario == "read")
+                     for r in rows if r.scenario in ("fast", "read") and r.chunk == 1024]
+                    + [_plot.Bar(f"reference {r.chunk}", r.msgs_per_s, True) for r in rows
+                       if r.scenario == "reference"], target=TARGET, log=True),
+        _plot.Panel("end to end: pull + decode from a broker vs the same bytes from a socket", "MB/s of records",
+                    [_plot.Bar("socket (limit)", sock.mb_s, True), _plot.Bar("pull + decode", e2e.mb_s),
+                     _plot.Bar(f"fast decode, best ({max(fast, key=lambda r: r.msgs_per_s).per_call}/call)",
+                               max(r.mb_s for r in fast))]),
+    ]
+
+
+# -- entry point ----------------------------------------------------------------------------------
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -342,103 +447,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _report.add_results_dir(p)
 
 
-# (chunk, per_call) pairs of the fast decoder; the reference runs one chunk per call
-PLAN = [(1024, 1024), (1024, 4096), (1024, 16384), (32, 32), (32, 1024), (32, 4096), (32, 16384)]
-QUICK_PLAN = [(1024, 1024), (1024, 16384), (32, 32)]
+#: the order of a chunk/per-call group's rows in the table and the JSON
+ORDER = {"read": 0, "fast": 1, "reference": 2, "socket": 3, "pull+decode": 4}
 
 
 def run(args: argparse.Namespace) -> int:
-    quick = bool(getattr(args, "quick", False))
-    repeat = int(getattr(args, "repeat", None) or (1 if quick else 3))
-    plan = QUICK_PLAN if quick else PLAN
-    out = _report.results_path(args, "client_decode")
-    n = getattr(args, "messages", None) or (50_000 if quick else 1_000_000)
-    n_e2e = getattr(args, "e2e_messages", None) or (10_000 if quick else 200_000)
-    n_ref = min(getattr(args, "reference_messages", None) or n, n)
+    s = Settings.of(args)
     t0 = time.perf_counter()
-    steal0, calib0 = _steal_ticks(), calibration_us()
-    print(f"building {n:,} records ...", flush=True)
-    buf, starts = build_records(n)
-    chunks = {c: split_chunks(buf, starts, c) for c in sorted({c for c, _ in plan})}
-    ref_chunks = chunks if n_ref == n else {
-        c: split_chunks(buf[: starts[n_ref]], starts[: n_ref + 1], c) for c in chunks}
-    for c, pc in plan:
-        check_equal(chunks[c], pc, c)
-    rows: list[Row] = []
-    for c, pc in plan:
-        rows.append(run_scenario("read", chunks[c], n, c, pc, repeat))
-        rows.append(run_scenario("fast", chunks[c], n, c, pc, repeat))
-    for c in chunks:
-        rows.append(run_scenario("reference", ref_chunks[c], n_ref, c, c, max(1, repeat - 1)))
-    print(f"end to end: {n_e2e:,} messages in a broker child process ...", flush=True)
-    import tempfile
-
+    steal0, calib0 = steal_ticks(), calibration_us()
+    print(f"building {s.messages:,} records ...", flush=True)
+    buf, starts = build_records(s.messages)
+    rows = in_memory(buf, starts, s.plan, s.reference_messages, s.repeat)
+    print(f"end to end: {s.e2e_messages:,} messages in a broker child process ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as workdir:
-        rows.extend(pull_decode_end_to_end(n_e2e, repeat, workdir))
-    order = {"read": 0, "fast": 1, "reference": 2, "socket": 3, "pull+decode": 4}
-    rows.sort(key=lambda r: (r.chunk, r.per_call, order[r.scenario]))
-    ref_rate = {r.chunk: r.msgs_per_s for r in rows if r.scenario == "reference"}
-    read_rate = {(r.chunk, r.per_call): r.msgs_per_s for r in rows if r.scenario == "read"}
-    sock = next(r for r in rows if r.scenario == "socket")
-    e2e = next(r for r in rows if r.scenario == "pull+decode")
+        rows.extend(pull_decode_end_to_end(s.e2e_messages, s.repeat, workdir))
+    rows.sort(key=lambda r: (r.chunk, r.per_call, ORDER[r.scenario]))
     total = time.perf_counter() - t0
-    mi = machine_info()
-    calib1, steal1 = calibration_us(), _steal_ticks()
+    mi = _provenance.machine_info()
+    mi.update(_provenance.library_versions("numpy", "pyarrow"))
+    calib1, steal1 = calibration_us(), steal_ticks()
     mi["python_loop_us"] = [round(calib0, 1), round(calib1, 1)]  # before, after
     if steal0 and steal1 and steal1[1] > steal0[1]:
         mi["steal_pct"] = round(100 * (steal1[0] - steal0[0]) / (steal1[1] - steal0[1]), 1)
-    print()
-    print(f"client decode benchmark: {BODY_SIZE}-byte bodies, {len(buf) / n:.0f} bytes per record, one core, "
-          f"Python {mi['python_version']}, numpy {mi['numpy']}, pyarrow {mi['pyarrow']}; MB = 1e6 bytes")
-    print(f"core speed: a 1000-addition Python loop took {calib0:.1f} us before, {calib1:.1f} us after"
-          + (f"; hypervisor steal {mi['steal_pct']}% of the machine's CPU time" if "steal_pct" in mi else ""))
-    print(format_table(rows, ref_rate, read_rate))
-    print("x ref: speed-up over the reference decoder with the same chunks; % read: share of the rate of "
-          "just copying the same bytes; cpu/wall < 1: the core was shared")
-    print(f"calls of fewer than {SMALL_INPUT_BYTES:,} bytes (the 32-record pull bodies one by one) go to the "
-          "reference decoder inside decode_to_batch: it is faster on so few records")
-    best = max((r.msgs_per_s for r in rows if r.scenario == "fast"), default=0.0)
-    print(f"end to end: pull + decode {e2e.msgs_per_s:,.0f} msgs/s ({e2e.mb_s:.1f} MB/s) vs the same bytes from a "
-          f"socket {sock.msgs_per_s:,.0f} msgs/s ({sock.mb_s:.1f} MB/s): "
-          f"{100 * e2e.mb_s / sock.mb_s:.1f}% of the limit")
-    print(f"target {TARGET:,} msgs/s: best fast scenario {best:,.0f} msgs/s; total {total:.1f}s")
-    doc = {
-        "benchmark": "client_decode",
-        "quick": quick,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
-        "machine": mi,
-        "setup": {
-            "messages": n,
-            "reference_messages": n_ref,
-            "small_input_bytes": SMALL_INPUT_BYTES,
-            "body_size": BODY_SIZE,
-            "record_bytes_avg": round(len(buf) / n, 1),
-            "properties": "TAGS, KEYS (one key), UNIQ_KEY, region, traceId on every other message",
-            "repeats": repeat,
-            "target_msgs_per_s": TARGET,
-            "end_to_end_messages": n_e2e,
-            "units": "MB = 1e6 bytes of stored records; elapsed is the best wall time of the runs",
-        },
-        "total_elapsed_s": round(total, 2),
-        "target_met": best >= TARGET,
-        "end_to_end": {"pull_decode_msgs_per_s": round(e2e.msgs_per_s), "pull_decode_mb_s": round(e2e.mb_s, 1),
-                       "socket_msgs_per_s": round(sock.msgs_per_s), "socket_mb_s": round(sock.mb_s, 1),
-                       "share_of_socket": round(e2e.mb_s / sock.mb_s, 3) if sock.mb_s else None},
-        "results": [r.to_json() for r in rows],
-    }
-    fast = [r for r in rows if r.scenario == "fast"]
-    _report.write_results(out, doc, [
-        _report.Panel("decode from memory: fast decoder (chunk / records per call) vs copying the bytes", "msgs/s",
-                      [_report.Bar(f"{r.scenario} {r.chunk}/{r.per_call}", r.msgs_per_s, r.scenario == "read")
-                       for r in rows if r.scenario in ("fast", "read") and r.chunk == 1024]
-                      + [_report.Bar(f"reference {r.chunk}", r.msgs_per_s, True) for r in rows
-                         if r.scenario == "reference"], target=TARGET, log=True),
-        _report.Panel("end to end: pull + decode from a broker vs the same bytes from a socket", "MB/s of records",
-                      [_report.Bar("socket (limit)", sock.mb_s, True), _report.Bar("pull + decode", e2e.mb_s),
-                       _report.Bar(f"fast decode, best ({max(fast, key=lambda r: r.msgs_per_s).per_call}/call)",
-                                   max(r.mb_s for r in fast))]),
-    ])
+    record_bytes = len(buf) / s.messages
+    print_report(rows, mi, record_bytes, total)
+    _report.write_results(_report.results_path(args, "client_decode"),
+                          results_doc(rows, s, mi, record_bytes, total), plot_panels(rows))
     return 0
 
 

@@ -11,6 +11,9 @@ server has dropped it::
                the client's bounded retries once per broker and trigger
     read       pulling every live queue to its end over remoting (client only): msgs/s
 
+The phases are the table ``PHASES``: what is done to the cluster before each, then the same
+three scenarios on a fresh topic.
+
 ``python -m benchmarks.cluster [--quick] [--rows N] [--results-dir DIR]``; results go to
 ``benchmarks/results/cluster.json`` and ``cluster.png`` (``cluster-quick.*`` with ``--quick``:
 10,000 rows per phase, a 2 s name-server timeout).
@@ -26,9 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import _report
+from . import _plot, _report
+from ._runs import median_of
 
 CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
 BROKER_TIMEOUT_S = 6.0
@@ -88,9 +94,8 @@ def _plan(ns: str, topic: str, triggers: int) -> dict[str, Any]:
             t = time.perf_counter()
             planner.next_end(planner.check_data_loss(start), ReadAllAvailable())
             times.append(time.perf_counter() - t)
-        times.sort()
-        return {"ms_per_trigger_median": round(1000 * times[len(times) // 2], 1),
-                "ms_per_trigger_max": round(1000 * times[-1], 1), "triggers": triggers}
+        return {"ms_per_trigger_median": round(1000 * median_of(times, key=float), 1),
+                "ms_per_trigger_max": round(1000 * max(times), 1), "triggers": triggers}
     finally:
         planner.client.close()
 
@@ -126,45 +131,74 @@ def _read(ns: str, topic: str) -> dict[str, Any]:
             "elapsed_s": round(elapsed, 3)}
 
 
-def run_suite(rows: int, triggers: int, log: Any = print, broker_timeout_s: float = BROKER_TIMEOUT_S) -> dict[str, Any]:
-    from rocketmq_spark.client import RemotingClient
+@dataclass
+class Cluster:
+    """The name server and the two brokers' processes, and when broker-b was killed."""
 
-    work = tempfile.mkdtemp(prefix="bench-cluster-")
-    ns_proc, info = _start(["namesrv", "--port", "0", "--broker-timeout", str(broker_timeout_s)])
-    ns = info["namesrv"]
-    brokers = {}
-    try:
-        for name in ("broker-a", "broker-b"):
-            brokers[name], _ = _start(["broker", "--namesrv", ns, "--broker-name", name, "--broker-port", "0",
-                                       "--grpc-port", "-1", "--register-interval-ms", "1000",
-                                       "--data-dir", os.path.join(work, name)])
-        c = RemotingClient(ns)
-        for topic in ("bench-cl-warm", "bench-cl-up", "bench-cl-crashed", "bench-cl-dropped"):
-            c.create_topic(topic, 4)
-        c.close()
-        _write(ns, "bench-cl-warm", min(rows, 20_000))
-        phases: dict[str, dict[str, Any]] = {}
+    ns: str
+    broker_timeout_s: float
+    brokers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    killed_at: float = 0.0
 
-        def phase(name: str, topic: str) -> None:
-            w = _write(ns, topic, rows)
-            p = _plan(ns, topic, triggers)
-            r = _read(ns, topic)
-            phases[name] = {"write": w, "plan": p, "read": r}
-            log(f"{name:<34} write {w['msgs_per_s']:>10,.0f} msgs/s (slowest batch {w['slowest_input_batch_s']:.2f}s)"
-                f"   plan {p['ms_per_trigger_median']:>7.1f} ms/trigger   read {r['msgs_per_s'] or 0:>10,.0f} msgs/s")
+    def kill_b(self) -> None:
+        """broker-b crashes (SIGKILL): it stays in the routes until the name server's timeout."""
+        self.brokers["broker-b"].send_signal(signal.SIGKILL)
+        self.brokers["broker-b"].wait()
+        self.killed_at = time.monotonic()
 
-        phase("both brokers up", "bench-cl-up")
-        brokers["broker-b"].send_signal(signal.SIGKILL)
-        brokers["broker-b"].wait()
-        t_kill = time.monotonic()
-        phase("broker-b crashed, still routed", "bench-cl-crashed")
-        left = broker_timeout_s + 2 - (time.monotonic() - t_kill)
+    def wait_dropped(self) -> None:
+        """Until the name server has dropped broker-b (its timeout, and 2 s more)."""
+        left = self.broker_timeout_s + 2 - (time.monotonic() - self.killed_at)
         if left > 0:
             time.sleep(left)
-        phase("broker-b dropped from routes", "bench-cl-dropped")
+
+
+#: the phases in order: (name, topic, what is done to the cluster first); each writes, plans and
+#: reads its own topic
+PHASES: list[tuple[str, str, Callable[[Cluster], None] | None]] = [
+    ("both brokers up", "bench-cl-up", None),
+    ("broker-b crashed, still routed", "bench-cl-crashed", Cluster.kill_b),
+    ("broker-b dropped from routes", "bench-cl-dropped", Cluster.wait_dropped),
+]
+
+
+def _phase(ns: str, topic: str, rows: int, triggers: int) -> dict[str, Any]:
+    return {"write": _write(ns, topic, rows), "plan": _plan(ns, topic, triggers), "read": _read(ns, topic)}
+
+
+def _start_cluster(cl: Cluster, work: str) -> None:
+    """Both brokers registered with the name server, every topic created, the writer warmed up."""
+    from rocketmq_spark.client import RemotingClient
+
+    for name in ("broker-a", "broker-b"):
+        cl.brokers[name], _ = _start(["broker", "--namesrv", cl.ns, "--broker-name", name, "--broker-port", "0",
+                                      "--grpc-port", "-1", "--register-interval-ms", "1000",
+                                      "--data-dir", os.path.join(work, name)])
+    c = RemotingClient(cl.ns)
+    for topic in ("bench-cl-warm", *(t for _, t, _ in PHASES)):
+        c.create_topic(topic, 4)
+    c.close()
+
+
+def run_suite(rows: int, triggers: int, log: Any = print, broker_timeout_s: float = BROKER_TIMEOUT_S) -> dict[str, Any]:
+    """Every phase of :data:`PHASES` on a fresh cluster."""
+    work = tempfile.mkdtemp(prefix="bench-cluster-")
+    ns_proc, info = _start(["namesrv", "--port", "0", "--broker-timeout", str(broker_timeout_s)])
+    cl = Cluster(info["namesrv"], broker_timeout_s)
+    try:
+        _start_cluster(cl, work)
+        _write(cl.ns, "bench-cl-warm", min(rows, 20_000))
+        phases: dict[str, dict[str, Any]] = {}
+        for name, topic, before in PHASES:
+            if before is not None:
+                before(cl)
+            phases[name] = res = _phase(cl.ns, topic, rows, triggers)
+            w, p, r = res["write"], res["plan"], res["read"]
+            log(f"{name:<34} write {w['msgs_per_s']:>10,.0f} msgs/s (slowest batch {w['slowest_input_batch_s']:.2f}s)"
+                f"   plan {p['ms_per_trigger_median']:>7.1f} ms/trigger   read {r['msgs_per_s'] or 0:>10,.0f} msgs/s")
         return {"rows": rows, "body_size": 100, "name_server_broker_timeout_s": broker_timeout_s, "phases": phases}
     finally:
-        for proc in brokers.values():
+        for proc in cl.brokers.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
@@ -185,13 +219,13 @@ def run(args: argparse.Namespace) -> int:
     doc = {"benchmark": "cluster", "quick": bool(args.quick), **res}
     phases = res["phases"]
     _report.write_results(_report.results_path(args, "cluster"), doc, [
-        _report.Panel("write (writer task path, no Spark)", "msgs/s",
-                      [_report.Bar(k, v["write"]["msgs_per_s"], i == 0) for i, (k, v) in enumerate(phases.items())]),
-        _report.Panel("planning per trigger (median)", "ms",
-                      [_report.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
+        _plot.Panel("write (writer task path, no Spark)", "msgs/s",
+                      [_plot.Bar(k, v["write"]["msgs_per_s"], i == 0) for i, (k, v) in enumerate(phases.items())]),
+        _plot.Panel("planning per trigger (median)", "ms",
+                      [_plot.Bar(k, v["plan"]["ms_per_trigger_median"], i == 0)
                        for i, (k, v) in enumerate(phases.items())]),
-        _report.Panel("read of the live queues (client)", "msgs/s",
-                      [_report.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0)
+        _plot.Panel("read of the live queues (client)", "msgs/s",
+                      [_plot.Bar(k, v["read"]["msgs_per_s"] or 0.0, i == 0)
                        for i, (k, v) in enumerate(phases.items())]),
     ])
     return 0

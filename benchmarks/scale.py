@@ -25,7 +25,6 @@ trigger, memory with 2,000 and 20,000 messages).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import multiprocessing
 import resource
 import statistics
@@ -35,7 +34,7 @@ import time
 from collections import deque
 from typing import Any
 
-from . import _report
+from . import _plot, _provenance, _report
 from ._brokers import start_broker
 
 QUEUE_COUNTS = (8, 64, 512, 4096)
@@ -133,26 +132,16 @@ def _peak_rss_kb() -> int:
 
 
 def _read_child(namesrv: str, topic: str, n: int, conn: Any) -> None:
-    """In a fresh process: read the whole queue as an executor task does, batches dropped as
-    they come (the noop sink); the process's peak RSS."""
+    """In a fresh process: read the first ``n`` messages of the queue as an executor task does,
+    batches dropped as they come (the noop sink); the process's peak RSS. With ``n`` = 1: the
+    same imports and one tiny read, the executor's footprint without the data."""
     from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.source.reader import QueueRange, read_range
+    from rocketmq_spark.source import QueueRange, read_range
 
     mq = RemotingClient(namesrv).message_queues(topic)[0]
     part = QueueRange(mq, 0, n, (namesrv,), None, "", "*", 1024, True)
     got = sum(b.num_rows for b in read_range(part, RemotingClient(namesrv)))
     conn.send({"rows": got, "peak_rss_kb": _peak_rss_kb()})
-
-
-def _baseline_child(namesrv: str, topic: str, conn: Any) -> None:
-    """The same imports and one tiny read: the executor's footprint without the data."""
-    from rocketmq_spark.client import RemotingClient
-    from rocketmq_spark.source.reader import QueueRange, read_range
-
-    mq = RemotingClient(namesrv).message_queues(topic)[0]
-    part = QueueRange(mq, 0, 1, (namesrv,), None, "", "*", 1024, True)
-    rows = sum(b.num_rows for b in read_range(part, RemotingClient(namesrv)))
-    conn.send({"rows": rows, "peak_rss_kb": _peak_rss_kb()})
 
 
 def _in_child(target: Any, *args: Any) -> dict[str, Any]:
@@ -186,7 +175,7 @@ def memory(namesrv: str, sizes: tuple[int, ...], log: Any) -> list[dict[str, Any
                 k = min(512, n - sent)
                 c.send_batch(mq, [BatchEntry(body, props)] * k)
                 sent += k
-            base = _in_child(_baseline_child, namesrv, topic)
+            base = _in_child(_read_child, namesrv, topic, 1)
             res = _in_child(_read_child, namesrv, topic, n)
             if res["rows"] != n:
                 raise AssertionError(f"memory read of {topic}: {res['rows']} rows, expected {n}")
@@ -210,22 +199,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _report.add_results_dir(p)
 
 
-def run(args: argparse.Namespace) -> int:
-    from .broker import machine_info
-
-    quick = bool(args.quick)
-    triggers = args.triggers or (1 if quick else 5)
-    d = args.memory_messages or (2_000 if quick else 20_000)
-    t_start = time.perf_counter()
-    plan_rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as workdir, start_broker("cli", workdir) as h:
-        print(f"scale: broker pid {h.pid} at {h.namesrv_addr}; {triggers} triggers per topic", flush=True)
-        print("planning and commit per trigger:", flush=True)
-        for q in QUEUE_COUNTS:
-            plan_rows.append(planning(h.namesrv_addr, q, triggers, print))
-        print("executor memory, one partition read in a fresh process:", flush=True)
-        mem_rows = memory(h.namesrv_addr, (d, 10 * d), print)
-    total = time.perf_counter() - t_start
+def print_report(plan_rows: list[dict[str, Any]], mem_rows: list[dict[str, Any]]) -> None:
     biggest = plan_rows[-1]
     growth = mem_rows[-1]["peak_over_baseline_mb"] - mem_rows[0]["peak_over_baseline_mb"]
     print()
@@ -238,30 +212,50 @@ def run(args: argparse.Namespace) -> int:
     print(f"memory: data x{mem_rows[-1]['messages'] // mem_rows[0]['messages']} -> peak RSS over baseline "
           f"{mem_rows[0]['peak_over_baseline_mb']} MB -> {mem_rows[-1]['peak_over_baseline_mb']} MB "
           f"({growth:+.1f} MB)")
+
+
+def plot_panels(plan_rows: list[dict[str, Any]], mem_rows: list[dict[str, Any]]) -> list[_plot.Panel]:
+    return [
+        _plot.Panel("planning (latestOffset + partitions) + commit per trigger, by queue count", "seconds",
+                    [_plot.Bar(f"{r['queues']} queues: plan", r["plan_s_median"]) for r in plan_rows]
+                    + [_plot.Bar(f"{r['queues']} queues: commit", r["commit_s_median"]) for r in plan_rows]
+                    + [_plot.Bar(f"{r['queues']} queues: plan + commit", r["per_trigger_s"]) for r in plan_rows],
+                    target=TARGET_S),
+        _plot.Panel("executor: peak RSS of one partition read over the process without data", "MB",
+                    [_plot.Bar(f"{r['messages']:,} x 1 KiB ({r['data_mb']} MB)", r["peak_over_baseline_mb"])
+                     for r in mem_rows]),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    quick = bool(args.quick)
+    triggers = args.triggers or (1 if quick else 5)
+    d = args.memory_messages or (2_000 if quick else 20_000)
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as workdir, start_broker("cli", workdir) as h:
+        print(f"scale: broker pid {h.pid} at {h.namesrv_addr}; {triggers} triggers per topic", flush=True)
+        print("planning and commit per trigger:", flush=True)
+        plan_rows = [planning(h.namesrv_addr, q, triggers, print) for q in QUEUE_COUNTS]
+        print("executor memory, one partition read in a fresh process:", flush=True)
+        mem_rows = memory(h.namesrv_addr, (d, 10 * d), print)
+    total = time.perf_counter() - t_start
+    print_report(plan_rows, mem_rows)
+    met = plan_rows[-1]["per_trigger_s"] < TARGET_S
     doc = {
         "benchmark": "scale",
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "created": _provenance.created(),
         "quick": quick,
-        "machine": machine_info(),
+        "machine": _provenance.machine_info(),
         "setup": {"queue_counts": list(QUEUE_COUNTS), "triggers": triggers, "new_messages_per_queue_per_trigger": 1,
                   "memory_body_size": MEMORY_BODY, "memory_sizes": [d, 10 * d], "broker": "cli child process"},
         "target_s_per_trigger": TARGET_S,
-        "target_met": biggest["per_trigger_s"] < TARGET_S,
+        "target_met": met,
         "planning": plan_rows,
         "memory": mem_rows,
-        "memory_growth_mb": round(growth, 1),
+        "memory_growth_mb": round(mem_rows[-1]["peak_over_baseline_mb"] - mem_rows[0]["peak_over_baseline_mb"], 1),
         "total_elapsed_s": round(total, 2),
     }
-    _report.write_results(_report.results_path(args, "scale"), doc, [
-        _report.Panel("planning (latestOffset + partitions) + commit per trigger, by queue count", "seconds",
-                      [_report.Bar(f"{r['queues']} queues: plan", r["plan_s_median"]) for r in plan_rows]
-                      + [_report.Bar(f"{r['queues']} queues: commit", r["commit_s_median"]) for r in plan_rows]
-                      + [_report.Bar(f"{r['queues']} queues: plan + commit", r["per_trigger_s"]) for r in plan_rows],
-                      target=TARGET_S),
-        _report.Panel("executor: peak RSS of one partition read over the process without data", "MB",
-                      [_report.Bar(f"{r['messages']:,} x 1 KiB ({r['data_mb']} MB)", r["peak_over_baseline_mb"])
-                       for r in mem_rows]),
-    ])
+    _report.write_results(_report.results_path(args, "scale"), doc, plot_panels(plan_rows, mem_rows))
     return 0
 
 
