@@ -122,6 +122,13 @@ def wait_until(pred: Any, timeout_s: float = 30, every_s: float = 0.1) -> bool:
         time.sleep(every_s)
 
 
+def wait_for(pred: Any, what: Any, timeout_s: float = 30, every_s: float = 0.1) -> None:
+    """Polls ``pred()`` until it is true; AssertionError naming ``what`` (a string, or a callable
+    giving one: the state at the time) once ``timeout_s`` passes without."""
+    if not wait_until(pred, timeout_s, every_s):
+        raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what() if callable(what) else what}")
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip, except under CI=true: CI has java and mvn, so a skip there is a failure."""
     if os.environ.get("CI", "").lower() == "true":

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from brokers import wait_for  # tests/ is on sys.path through conftest
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.errors import ConnectionFailedError
 
@@ -39,14 +40,6 @@ def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
             proc.stdout.close()
 
 
-def _wait(cond, what: str, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def test_brokers_in_their_own_processes_register_heartbeat_and_drop_out(tmp_path) -> None:
     ns, info = _start("namesrv", "--port", "0", "--broker-timeout", "2")
     brokers = []
@@ -67,14 +60,14 @@ def test_brokers_in_their_own_processes_register_heartbeat_and_drop_out(tmp_path
             # SIGKILL: no unregister; the name server drops it after its heartbeats stop
             _stop(brokers[1][0], signal.SIGKILL)
             t0 = time.monotonic()
-            _wait(lambda: {q.broker for q in c.message_queues("CLI_CLUSTER", refresh=True)} == {"broker-a"},
-                  "broker-b to leave the route")
+            wait_for(lambda: {q.broker for q in c.message_queues("CLI_CLUSTER", refresh=True)} == {"broker-a"},
+                     "broker-b to leave the route", 20)
             assert time.monotonic() - t0 < 10
             # a restarted broker-b registers again, with its data
             brokers[1] = _start("broker", "--namesrv", info["namesrv"], "--broker-name", "broker-b", "--broker-port",
                                 "0", "--grpc-port", "-1", "--register-interval-ms", "300",
                                 "--data-dir", str(tmp_path / "broker-b"))
-            _wait(lambda: len(c.message_queues("CLI_CLUSTER", refresh=True)) == 8, "broker-b to come back")
+            wait_for(lambda: len(c.message_queues("CLI_CLUSTER", refresh=True)) == 8, "broker-b to come back", 20)
             assert sum(c.max_offset(q) for q in c.message_queues("CLI_CLUSTER")) == 8
             # SIGTERM: a clean stop unregisters at once (no timeout to wait for)
             assert _stop(brokers[0][0]) == 0

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
 
 from broker_support import start_broker_process  # tests/ is on sys.path through conftest
+from brokers import wait_for
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.broker.delayed import SCHEDULE_TOPIC
 from rocketmq_spark.client import RemotingClient
@@ -35,17 +35,9 @@ def _props(**kv: object) -> str:
     return encode_properties({k: str(v) for k, v in kv.items()})
 
 
-def _wait_for(cond: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def _wait_max(client: RemotingClient, q: MessageQueue, n: int, timeout_s: float = 10.0) -> int:
     """Wait until the queue's max offset reaches ``n``; returns the clock (ms) when seen."""
-    _wait_for(lambda: client.max_offset(q) >= n, timeout_s, f"{n} messages in {q}")
+    wait_for(lambda: client.max_offset(q) >= n, f"{n} messages in {q}", timeout_s, 0.05)
     return _now_ms()
 
 
@@ -136,12 +128,15 @@ def test_past_or_zero_delays_are_delivered_at_once(client: RemotingClient, topic
 def test_delivery_follows_due_time_order(client: RemotingClient, topic: str) -> None:
     q = client.message_queues(topic)[2]
     now = _now_ms()
-    dues = {b"c": now + 1500, b"a": now + 500, b"d": now + 1900, b"b": now + 1000}
+    # due times far enough ahead that the sends (slow on a loaded machine) end before the first
+    dues = {b"c": now + 3000, b"a": now + 2000, b"d": now + 3400, b"b": now + 2500}
     for body in (b"c", b"a", b"d"):
         client.send(q, body, _props(TIMER_DELIVER_MS=dues[body]))
     # a batch mixing an immediate message with a delayed one
     client.send_batch(q, [BatchEntry(b"now", ""), BatchEntry(b"b", _props(TIMER_DELIVER_MS=dues[b"b"]))])
-    assert client.max_offset(q) == 1  # only the immediate one
+    visible = client.max_offset(q)
+    assert _now_ms() < dues[b"a"], "the sends took longer than the first due time: the check below means nothing"
+    assert visible == 1  # only the immediate one
     _wait_max(client, q, 5)
     recs = _records(client, q)
     assert [r.payload() for r in recs] == [b"now", b"a", b"b", b"c", b"d"]
@@ -210,7 +205,7 @@ def test_messages_due_while_the_broker_was_down_are_delivered_at_start(tmp_path)
         c.send(q, b"later", _props(TIMER_DELIVER_MS=due))
         assert c.max_offset(q) == 0
         mq.stop()
-        _wait_for(lambda: _now_ms() > due + 200, 10, "both due times to pass while the broker is down")
+        wait_for(lambda: _now_ms() > due + 200, "both due times to pass while the broker is down", 10, 0.05)
         mq.restart()  # (stop is a no-op now) a fresh broker on the same data dir
         _wait_max(c, q, 2, timeout_s=5)
         recs = _records(c, q)

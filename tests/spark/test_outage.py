@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from brokers import wait_for  # tests/ is on sys.path through conftest
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import ClientConfig, RemotingClient
 from rocketmq_spark.codec import BatchEntry, encode_properties
@@ -94,14 +95,6 @@ def _rows_done(q) -> int:  # type: ignore[no-untyped-def]
     return sum(int(p.get("numInputRows", 0)) for p in q.recentProgress)
 
 
-def _wait(cond, timeout_s: float, what) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what() if callable(what) else what}")
-        time.sleep(0.2)
-
-
 def test_a_10s_broker_outage_mid_stream_loses_nothing(spark, broker_proc: BrokerProcess, tmp_path) -> None:
     topic, group = "OUTAGE_T", "g_outage"
     _produce(broker_proc.namesrv, topic, MESSAGES)
@@ -112,7 +105,7 @@ def test_a_10s_broker_outage_mid_stream_loses_nothing(spark, broker_proc: Broker
     spark.streams.addListener(committer)
     q = _start_query(spark, broker_proc, topic, group, out, ck, down_ms=60_000)
     try:
-        _wait(lambda: _rows_done(q) >= 3000, 120, "the first batches")
+        wait_for(lambda: _rows_done(q) >= 3000, "the first batches", 120, 0.2)
         assert _rows_done(q) < MESSAGES, "the query finished before the outage: make batches smaller"
         broker_proc.kill()
         t_down = time.monotonic()
@@ -133,8 +126,8 @@ def test_a_10s_broker_outage_mid_stream_loses_nothing(spark, broker_proc: Broker
                 got.update(c.query_consumer_offsets(group, qs))
                 return all(got[mq] == ends[mq] for mq in qs)
 
-            _wait(caught_up, 180, lambda: f"the group's broker offsets {got} to reach the topic's end {ends} "
-                                          f"(rows done {_rows_done(q)})")
+            wait_for(caught_up, lambda: f"the group's broker offsets {got} to reach the topic's end {ends} "
+                                        f"(rows done {_rows_done(q)})", 180, 0.2)
         finally:
             c.close()
     finally:
@@ -152,9 +145,9 @@ def test_an_outage_longer_than_the_budget_fails_naming_the_broker_and_operation(
     _produce(broker_proc.namesrv, topic, MESSAGES)
     q = _start_query(spark, broker_proc, topic, group, str(tmp_path / "out"), str(tmp_path / "ck"), down_ms=3000)
     try:
-        _wait(lambda: _rows_done(q) >= 1500, 120, "the first batch")
+        wait_for(lambda: _rows_done(q) >= 1500, "the first batch", 120, 0.2)
         broker_proc.kill()
-        _wait(lambda: not q.isActive, 120, "the query to fail once brokerDownTimeoutMs (3 s) has passed")
+        wait_for(lambda: not q.isActive, "the query to fail once brokerDownTimeoutMs (3 s) has passed", 120, 0.2)
         err = str(q.exception())
     finally:
         q.stop()

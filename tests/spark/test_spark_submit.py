@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pyspark
 import pytest
 
+from brokers import wait_until  # tests/ is on sys.path through conftest
 from rocketmq_spark.codec import BatchEntry, encode_properties
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
@@ -29,14 +30,14 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int, deadline_s: float) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
+    def listening() -> bool:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return True
         except OSError:
-            time.sleep(0.2)
-    return False
+            return False
+
+    return wait_until(listening, deadline_s, 0.2)
 
 
 @pytest.fixture()
