@@ -121,62 +121,13 @@ class ReaderOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
         opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
-        ns = opts.get("namesrvAddr")
-        endpoints = opts.get("endpoints")
-        if not ns and not endpoints:
-            raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) "
-                              "unless endpoints is given")
-        namesrv = namesrv_list(ns) if ns else ()
-        if endpoints:
-            if ns:
-                raise OptionError("endpoints", endpoints, "give either namesrvAddr (remoting) or endpoints (gRPC), "
-                                  "not both")
-            endpoints = ";".join(endpoint_list(endpoints))
-        topic_raw = opts.get("topic", "")
-        topics = tuple(topic_name("topic", topic_raw, t.strip()) for t in topic_raw.split(",") if t.strip())
-        if not topics:
-            raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
-        group_raw = opts.get("consumerGroup")
-        group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
-        if group is not None:
-            group_name("consumerGroup", group)
-        include_retry = parse_bool("includeRetryTopic", opts.get("includeRetryTopic", "false"))
-        if include_retry:
-            if not group:
-                raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "reads the consumer group's retry "
-                                  "topic: needs the option consumerGroup")
-            if endpoints:
-                raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "its columns come from the "
-                                  "records' bytes, which the gRPC protocol does not carry: use namesrvAddr")
-            if retry_topic(group) not in topics:
-                topics = (*topics, retry_topic(group))
-        starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
-        low = starting_raw.strip().lower()
-        starting_json = None
-        if low in ("group", "earliest", "latest"):
-            starting = low
-        else:
-            starting_json = _offsets_json("startingOffsets", starting_raw, topics, "group, earliest, latest")
-            starting = "json"
-        commit = parse_bool("commitOffsets", opts.get("commitOffsets", "true"))
-        if stream and not group:
-            raise OptionError("consumerGroup", group_raw or None,
-                              "required for streaming reads (offsets are kept for it on the broker)")
-        if starting == "group" and not group:
-            raise OptionError("startingOffsets", starting_raw, "group needs the option consumerGroup")
+        namesrv, endpoints = _transport(opts)
+        topics, group, include_retry = _topics_and_group(opts, endpoints)
+        starting, starting_json = _starting(opts, topics, group, stream)
+        ending, ending_json = _ending(opts, topics, stream)
         cfw = opts.get("consumeFromWhere", "latest" if stream else "earliest").strip().lower()
         if cfw not in ("earliest", "latest"):
             raise OptionError("consumeFromWhere", opts["consumeFromWhere"], "accepted: earliest or latest")
-        ending_raw = opts.get("endingOffsets", "latest")
-        ending_json = None
-        if stream and "endingOffsets" in opts:
-            raise OptionError("endingOffsets", ending_raw, "accepted only by batch reads (spark.read); a stream "
-                              "ends with its trigger")
-        if ending_raw.strip().lower() == "latest":
-            ending = "latest"
-        else:
-            ending_json = _offsets_json("endingOffsets", ending_raw, topics, "latest")
-            ending = "json"
         on_reset = opts.get("onOffsetReset", "follow").strip().lower()
         if on_reset not in ON_OFFSET_RESET:
             raise OptionError("onOffsetReset", opts["onOffsetReset"], f"accepted: {', '.join(ON_OFFSET_RESET)}")
@@ -200,7 +151,7 @@ class ReaderOptions:
             ending=ending,
             ending_json=ending_json,
             max_messages_per_trigger=positive_int("maxMessagesPerTrigger", max_per) if max_per else None,
-            commit_offsets=commit,
+            commit_offsets=parse_bool("commitOffsets", opts.get("commitOffsets", "true")),
             fail_on_data_loss=parse_bool("failOnDataLoss", opts.get("failOnDataLoss", "true")),
             min_partitions=positive_int("minPartitions", min_parts) if min_parts else None,
             pull_batch_size=positive_int("pullBatchSize", opts.get("pullBatchSize", "1024")),
@@ -212,6 +163,79 @@ class ReaderOptions:
             filter_pushdown=parse_bool("filterPushdown", opts.get("filterPushdown", "false")),
             ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
         )
+
+
+def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """(name servers, gRPC endpoints): exactly one of namesrvAddr and endpoints."""
+    ns = opts.get("namesrvAddr")
+    endpoints = opts.get("endpoints")
+    if not ns and not endpoints:
+        raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) "
+                          "unless endpoints is given")
+    namesrv = namesrv_list(ns) if ns else ()
+    if endpoints:
+        if ns:
+            raise OptionError("endpoints", endpoints, "give either namesrvAddr (remoting) or endpoints (gRPC), "
+                              "not both")
+        endpoints = ";".join(endpoint_list(endpoints))
+    return namesrv, endpoints
+
+
+def _topics_and_group(opts: Mapping[str, str], endpoints: str | None
+                      ) -> tuple[tuple[str, ...], str | None, bool]:
+    """(topics, consumer group, includeRetryTopic): the topics with the group's retry topic when
+    includeRetryTopic asks for it."""
+    topic_raw = opts.get("topic", "")
+    topics = tuple(topic_name("topic", topic_raw, t.strip()) for t in topic_raw.split(",") if t.strip())
+    if not topics:
+        raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
+    group_raw = opts.get("consumerGroup")
+    group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
+    if group is not None:
+        group_name("consumerGroup", group)
+    include_retry = parse_bool("includeRetryTopic", opts.get("includeRetryTopic", "false"))
+    if include_retry:
+        if not group:
+            raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "reads the consumer group's retry "
+                              "topic: needs the option consumerGroup")
+        if endpoints:
+            raise OptionError("includeRetryTopic", opts["includeRetryTopic"], "its columns come from the "
+                              "records' bytes, which the gRPC protocol does not carry: use namesrvAddr")
+        if retry_topic(group) not in topics:
+            topics = (*topics, retry_topic(group))
+    return topics, group, include_retry
+
+
+def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | None, stream: bool
+              ) -> tuple[str, Offsets | None]:
+    """(startingOffsets: group, earliest, latest or json; the offsets when json). A stream needs
+    a consumerGroup (its offsets are kept for it), and so does startingOffsets=group."""
+    starting_raw = opts.get("startingOffsets", "group" if group else "earliest")
+    low = starting_raw.strip().lower()
+    starting_json = None
+    if low in ("group", "earliest", "latest"):
+        starting = low
+    else:
+        starting_json = _offsets_json("startingOffsets", starting_raw, topics, "group, earliest, latest")
+        starting = "json"
+    if stream and not group:
+        raise OptionError("consumerGroup", opts.get("consumerGroup") or None,
+                          "required for streaming reads (offsets are kept for it on the broker)")
+    if starting == "group" and not group:
+        raise OptionError("startingOffsets", starting_raw, "group needs the option consumerGroup")
+    return starting, starting_json
+
+
+def _ending(opts: Mapping[str, str], topics: tuple[str, ...], stream: bool
+            ) -> tuple[str, Offsets | None]:
+    """(endingOffsets: latest or json; the offsets when json): batch reads only."""
+    ending_raw = opts.get("endingOffsets", "latest")
+    if stream and "endingOffsets" in opts:
+        raise OptionError("endingOffsets", ending_raw, "accepted only by batch reads (spark.read); a stream "
+                          "ends with its trigger")
+    if ending_raw.strip().lower() == "latest":
+        return "latest", None
+    return "json", _offsets_json("endingOffsets", ending_raw, topics, "latest")
 
 
 def asked_columns(asked: StructType, retry_columns: bool = False) -> tuple[str, ...] | None:
