@@ -164,6 +164,21 @@ class _Appender:
             self.chunks = []
             self.length = 0
 
+def _contiguous(entries: list[tuple[int, int, int, int]], i: int, count_left: int, bytes_left: int
+                ) -> tuple[int, int, int]:
+    """The run of consume-queue ``entries`` from ``i`` whose records lie end to end in the commit
+    log (served as one read), at most ``count_left`` messages and ``bytes_left`` bytes (the first
+    always) -> (the index past the run, the commit log position past it, its bytes)."""
+    pos, size = entries[i][0], entries[i][1]
+    j, run_end, run_bytes = i + 1, pos + size, size
+    while (j < len(entries) and entries[j][0] == run_end and j - i < count_left
+           and run_bytes + entries[j][1] <= bytes_left):
+        run_end += entries[j][1]
+        run_bytes += entries[j][1]
+        j += 1
+    return j, run_end, run_bytes
+
+
 class MessageStore:
     """Commit log + consume queues with crash recovery. See the module docstring."""
 
@@ -608,16 +623,10 @@ class MessageStore:
                     cur += 1
                     i += 1
                     continue
-                j = i + 1
-                run_end = pos + size
-                run_bytes = size
-                while (j < len(entries) and entries[j][0] == run_end
-                       and tag_filter is None
-                       and count + (j - i) < max_count
-                       and total + run_bytes + entries[j][1] <= max_bytes):
-                    run_end += entries[j][1]
-                    run_bytes += entries[j][1]
-                    j += 1
+                if tag_filter is None:
+                    j, run_end, run_bytes = _contiguous(entries, i, max_count - count, max_bytes - total)
+                else:  # each message on its own: the filter reads it
+                    j, run_end, run_bytes = i + 1, pos + size, size
                 if records and total + run_bytes > max_bytes:
                     stop = True
                     break

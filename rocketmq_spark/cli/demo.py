@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+from ..model import MessageQueue
 from ..offsets import Offsets
 from .common import PROG, CliError, Parser, group_arg, make_client, namesrv_arg, positive_int_arg, table, topic_arg
 from .produce import Message, fmt_bytes, send_messages
@@ -116,139 +117,156 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         work = tempfile.mkdtemp(prefix="rocketmq-spark-demo-")
         stack.callback(shutil.rmtree, work, True)
         out_dir = os.path.abspath(args.output) if args.output else os.path.join(work, "output")
-        orders_dir = os.path.join(out_dir, "orders")
-        totals_dir = os.path.join(out_dir, "totals_by_customer")
-        checkpoint = os.path.join(out_dir, "_checkpoint")
-
-        # 1. broker
-        if cluster:
-            ns = cluster
-            _step(1, f"using the cluster at name server {ns}")
-        else:
-            from ..broker.server import EmbeddedBroker
-
-            mq = stack.enter_context(EmbeddedBroker(os.path.join(work, "broker")))
-            ns = mq.namesrv_addr
-            _step(1, f"embedded broker up: name server {ns}, broker {mq.broker_addr} (data in a temp dir)")
+        ns = _demo_broker(stack, work, cluster)  # 1
         client = make_client(ns, args)
         stack.callback(client.close)
-
-        # 2. produce
-        if topic not in client.topic_list():
-            brokers = client.cluster_brokers()
-            if not brokers:
-                raise CliError(f"the name server {ns} knows no broker: start one with `{PROG} broker`")
-            for addr in brokers.values():
-                client.create_topic(topic, 4, broker_addr=addr)
-        queues = client.message_queues(topic, refresh=True)
-        start = Offsets(client.max_offsets(queues))
-        expected: dict[str, list[int]] = {}  # customer -> [orders, refunds, net cents]
-
-        def orders() -> Iterator[Message]:
-            for msg, customer, cents, refund in _demo_orders(n):
-                e = expected.setdefault(customer, [0, 0, 0])
-                e[0] += 1
-                e[1] += refund
-                e[2] += -cents if refund else cents
-                yield msg
-
-        sent, nbytes, nq, secs = send_messages(client, topic, orders(), n)
-        _step(2, f"produced {sent:,} orders (JSON, tags paid/refund, {fmt_bytes(nbytes)}) to topic {topic} "
-                 f"over {nq} queues in {secs:.2f}s")
-
-        # 3. Spark
+        queues, start, expected, sent = _demo_produce(client, ns, topic, n)  # 2
         t_spark = time.monotonic()
-        spark = _demo_spark(work)
+        spark = _demo_spark(work)  # 3
         stack.callback(spark.stop)
         _step(3, f"Spark {spark.version} (local[2]) started in {time.monotonic() - t_spark:.1f}s")
-
-        # 4. the streaming query
-        from pyspark.sql import functions as F
-
-        from ..checkpoints.committer import RocketMQOffsetCommitter
-
-        committer = RocketMQOffsetCommitter(ns, group, topics=[topic], measure_lag=False)
-        spark.streams.addListener(committer)
-        stack.callback(committer.client.close)
-        stack.callback(spark.streams.removeListener, committer)
-        # earliest on a fresh broker; on a cluster, where this run's orders start
-        starting = "earliest" if not cluster else start.dumps()
-        source = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
-                  .option("consumerGroup", group).option("startingOffsets", starting)
-                  .option("maxMessagesPerTrigger", str(per_trigger)).load())
-        parsed = (source.select(F.from_json(F.col("body").cast("string"), _DEMO_SCHEMA).alias("o"),
-                                F.col("tag").alias("status"), "queueId", "queueOffset", "storeTimestamp")
-                  .select("o.*", "status", "queueId", "queueOffset", "storeTimestamp"))
-        _step(4, f"streaming query: format(\"rocketmq\") group {group}, maxMessagesPerTrigger={per_trigger}, "
-                 "Trigger.AvailableNow -> parse JSON -> Parquet")
-        t_query = time.monotonic()
-        query = (parsed.writeStream.format("parquet").option("path", orders_dir)
-                 .option("checkpointLocation", checkpoint).queryName("rocketmq_demo")
-                 .trigger(availableNow=True).start())
-        end_total = sum(start.values()) + sent
-        seen = -1
-        batches = 0
-        read = 0
-        while True:
-            finished = query.awaitTermination(0.2)
-            for p in map(_progress_dict, query.recentProgress):
-                if p.get("batchId", -1) <= seen:
-                    continue
-                seen = p["batchId"]
-                nrows = int(p.get("numInputRows") or 0)
-                if not nrows:
-                    continue
-                batches += 1
-                read += nrows
-                ends = _end_offsets(p, topic)
-                lag = end_total - sum(ends.values()) if ends else end_total - sum(start.values()) - read
-                ms = (p.get("durationMs") or {}).get("triggerExecution", 0)
-                print(f"      batch {p['batchId']}: {nrows:,} orders in {ms / 1000:.1f}s; read {read:,}/{sent:,}, "
-                      f"lag {lag:,}", flush=True)
-            if finished:
-                break
-        if query.exception() is not None:
-            raise RuntimeError(f"the streaming query failed: {query.exception()}")
-        print(f"      query done: {batches} batches, {read:,} orders in {time.monotonic() - t_query:.1f}s; "
-              f"Parquet in {orders_dir}")
-
-        # 5. offsets, lag, result
-        maxes = client.max_offsets(queues)
-        deadline = time.monotonic() + 20  # listener events arrive asynchronously
-        while time.monotonic() < deadline:
-            if client.query_consumer_offsets(group, queues) == maxes:
-                break
-            time.sleep(0.1)
-        rows = progress_rows(client, group, topic, ns)
-        total_lag = sum(r.lag for r in rows)
-        _step(5, f"consumer progress of group {group} (committed by the query): "
-                 f"total lag {total_lag:,}")
-        print(progress_table(rows, indent="      "))
-
-        orders_df = spark.read.parquet(orders_dir)
-        refund = F.col("status") == "refund"
-        totals = (orders_df.groupBy("customer")
-                  .agg(F.count(F.lit(1)).alias("orders"),
-                       F.sum(F.when(refund, 1).otherwise(0)).alias("refunds"),
-                       F.sum(F.when(refund, -F.col("amount")).otherwise(F.col("amount"))).alias("net_amount"))
-                  .orderBy("customer"))
-        result = totals.collect()  # a few rows: computed once, then written from the driver
-        spark.createDataFrame(result, totals.schema).coalesce(1).write.mode("overwrite").parquet(totals_dir)
-        print(f"\nnet amount per customer (Parquet {totals_dir}):")
-        print(table(["CUSTOMER", "ORDERS", "REFUNDS", "NET AMOUNT"],
-                     [[r.customer, r.orders, r.refunds, r.net_amount] for r in result], indent="  "))
-        got = {r.customer: [r.orders, r.refunds, int(r.net_amount * 100)] for r in result}
-        count = sum(v[0] for v in got.values())
-        print(f"  total: {count:,} orders, net {sum(Decimal(v[2]) for v in got.values()) / 100:,.2f}")
+        # 4: earliest on a fresh broker; on a cluster, where this run's orders start
+        _demo_query(stack, spark, ns, topic, group, "earliest" if not cluster else start.dumps(), per_trigger,
+                    out_dir, sum(start.values()), sent)
+        rc = _demo_report(spark, client, ns, topic, group, queues, out_dir, expected, sent)  # 5
         kept = f"output kept in {out_dir}" if args.output else "output removed on exit (pass --output DIR to keep it)"
         print(f"\ndone in {time.monotonic() - t_start:.1f}s (Spark start included); {kept}")
-        if got != expected:
-            print(f"{PROG}: error: the Parquet totals differ from what was produced ({count} of {sent} orders)",
-                  file=sys.stderr)
-            return 1
-        if total_lag:
-            print(f"{PROG}: error: group {group} still lags {total_lag} messages after the run", file=sys.stderr)
-            return 1
+    return rc
+
+
+def _demo_broker(stack: contextlib.ExitStack, work: str, cluster: str | None) -> str:
+    """Step 1: the cluster given, or an embedded broker in ``work`` -> its name server."""
+    if cluster:
+        _step(1, f"using the cluster at name server {cluster}")
+        return cluster
+    from ..broker.server import EmbeddedBroker
+
+    mq = stack.enter_context(EmbeddedBroker(os.path.join(work, "broker")))
+    _step(1, f"embedded broker up: name server {mq.namesrv_addr}, broker {mq.broker_addr} (data in a temp dir)")
+    return mq.namesrv_addr
+
+
+def _demo_produce(client: Any, ns: str, topic: str, n: int
+                  ) -> tuple[list[MessageQueue], Offsets, dict[str, list[int]], int]:
+    """Step 2: ``n`` sample orders to ``topic`` (created on every broker when missing) -> (its
+    queues, their offsets before, per customer [orders, refunds, net cents] sent, how many)."""
+    if topic not in client.topic_list():
+        brokers = client.cluster_brokers()
+        if not brokers:
+            raise CliError(f"the name server {ns} knows no broker: start one with `{PROG} broker`")
+        for addr in brokers.values():
+            client.create_topic(topic, 4, broker_addr=addr)
+    queues = client.message_queues(topic, refresh=True)
+    start = Offsets(client.max_offsets(queues))
+    expected: dict[str, list[int]] = {}
+
+    def orders() -> Iterator[Message]:
+        for msg, customer, cents, refund in _demo_orders(n):
+            e = expected.setdefault(customer, [0, 0, 0])
+            e[0] += 1
+            e[1] += refund
+            e[2] += -cents if refund else cents
+            yield msg
+
+    sent, nbytes, nq, secs = send_messages(client, topic, orders(), n)
+    _step(2, f"produced {sent:,} orders (JSON, tags paid/refund, {fmt_bytes(nbytes)}) to topic {topic} "
+             f"over {nq} queues in {secs:.2f}s")
+    return queues, start, expected, sent
+
+
+def _demo_query(stack: contextlib.ExitStack, spark: Any, ns: str, topic: str, group: str, starting: str,
+                per_trigger: int, out_dir: str, start_total: int, sent: int) -> None:
+    """Step 4: the streaming query (AvailableNow, JSON parsed, to Parquet under ``out_dir``) with
+    the committer listener, each batch printed as it ends."""
+    from pyspark.sql import functions as F
+
+    from ..checkpoints.committer import RocketMQOffsetCommitter
+
+    committer = RocketMQOffsetCommitter(ns, group, topics=[topic], measure_lag=False)
+    spark.streams.addListener(committer)
+    stack.callback(committer.client.close)
+    stack.callback(spark.streams.removeListener, committer)
+    source = (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
+              .option("consumerGroup", group).option("startingOffsets", starting)
+              .option("maxMessagesPerTrigger", str(per_trigger)).load())
+    parsed = (source.select(F.from_json(F.col("body").cast("string"), _DEMO_SCHEMA).alias("o"),
+                            F.col("tag").alias("status"), "queueId", "queueOffset", "storeTimestamp")
+              .select("o.*", "status", "queueId", "queueOffset", "storeTimestamp"))
+    _step(4, f"streaming query: format(\"rocketmq\") group {group}, maxMessagesPerTrigger={per_trigger}, "
+             "Trigger.AvailableNow -> parse JSON -> Parquet")
+    t_query = time.monotonic()
+    orders_dir = os.path.join(out_dir, "orders")
+    query = (parsed.writeStream.format("parquet").option("path", orders_dir)
+             .option("checkpointLocation", os.path.join(out_dir, "_checkpoint")).queryName("rocketmq_demo")
+             .trigger(availableNow=True).start())
+    end_total = start_total + sent
+    seen = -1
+    batches = 0
+    read = 0
+    while True:
+        finished = query.awaitTermination(0.2)
+        for p in map(_progress_dict, query.recentProgress):
+            if p.get("batchId", -1) <= seen:
+                continue
+            seen = p["batchId"]
+            nrows = int(p.get("numInputRows") or 0)
+            if not nrows:
+                continue
+            batches += 1
+            read += nrows
+            ends = _end_offsets(p, topic)
+            lag = end_total - sum(ends.values()) if ends else end_total - start_total - read
+            ms = (p.get("durationMs") or {}).get("triggerExecution", 0)
+            print(f"      batch {p['batchId']}: {nrows:,} orders in {ms / 1000:.1f}s; read {read:,}/{sent:,}, "
+                  f"lag {lag:,}", flush=True)
+        if finished:
+            break
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    print(f"      query done: {batches} batches, {read:,} orders in {time.monotonic() - t_query:.1f}s; "
+          f"Parquet in {orders_dir}")
+
+
+def _demo_report(spark: Any, client: Any, ns: str, topic: str, group: str, queues: list[MessageQueue],
+                 out_dir: str, expected: dict[str, list[int]], sent: int) -> int:
+    """Step 5: the group's progress on the brokers, the totals per customer from the Parquet
+    output, checked against what was produced -> the exit code (1: totals differ, or a lag)."""
+    from pyspark.sql import functions as F
+
+    maxes = client.max_offsets(queues)
+    deadline = time.monotonic() + 20  # listener events arrive asynchronously
+    while time.monotonic() < deadline:
+        if client.query_consumer_offsets(group, queues) == maxes:
+            break
+        time.sleep(0.1)
+    rows = progress_rows(client, group, topic, ns)
+    total_lag = sum(r.lag for r in rows)
+    _step(5, f"consumer progress of group {group} (committed by the query): total lag {total_lag:,}")
+    print(progress_table(rows, indent="      "))
+
+    totals_dir = os.path.join(out_dir, "totals_by_customer")
+    orders_df = spark.read.parquet(os.path.join(out_dir, "orders"))
+    refund = F.col("status") == "refund"
+    totals = (orders_df.groupBy("customer")
+              .agg(F.count(F.lit(1)).alias("orders"),
+                   F.sum(F.when(refund, 1).otherwise(0)).alias("refunds"),
+                   F.sum(F.when(refund, -F.col("amount")).otherwise(F.col("amount"))).alias("net_amount"))
+              .orderBy("customer"))
+    result = totals.collect()  # a few rows: computed once, then written from the driver
+    spark.createDataFrame(result, totals.schema).coalesce(1).write.mode("overwrite").parquet(totals_dir)
+    print(f"\nnet amount per customer (Parquet {totals_dir}):")
+    print(table(["CUSTOMER", "ORDERS", "REFUNDS", "NET AMOUNT"],
+                 [[r.customer, r.orders, r.refunds, r.net_amount] for r in result], indent="  "))
+    got = {r.customer: [r.orders, r.refunds, int(r.net_amount * 100)] for r in result}
+    count = sum(v[0] for v in got.values())
+    print(f"  total: {count:,} orders, net {sum(Decimal(v[2]) for v in got.values()) / 100:,.2f}")
+    if got != expected:
+        print(f"{PROG}: error: the Parquet totals differ from what was produced ({count} of {sent} orders)",
+              file=sys.stderr)
+        return 1
+    if total_lag:
+        print(f"{PROG}: error: group {group} still lags {total_lag} messages after the run", file=sys.stderr)
+        return 1
     return 0
 
 
