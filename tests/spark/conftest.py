@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +32,22 @@ def spark() -> Iterator[object]:
     rocketmq_spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def installed_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This project as a user installs it: its wheel, built once per session, installed with
+    no dependencies into a folder to put on PYTHONPATH. (The editable install of the test venv
+    hides ``pyspark_rocketmq`` from Spark's scan, and cannot serve another interpreter.)"""
+    root = Path(__file__).resolve().parent.parent.parent
+    work = tmp_path_factory.mktemp("installed")
+    wheels, site = work / "wheels", work / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(root)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next(wheels.glob("rocketmq_spark-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    return site
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """format("rocketmq") with no register() call: Spark finds the installed pyspark_rocketmq module.
 
 Spark scans sys.path for top-level ``pyspark_*`` modules. An editable install exposes
-packages through an import hook that this scan cannot see, so the test installs the
-built wheel into a directory and runs a plain SparkSession with it on PYTHONPATH, as a
-user's installation would be.
+packages through an import hook that this scan cannot see, so the test takes the built wheel
+installed into a directory (the ``installed_copy`` fixture) and runs a plain SparkSession with
+it on PYTHONPATH, as a user's installation would be.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from rocketmq_spark.codec import BatchEntry
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 SCRIPT = """
 import os, sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -33,15 +31,10 @@ spark.stop()
 """
 
 
-def test_installed_package_registers_rocketmq_without_register(broker, client, tmp_path) -> None:
+def test_installed_package_registers_rocketmq_without_register(broker, client, tmp_path, installed_copy) -> None:
     q = client.message_queues("AUTO_REG")[0]
     client.send_batch(q, [BatchEntry(b"a"), BatchEntry(b"b"), BatchEntry(b"c")])
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                    str(wheels), ROOT], check=True, capture_output=True, timeout=300)
-    wheel = next(wheels.glob("rocketmq_spark-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    site = installed_copy
     assert (site / "pyspark_rocketmq" / "__init__.py").exists()
     env = {**os.environ, "PYTHONPATH": str(site), "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run([sys.executable, "-c", SCRIPT, broker.namesrv_addr, "AUTO_REG"], capture_output=True,
