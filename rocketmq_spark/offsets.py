@@ -28,7 +28,7 @@ RESET_KEY = "@reset"
 #: In a stream's batch end offsets, per queue a fingerprint of one message the query planned past:
 #: ``"@marks":{"topic":{"broker-a:0":[41,1718000000123]}}``, its offset and store time (epoch ms).
 #: A broker that serves another message at that offset is not the store the query read from (it
-#: lost its store, or the topic was deleted and re-created): see ``Planner.check_data_loss``.
+#: lost its store, or the topic was deleted and re-created): see ``source/data_loss.py``.
 MARKS_KEY = "@marks"
 #: (offset, store time in epoch ms) of one message: see :data:`MARKS_KEY`
 Mark = tuple[int, int]
@@ -37,7 +37,7 @@ Mark = tuple[int, int]
 #: own writes (``held``), and when each broker had started (``boot``, epoch ms, where it says):
 #: ``"@group":{"held":{"topic":{"broker-a:0":[40]}},"boot":{"broker-a":1718000000000}}``. A
 #: restarted query finding another offset there, on a broker that has not restarted since, finds
-#: a reset made while it was stopped (see ``Planner.find_resets``).
+#: a reset made while it was stopped (see ``source/resets.py``).
 GROUP_KEY = "@group"
 
 

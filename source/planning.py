@@ -290,7 +290,7 @@ class Planner:
         broker does not hold yet is written (a commit that failed at planning). The end of a
         batch planned before a queue's reset no longer counts for that queue."""
         fresh = self.commits.fresh(end)  # without the ends of batches planned before a queue's reset
-        # resets a commit would overwrite are left to the next batch (see follow_resets): those
+        # resets a commit would overwrite are left to the next batch (see Resets.follow): those
         # pushed since, and, before this run has read the group's offsets once (Spark plans, and
         # so reads them in latestOffset, before it commits), the broker's moved offsets
         self._done(fresh, find=True)

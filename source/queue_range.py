@@ -45,7 +45,7 @@ class QueueRange(InputPartition):
     #: 0: it answered): a task that gets no answer either counts its wait from then (see :class:`.pull_loop.PullLoop`)
     broker_silent_s: float = 0.0
     #: (offset, store time in epoch ms) of a message of the store the range was planned on (the
-    #: queue's mark, see Planner._marks); None: none known. A task compares it before it hands
+    #: queue's mark, see :mod:`.marks`); None: none known. A task compares it before it hands
     #: on what it pulled, and again whenever its connection to the broker was replaced: a broker
     #: that lost its store serves other messages at the planned offsets (see :class:`.pull_loop.PullLoop`)
     mark: tuple[int, int] | None = None
