@@ -21,6 +21,7 @@ from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import TopicRouteData, loads_lenient
 from .retry import ClientConfig, retrying
+from .routes import NameServers
 from .tables import object_body, parse_offset_table, parse_running_info
 
 __all__ = ["RemotingAdmin"]
@@ -31,10 +32,8 @@ class RemotingAdmin:
     declared first (the client defines each; these stand-ins raise NotImplementedError)."""
 
     config: ClientConfig
-    #: topic -> (when it was looked up, its route): a topic created here is looked up afresh
-    _routes: dict[str, tuple[float, TopicRouteData]]
-    #: broker name -> master address, as the latest listing or route gave it
-    _broker_addrs: dict[str, str]
+    #: route lookups (a topic created here is looked up afresh)
+    names: NameServers
 
     def invoke(self, address: str, cmd: RemotingCommand, operation: str,
                timeout_s: float | None = None, *, ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
@@ -65,7 +64,7 @@ class RemotingAdmin:
         for addr in addrs:
             self.invoke(addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext),
                         f"create topic {topic!r}")
-        self._routes.pop(topic, None)
+        self.names.forget(topic)
 
     def create_group(self, group: str, *, broker_addr: str | None = None) -> None:
         """Creates consumer group ``group`` on every broker (or ``broker_addr``): brokers refuse

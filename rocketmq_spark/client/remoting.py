@@ -1,4 +1,4 @@
-"""Remoting client: name-server routes and broker operations, with bounded retries.
+"""Remoting client: broker operations over name-server routes (:mod:`.routes`), with bounded retries.
 
 Sockets open lazily on first use and are dropped when pickled, so a client can be
 built on Spark's driver and shipped to executors.
@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..codec import (
@@ -32,12 +30,10 @@ from ..codec import (
 from ..errors import (
     BrokerError,
     ConnectionFailedError,
-    NoPermissionError,
     OffsetResetPendingError,
     ProtocolError,
     RequestTimeoutError,
     RocketMQSparkError,
-    TopicNotFoundError,
     broker_error,
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
@@ -45,12 +41,13 @@ from ..names import AUTO_CREATE_TOPIC, retry_topic
 from ..remoting.acl import Credentials, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
-from ..remoting.route import TopicRouteData, loads_lenient, refused_queues_text
+from ..remoting.route import TopicRouteData, loads_lenient
 from .admin import RemotingAdmin
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler, GroupPresence, QueueStatus
 from .membership import RemotingGroupMember
-from .retry import ClientConfig, bounded, may_retry, retrying
+from .retry import ClientConfig, may_retry, retrying
+from .routes import DEFAULT_TOPIC_QUEUE_NUMS, NameServers
 from .tables import object_body, parse_topic_stats
 
 if TYPE_CHECKING:
@@ -62,8 +59,6 @@ __all__ = ["ClientConfig", "Credentials", "RemotingClient", "parse_namesrv_addr"
 
 T = TypeVar("T")
 
-#: queues a topic created on send gets (the send's defaultTopicQueueNums)
-DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
 _WINDOW = 256
 #: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
@@ -190,11 +185,8 @@ class RemotingClient(RemotingAdmin):
         self._opened: dict[str, int] = {}  # address -> connections opened to it (see connection_epoch)
         #: broker -> (the connection epoch it answered over, its boot time or None), see broker_boot_ms
         self._boots: dict[str, tuple[tuple[str, int] | None, int | None]] = {}
-        self._routes: dict[str, tuple[float, TopicRouteData]] = {}
-        self._broker_addrs: dict[str, str] = {}
-        self._ns_index = random.randrange(len(self.namesrv_addrs))
-        #: (since when, until when) the name servers are not asked while a known route serves
-        self._ns_down: tuple[float, float] | None = None
+        #: route lookups and broker addresses
+        self.names = NameServers(self.namesrv_addrs, self.config, self._conn)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv_addrs": self.namesrv_addrs, "config": self.config}
@@ -229,7 +221,7 @@ class RemotingClient(RemotingAdmin):
 
     def connection_epoch(self, broker: str) -> tuple[str, int] | None:
         """(address, connections opened to it) of ``broker``; None before the first one."""
-        addr = self._broker_addrs.get(broker)
+        addr = self.names.broker_addrs.get(broker)
         with self._conn_lock:
             n = self._opened.get(addr, 0) if addr is not None else 0
         return (addr, n) if addr is not None and n else None
@@ -304,199 +296,35 @@ class RemotingClient(RemotingAdmin):
 
         return retrying(once, self.config, started=started)
 
-    # -- name server ----------------------------------------------------------------
+    # -- name server (see :mod:`.routes`) ---------------------------------------------
 
     def _invoke_namesrv(self, cmd: RemotingCommand, operation: str,
                         ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        """Ask name servers in turn (starting from a random one); one down is tolerated."""
-        last: Exception | None = None
-        n = len(self.namesrv_addrs)
-        for i in range(n):
-            addr = self.namesrv_addrs[(self._ns_index + i) % n]
-            try:
-                resp = self._conn(addr, operation).invoke(
-                    RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body),
-                    self.config.request_timeout_s, operation)
-            except ConnectionFailedError as exc:
-                last = exc
-                continue
-            self._ns_index = (self._ns_index + i) % n
-            if resp.code not in ok:
-                raise broker_error(resp.code, resp.remark, address=addr, operation=operation)
-            return resp
-        assert last is not None
-        raise last
+        return self.names.invoke(cmd, operation, ok)
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
-        """The topic's route from the name servers, cached for ``route_refresh_s`` seconds
-        unless ``refresh``; TopicNotFoundError when they have none. When they do not answer, or
-        answer "no route" while they list no broker at all (just restarted), and the topic's route
-        is known, the known route is returned (see :meth:`_cached_route`); a first lookup
-        retries (bounded) and raises ConnectionFailedError."""
-        cached = self._routes.get(topic)
-        now = time.monotonic()
-        if cached and not refresh and now - cached[0] < self.config.route_refresh_s:
-            return cached[1]
-        if cached and self._ns_down is not None and now < self._ns_down[1]:
-            return cached[1]  # the name servers did not answer lately: see _cached_route
-        cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
-        operation = f"route lookup of topic {topic!r}"
-
-        def lookup() -> RemotingCommand:
-            try:
-                return self._invoke_namesrv(cmd, operation)
-            except TopicNotFoundError as exc:
-                if not self._lists_no_broker():
-                    raise
-                # a name server just restarted knows no topic until the brokers register again
-                # (every registerNameServerPeriod, 30 s by default): not ready, as one that does
-                # not answer, rather than a topic that does not exist
-                raise ConnectionFailedError(exc.address, operation, "the name server lists no broker yet (restarted? "
-                                            f"brokers register again within 30 s): {exc.remark}") from None
-
-        try:
-            if cached is None:
-                resp = self._retrying(lookup)
-            else:  # one round of the name servers: the route known serves meanwhile
-                resp = lookup()
-        except ConnectionFailedError as exc:
-            if cached is None:
-                raise
-            return self._cached_route(topic, cached, exc)
-        except BrokerError:  # an answer all the same
-            self._ns_answered()
-            raise
-        self._ns_answered()
-        if not resp.body:
-            raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST, f"empty route for topic {topic!r}",
-                                     address=self.namesrv_addrs[self._ns_index], operation="route lookup")
-        route = TopicRouteData.from_json(resp.body)
-        self._routes[topic] = (now, route)
-        for b in route.broker_datas:
-            if b.master_addr:
-                self._broker_addrs[b.broker_name] = b.master_addr
-        return route
+        """See :meth:`.NameServers.route`."""
+        return self.names.route(topic, refresh=refresh)
 
     def cluster_brokers(self) -> dict[str, str]:
         """Broker name -> master address of every broker the name servers know."""
-        resp = self._retrying(lambda: self._invoke_namesrv(
-            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"))
-        table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
-        if not isinstance(table, dict):
-            raise ProtocolError("cluster info: brokerAddrTable is not an object")
-        out: dict[str, str] = {}
-        for name, data in sorted(table.items()):
-            addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
-            if not isinstance(addrs, dict):
-                raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
-            addr = addrs.get("0")
-            if addr:
-                self._broker_addrs[name] = str(addr)
-                out[name] = str(addr)
-        return out
-
-    def _lists_no_broker(self) -> bool:
-        """Whether the name servers list no broker at all (:meth:`cluster_brokers`, one attempt;
-        False when that cannot be told)."""
-        try:
-            with bounded(0.0):
-                return not self.cluster_brokers()
-        except RocketMQSparkError:
-            return False
-
-    def _cached_route(self, topic: str, cached: tuple[float, TopicRouteData],
-                      exc: ConnectionFailedError) -> TopicRouteData:
-        """The name servers did not answer a route lookup of a topic whose route is known: as the
-        Java client does, the known route serves (brokers keep serving while name servers are
-        down), and the name servers are asked again only after ``route_refresh_s``, so each
-        lookup does not wait for them."""
-        now = time.monotonic()
-        first = self._ns_down is None
-        since = now if self._ns_down is None else self._ns_down[0]
-        self._ns_down = (since, now + self.config.route_refresh_s)
-        log.log(logging.WARNING if first else logging.INFO,
-                "%s; using the route of topic %s known since %.0fs ago, asking the name servers again in %.0fs",
-                exc, topic, now - cached[0], self.config.route_refresh_s)
-        return cached[1]
-
-    def _ns_answered(self) -> None:
-        if self._ns_down is not None:
-            log.warning("the name servers %s answer again (after %.0fs)", ";".join(self.namesrv_addrs),
-                        time.monotonic() - self._ns_down[0])
-            self._ns_down = None
+        return self.names.cluster_brokers()
 
     def remember_broker_addr(self, broker: str, addr: str) -> None:
-        """Requests for ``broker`` go to ``addr`` (e.g. the address the planner's route gave a
-        read task) without a route lookup, until a route lookup says otherwise."""
-        self._broker_addrs.setdefault(broker, addr)
+        """See :meth:`.NameServers.remember_broker_addr`."""
+        self.names.remember_broker_addr(broker, addr)
 
     def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
-        """The topic's readable queues, or with ``writable`` the ones to send to. A producer
-        (``writable``) of a topic the name servers do not know uses the route of the brokers'
-        auto-create topic TBW102, as the Java producer does: a broker with
-        autoCreateTopicEnable then creates the topic on the first send."""
-        try:
-            route = self.route(topic, refresh=refresh)
-        except TopicNotFoundError:
-            if not writable:
-                raise
-            route = self._auto_create_route(topic)
-        out: list[MessageQueue] = []
-        refused: set[int] = set()
-        for q in route.queue_datas:
-            if route.broker_addr(q.broker_name) is None:
-                continue
-            if writable:
-                if q.writable:
-                    out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.write_queue_nums))
-                else:
-                    refused.add(q.perm)
-            elif q.readable:
-                out.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
-            else:
-                refused.add(q.perm)
-        if not out and refused:
-            raise NoPermissionError(ResponseCode.NO_PERMISSION, refused_queues_text(topic, refused, writable=writable),
-                                    address=self.namesrv_addrs[self._ns_index], operation=f"route of topic {topic!r}")
-        return sorted(out)
-
-    def _auto_create_route(self, topic: str) -> TopicRouteData:
-        try:
-            base = self.route(AUTO_CREATE_TOPIC)
-        except TopicNotFoundError:
-            raise TopicNotFoundError(ResponseCode.TOPIC_NOT_EXIST,
-                                     f"no route for topic {topic!r}, and its brokers do not create topics on a send "
-                                     f"(no {AUTO_CREATE_TOPIC} route: autoCreateTopicEnable is off); create it first",
-                                     address=self.namesrv_addrs[self._ns_index],
-                                     operation=f"route lookup of topic {topic!r}") from None
-        queues = tuple(replace(q, write_queue_nums=min(q.write_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS),
-                               read_queue_nums=min(q.read_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS))
-                       for q in base.queue_datas if q.writable)
-        route = replace(base, queue_datas=queues)
-        # asked again soon: the real route shows once a broker has created the topic
-        self._routes[topic] = (time.monotonic() - self.config.route_refresh_s + 1.0, route)
-        log.info("topic %s has no route yet: sending with the route of %s (%d brokers); the broker creates it",
-                 topic, AUTO_CREATE_TOPIC, len(queues))
-        return route
+        """See :meth:`.NameServers.message_queues`."""
+        return self.names.message_queues(topic, refresh=refresh, writable=writable)
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
-        """The master address of ``broker`` (looked up in ``topic``'s route when not known yet).
+        """See :meth:`.NameServers.broker_addr`."""
+        return self.names.broker_addr(broker, topic)
 
-        A broker that is in no route now cannot be reached: :class:`ConnectionFailedError`. Name
-        servers drop a broker's routes as soon as its connection to them closes (a restart,
-        a crash), so this is what a broker that is down looks like before it registers again."""
-        addr = self._broker_addrs.get(broker)
-        if addr is None and topic is not None:
-            try:
-                self.route(topic, refresh=True)
-            except TopicNotFoundError as exc:
-                raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker} of topic {topic!r}",
-                                            f"the topic has no route now: {exc.remark}") from None
-            addr = self._broker_addrs.get(broker)
-        if addr is None:
-            raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
-                                        "it is in no route the name servers give now (stopped or restarting?)")
-        return addr
+    def _addr_of(self, broker: str) -> str:
+        """The address known for ``broker``, "?" when none (for error messages: no lookup)."""
+        return self.names.broker_addrs.get(broker, "?")
 
     # -- broker operations ----------------------------------------------------------
 
@@ -582,7 +410,7 @@ class RemotingClient(RemotingAdmin):
         for item in inflight:
             settle(*item)
         return _every_answer(out, lambda i: (f"{operation} of {calls[i][0]}",
-                                             self._broker_addrs.get(calls[i][0].broker, "?")))
+                                             self._addr_of(calls[i][0].broker)))
 
     @staticmethod
     def _raise_first(results: list[RemotingCommand | RocketMQSparkError]) -> list[RemotingCommand]:
@@ -608,7 +436,7 @@ class RemotingClient(RemotingAdmin):
             if value is not None and -(1 << 63) <= value < (1 << 63):
                 return value
             problem = f"has {key}={raw[:80]!r}, not a 64-bit integer"
-        raise ProtocolError(f"{operation} at {self._broker_addrs.get(mq.broker, '?')}: the broker's answer "
+        raise ProtocolError(f"{operation} at {self._addr_of(mq.broker)}: the broker's answer "
                             f"(code {resp.code}) {problem}")
 
     def max_offsets(self, mqs: Sequence[MessageQueue]) -> dict[MessageQueue, int]:
@@ -810,11 +638,11 @@ class RemotingClient(RemotingAdmin):
         try:
             resp = pending.result(wait)
         except TimeoutError:
-            raise ConnectionFailedError(self._broker_addrs.get(mq.broker, "?"), op,
+            raise ConnectionFailedError(self._addr_of(mq.broker), op,
                                         f"no response within {wait:g}s") from None
         status = _PULL_STATUS.get(resp.code)
         if status is None:
-            raise broker_error(resp.code, resp.remark, address=self._broker_addrs.get(mq.broker, "?"), operation=op)
+            raise broker_error(resp.code, resp.remark, address=self._addr_of(mq.broker), operation=op)
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
                           self._answer_int(mq, resp, "minOffset", op, -1),
                           self._answer_int(mq, resp, "maxOffset", op, -1), resp.body)
@@ -917,7 +745,7 @@ class RemotingClient(RemotingAdmin):
                 futs = _failed_replies(exc, len(idx))
             for i, f in zip(idx, futs):
                 out[i] = f
-        return _every_answer(out, lambda i: (f"send to {sends[i][0]}", self._broker_addrs.get(sends[i][0].broker, "?")))
+        return _every_answer(out, lambda i: (f"send to {sends[i][0]}", self._addr_of(sends[i][0].broker)))
 
     def send_results(self, mq: MessageQueue, count: int, resp: RemotingCommand) -> list[SendResult]:
         self.check_sent(mq, count, resp)
@@ -930,7 +758,7 @@ class RemotingClient(RemotingAdmin):
 
     def check_sent(self, mq: MessageQueue, count: int, answer: RemotingCommand) -> None:
         if answer.code != ResponseCode.SUCCESS:
-            raise broker_error(answer.code, answer.remark, address=self._broker_addrs.get(mq.broker, "?"),
+            raise broker_error(answer.code, answer.remark, address=self._addr_of(mq.broker),
                                operation=f"send to {mq}")
 
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
@@ -984,10 +812,10 @@ class RemotingClient(RemotingAdmin):
                     return False
 
                 err: RocketMQSparkError = broker_error(resp.code, resp.remark,
-                                                       address=self._broker_addrs.get(t.broker, "?"),
+                                                       address=self._addr_of(t.broker),
                                                        operation=f"{what} ({t.msg_id})")
             except TimeoutError:
-                err = RequestTimeoutError(self._broker_addrs.get(t.broker, "?"), f"{what} ({t.msg_id})",
+                err = RequestTimeoutError(self._addr_of(t.broker), f"{what} ({t.msg_id})",
                                           f"no response within {self.config.request_timeout_s:g}s")
             except RocketMQSparkError as exc:
                 err = exc
@@ -1048,7 +876,7 @@ class RemotingClient(RemotingAdmin):
             for k, f in zip(idx, futs):
                 out[k] = f
         return _every_answer(out, lambda k: (f"{what} ({txns[k].msg_id})",
-                                             self._broker_addrs.get(txns[k].broker, "?")))
+                                             self._addr_of(txns[k].broker)))
 
     @staticmethod
     def end_transaction_request(broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,

@@ -211,7 +211,7 @@ def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None
     try:
         mqs = sorted(c.message_queues(topic, refresh=True))
         if direct:
-            c._broker_addrs.update(direct)  # the client has no public way to override a routed address
+            c.names.broker_addrs.update(direct)  # the client has no public way to override a routed address
         for mq in mqs:
             if brokers is not None and mq.broker not in brokers:
                 continue

@@ -26,7 +26,8 @@ PACKAGES = {"rocketmq_spark": "rocketmq_spark", "source": "rocketmq_spark.source
 SPARK_SIDE = ("rocketmq_spark.source", "rocketmq_spark.sink", "rocketmq_spark.checkpoints")
 #: protocol-level modules the Spark side must reach only through the client contract
 WIRE = ("rocketmq_spark.remoting", "rocketmq_spark.proto", "rocketmq_spark.client.connection",
-        "rocketmq_spark.client.remoting", "rocketmq_spark.client.grpc_client", "grpc", "google.protobuf",
+        "rocketmq_spark.client.remoting", "rocketmq_spark.client.routes", "rocketmq_spark.client.grpc_client", "grpc",
+        "google.protobuf",
         # the same transports as the client package re-exports them
         "rocketmq_spark.client.RemotingClient", "rocketmq_spark.client.GrpcClient",
         "rocketmq_spark.client.RemotingConnection")

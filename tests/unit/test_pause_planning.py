@@ -153,10 +153,10 @@ def test_a_name_server_that_does_not_answer_leaves_the_known_route_in_use(clock:
             raise RequestTimeoutError("127.0.0.1:9876", operation, f"no response within {TIMEOUT_S:g}s")
         return RemotingCommand(0, body=_route_body(cmd.ext_fields["topic"]))
 
-    monkeypatch.setattr(c, "_invoke_namesrv", invoke_namesrv)
+    monkeypatch.setattr(c.names, "invoke", invoke_namesrv)
     first = c.message_queues("T", refresh=True)
     silent[0] = True
-    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.client.remoting"):
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.client"):
         t0 = clock.t
         assert c.message_queues("T", refresh=True) == first  # one round of the name servers, no retries
         assert clock.t - t0 == TIMEOUT_S

@@ -8,6 +8,7 @@ import zlib
 import pyarrow as pa
 import pytest
 
+from rocketmq_spark.client.routes import NameServers
 from rocketmq_spark.errors import DataLossError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult, Txn
 from rocketmq_spark.sink.txlog import TxLog
@@ -428,7 +429,9 @@ def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(ret
             return out
 
     c = RemotingClient.__new__(RemotingClient)
-    c.config, c._broker_addrs = ClientConfig(), {"broker-a": "127.0.0.1:10911"}
+    c.config = ClientConfig()
+    c.names = NameServers(["127.0.0.1:9876"], c.config, lambda addr, what: Conn())  # type: ignore[arg-type,return-value]
+    c.names.broker_addrs["broker-a"] = "127.0.0.1:10911"
     c.broker_addr = lambda broker, topic=None: "127.0.0.1:10911"  # type: ignore[method-assign]
     c._conn = lambda addr, what: Conn()  # type: ignore[method-assign]
     c.invoke = lambda addr, req, what: RemotingCommand(ResponseCode.SUCCESS)  # type: ignore[method-assign]
