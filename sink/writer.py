@@ -60,7 +60,17 @@ from ..errors import (
 from ..model import MessageQueue
 from ..names import retry_topic
 from ..options import topic_name
-from .encode import encode_plain_rows
+from .encode import (
+    TX_TAG,
+    SetByColumnError,
+    deliver_millis,
+    encode_plain_rows,
+    half_properties,
+    keys_text,
+    property_item,
+    rest_properties,
+    row_properties,
+)
 from .options import WriterOptions
 from .txlog import TxLog, Txn
 
@@ -68,10 +78,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_rows"]
 
-#: properties the writer sets from a column (or itself), never also taken from the properties column:
-#: who sets each, for the error
-_COLUMN_KEYS = {"TAGS": "the tag column", "KEYS": "the keys column", "UNIQ_KEY": "the writer (the message id)",
-                "__SHARDINGKEY": "the messageGroup column", "TIMER_DELIVER_MS": "the deliveryTimestamp column"}
+#: the columns a row's message is made of, the body first (the others are optional)
+_ROW_COLUMNS = ("body", "topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp")
 
 
 class _Send(NamedTuple):
@@ -86,8 +94,6 @@ class _Send(NamedTuple):
     uniq: str  # a half message's UNIQ_KEY ("" otherwise)
 
 
-#: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
-TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
 _TX_WINDOW = 128  # half messages in flight per task (past _TX_BURST)
 _TX_BURST = 32  # half messages written together (a request each, one write for all)
@@ -120,9 +126,10 @@ def row_sum(body: bytes, tag: str = "", keys: str = "", props: str = "") -> str:
     and 8 hex digits (CRC-32) per part set, so a replay's row of the same message id can be
     told the same, and a difference named (:data:`_SUM_PARTS`)."""
     out = f"b{zlib.crc32(body):08x}"
-    for letter, part in (("t", tag), ("k", keys), ("p", props)):
-        if part:
-            out += f"{letter}{zlib.crc32(part.encode()):08x}"
+    if tag or keys or props:  # (a body-only row's half message is sent without the loop's cost)
+        for letter, part in (("t", tag), ("k", keys), ("p", props)):
+            if part:
+                out += f"{letter}{zlib.crc32(part.encode()):08x}"
     return out
 
 
@@ -195,7 +202,7 @@ class _Sender:
         #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>:<nonce>`` check-backs are answered by
         tag = (f"{batch_id if batch_id is not None else -1}:{self.partition}:{self.attempt}:"
                f"{self.txlog.sink_id if self.txlog is not None else '-'}:{self.nonce}")
-        self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
+        self._half_suffix = half_properties(opts.producer_group, tag)
 
     # -- queues ---------------------------------------------------------------------
 
@@ -256,91 +263,73 @@ class _Sender:
     # -- rows -----------------------------------------------------------------------
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
-        n = batch.num_rows
+        """Send ``batch``'s rows: plain at-least-once rows encoded all at once (:meth:`_add_plain`),
+        exactly-once rows that have only a body as half messages without a look at the other
+        columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_row`). Every message
+        carries the properties :mod:`.encode` defines."""
         option_topic = self.opts.topic
-        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic:
-            opts = self.opts
-            encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
-                                        compress_threshold=opts.compress_threshold,
-                                        max_message_size=opts.max_message_size,
-                                        max_batch_messages=opts.max_batch_messages,
-                                        max_batch_bytes=opts.max_batch_bytes)
-            if encoded is not None:  # plain rows: encoded with no per-row Python
-                self._seq += n
-                self.rows += n
-                for sends in encoded:
-                    self._submit(self._next_queue(option_topic), sends, 0, ordered=False)
-                return
+        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic \
+                and self._add_plain(batch, option_topic):
+            return
         if self.opts.exactly_once and option_topic and self._bodies_only(batch):
             self._add_halves(option_topic, batch.column(batch.schema.get_field_index("body")).to_pylist())
             return
-        body = _Column(batch, "body")
-        topic = _Column(batch, "topic")
-        tag = _Column(batch, "tag")
-        keys = _Column(batch, "keys")
-        props = _Column(batch, "properties")
-        group = _Column(batch, "messageGroup")
-        deliver = _Column(batch, "deliveryTimestamp")
-        default_topic = self.opts.topic
-        exactly_once = self.opts.exactly_once
-        for i in range(n):
-            row_index = self.rows
-            self.rows += 1
-            raw_body = body[i]
-            b, sys_flag = self._body(raw_body, row_index)
-            t = topic[i] or default_topic
-            if not t:
-                raise OptionError("column topic", None,
-                                  f"partition {self.partition} row {row_index}: no topic (column null and no "
-                                  "option topic)")
-            self._check_topic(t)
-            parts = []
-            tg = tag[i]
-            if tg:
-                parts.append(f"TAGS\x01{tg}\x02")
-            k = keys[i]
-            ks = (" ".join(x for x in k if x) if isinstance(k, list) else k) if k else ""
-            if ks:
-                parts.append(f"KEYS\x01{ks}\x02")
-            uniq = self._uniq()
-            own_from = len(parts)  # the properties past the tag and keys, for the row's checksum
-            parts.append(f"UNIQ_KEY\x01{uniq}\x02")
-            g = group[i]
-            d = deliver[i]
-            # rows that go into a batch send: their group is named once, in the batch's own
-            # properties (see _flush_buffer); a row sent alone carries it
-            alone = self.opts.exactly_once or bool(sys_flag) or d is not None
-            if g and alone:  # else in its batch's own properties
-                parts.append(f"__SHARDINGKEY\x01{g}\x02")
-            if d is not None:
-                ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
-                parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
-            p = props[i]
-            if p:
-                # the keys this row's columns (and the writer) set; a message group is named by
-                # the messageGroup column only (the writer routes and retries by it)
-                own = {"UNIQ_KEY", "__SHARDINGKEY"} | ({"TAGS"} if tg else set()) | ({"KEYS"} if ks else set()) \
-                    | ({"TIMER_DELIVER_MS"} if d is not None else set())
-                for pk, pv in (p.items() if isinstance(p, dict) else p):
-                    if pk and pv is not None:
-                        if pk in own:
-                            raise OptionError(
-                                "column properties", None,
-                                f"partition {self.partition} row {row_index}: key {pk!r} is set by "
-                                f"{_COLUMN_KEYS[pk]}; a message carries it once (brokers and readers would "
-                                "disagree on which of two counts): leave it out of properties")
-                        parts.append(f"{pk}\x01{pv}\x02")
-            entry = BatchEntry(b, "".join(parts))
-            if exactly_once:
-                self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tg or "", ks,
-                                          "".join(parts[own_from + 1:]))
-                self._send_half(t, g, entry, sys_flag, uniq)
-            elif sys_flag or d is not None:
-                # compressed bodies travel alone (a batch has one sysFlag)
-                q = self._group_queue(t, g) if g else self._next_queue(t)
-                self._submit(q, [entry], sys_flag, ordered=bool(g))
-            else:
-                self._buffer(t, g, entry)
+        body, topic, tag, keys, props, group, deliver = (_Column(batch, name) for name in _ROW_COLUMNS)
+        for i in range(batch.num_rows):
+            self._add_row(body[i], topic[i], tag[i], keys[i], props[i], group[i], deliver[i])
+
+    def _add_plain(self, batch: pa.RecordBatch, topic: str) -> bool:
+        """At-least-once rows that need no per-row decision (:func:`.encode.encode_plain_rows`),
+        to the option topic, with no per-row Python; False (nothing sent) for any other batch."""
+        opts = self.opts
+        encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
+                                    compress_threshold=opts.compress_threshold, max_message_size=opts.max_message_size,
+                                    max_batch_messages=opts.max_batch_messages, max_batch_bytes=opts.max_batch_bytes)
+        if encoded is None:
+            return False
+        self._seq += batch.num_rows
+        self.rows += batch.num_rows
+        for sends in encoded:
+            self._submit(self._next_queue(topic), sends, 0, ordered=False)
+        return True
+
+    def _add_row(self, raw_body: Any, topic: str | None, tag: str | None, keys: Any, props: Any, group: str | None,
+                 deliver: Any) -> None:
+        """One row (its columns' values): buffered into a batch send, sent alone (a compressed
+        body, a delivery time), or as a half message (exactly-once). OptionError naming the row
+        for a null or too large body, no topic, or a properties key a column sets."""
+        row_index = self.rows
+        self.rows += 1
+        body, sys_flag = self._body(raw_body, row_index)
+        t = topic or self.opts.topic
+        if not t:
+            raise OptionError("column topic", None,
+                              f"partition {self.partition} row {row_index}: no topic (column null and no option topic)")
+        self._check_topic(t)
+        ks = keys_text(keys)
+        uniq = self._uniq()
+        ms = deliver_millis(deliver)
+        # rows that go into a batch send: their group is named once, in the batch's own
+        # properties (see _flush_buffer); a row sent alone carries it
+        alone = self.opts.exactly_once or bool(sys_flag) or ms is not None
+        try:
+            rest = rest_properties(group if alone else None, ms, props, tag=bool(tag), keys=bool(ks))
+        except SetByColumnError as exc:
+            raise OptionError("column properties", None,
+                              f"partition {self.partition} row {row_index}: {exc}; a message carries it once "
+                              "(brokers and readers would disagree on which of two counts): leave it out of "
+                              "properties") from None
+        entry = BatchEntry(body, row_properties(uniq, tag, ks, rest))
+        if self.opts.exactly_once:
+            self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tag or "", ks,
+                                      rest)
+            self._send_half(t, group, entry, sys_flag, uniq)
+        elif sys_flag or ms is not None:
+            # compressed bodies travel alone (a batch has one sysFlag)
+            q = self._group_queue(t, group) if group else self._next_queue(t)
+            self._submit(q, [entry], sys_flag, ordered=bool(group))
+        else:
+            self._buffer(t, group, entry)
 
     @staticmethod
     def _bodies_only(batch: pa.RecordBatch) -> bool:
@@ -349,7 +338,7 @@ class _Sender:
         idx = schema.get_field_index("body")
         if idx < 0 or batch.column(idx).null_count:
             return False
-        for name in ("topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp"):
+        for name in _ROW_COLUMNS[1:]:
             idx = schema.get_field_index(name)
             if idx >= 0 and batch.column(idx).null_count != n:
                 return False
@@ -357,7 +346,7 @@ class _Sender:
 
     def _add_halves(self, topic: str, bodies: list[Any]) -> None:
         """Exactly-once rows that have only a body (:meth:`_bodies_only`), to the option topic:
-        each sent as :meth:`add_batch` sends it, without the per-row look at the other columns
+        each sent as :meth:`_add_row` sends it, without the per-row look at the other columns
         (the properties are the message id's and the half message's)."""
         self._check_topic(topic)
         suffix = self._half_suffix
@@ -367,8 +356,8 @@ class _Sender:
             b, sys_flag = self._body(raw, self.rows)
             self.rows += 1
             uniq = self._uniq()
-            sums[uniq] = f"b{zlib.crc32(raw.encode() if isinstance(raw, str) else raw):08x}"  # row_sum(body)
-            submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag | prepared,
+            sums[uniq] = row_sum(raw.encode() if isinstance(raw, str) else raw)
+            submit(next_queue(topic), [BatchEntry(b, row_properties(uniq) + suffix)], sys_flag | prepared,
                    ordered=False, uniq=uniq)
 
     def _body(self, b: Any, row_index: int) -> tuple[bytes, int]:
@@ -415,7 +404,7 @@ class _Sender:
         if group is not None:
             # the batch's own properties name its group: a 5.x proxy types a batch (FIFO) by them
             self._submit(self._group_queue(topic, group), entries, 0, ordered=True,
-                         batch_properties=f"__SHARDINGKEY\x01{group}\x02")
+                         batch_properties=property_item(PropertyKey.SHARDING_KEY, group))
         else:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
