@@ -847,81 +847,123 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     ``on_progress(n)``: the first ``n`` of ``record`` are committed (never past a skipped, gone
     or lost one; ``what`` names them in logs)."""
     pending = [i for i in range(done, len(record)) if i not in skip]
-    limit = min((i for i in skip if i >= done), default=len(record))
-    gone: set[int] = set()
-    where = {t: i for i, t in enumerate(record)}
-
-    def mark(n: int) -> None:
-        if on_progress is not None:
-            on_progress(min(n, limit))
-
-    def note_gone(halves: Sequence[Txn]) -> None:
-        nonlocal limit
-        for t in halves:
-            i = where[t]
-            gone.add(i)
-            limit = min(limit, i)
-
+    ending = _Ending(record, on_progress, limit=min((i for i in skip if i >= done), default=len(record)))
     if marks is None:
-        halves = client.end_transactions([record[i] for i in pending], commit=True,
-                                         producer_group=opts.producer_group,
-                                         on_progress=lambda n: mark(pending[n - 1] + 1)) or []
-        if halves:
-            log.warning("%s: the brokers hold no half message for %d of its transactions (first %s on %s): ended "
-                        "before, or lost with the broker's store; the destination cannot be read back to tell, so "
-                        "they are taken as committed", what, len(halves), halves[0].msg_id, halves[0].broker)
+        _end_unlooked(client, opts, record, pending, ending, what)
         return []
     pairs = {(t.broker, t.topic) for t in record}
     for round_ in range(_END_ROUNDS):
         if look_first or round_:
-            seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
-                               "in the destination")
-            already = [i for i in pending if record[i].msg_id in seen]
-            pending = [i for i in pending if record[i].msg_id not in seen]
-            log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
-                     "%d to commit", what, len(already), done, len(pending))
+            pending = _not_seen(client, record, pending, marks, pairs, what, done)
             if round_ == 0:
-                replaced = _replaced_stores(client, marks, pairs)
-                stale = [i for i in pending if record[i].broker in replaced]
-                if stale:
-                    log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
-                                "was recorded (%s): not ended there (an END by position could end another half)",
-                                what, len(stale), "; ".join(replaced.values()))
-                    note_gone([record[i] for i in stale])
-                    pending = [i for i in pending if record[i].broker not in replaced]
+                pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
         if not pending:
             break
-        first = pending[0]
-        answered = 0
-
-        def progress(n: int, todo: list[int] = pending) -> None:
-            nonlocal answered
-            answered = n
-            # every transaction of the record before todo[n - 1] is committed: seen, or answered
-            mark(todo[n - 1] + 1)
-
-        try:
-            note_gone(client.end_transactions([record[i] for i in pending], commit=True,
-                                              producer_group=opts.producer_group, on_progress=progress,
-                                              retry_failed=False) or [])
+        rest = _end_round(client, opts, record, pending, ending, what, last=round_ == _END_ROUNDS - 1)
+        if rest is None:
             break
-        except RocketMQSparkError as exc:
-            if not exc.retriable or round_ == _END_ROUNDS - 1:
-                raise
-            log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
-                        "at the destination before sending the rest again", what, first, answered, exc)
-            pending = pending[answered:]
-            _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
-    if not gone:
+        pending = rest
+        _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
+    if not ending.gone:
         return []
     # a half gone from its broker: its message is in the destination (committed before), or it
     # went with the broker's store before its END was applied
     seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
                        "destination")
-    lost = sorted(i for i in gone if record[i].msg_id not in seen)
+    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen)
     log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
-                "(seen in the destination), %d lost", what, len(gone), len(gone) - len(lost), len(lost))
+                "(seen in the destination), %d lost", what, len(ending.gone), len(ending.gone) - len(lost), len(lost))
     return lost
+
+
+class _Ending:
+    """What one :func:`commit_once` learns as it goes: the indices of its record found gone
+    (no half message on their broker), and how far its progress may be marked (never past a
+    skipped or gone one)."""
+
+    def __init__(self, record: list[Txn], on_progress: Callable[[int], None] | None, limit: int) -> None:
+        self.where = {t: i for i, t in enumerate(record)}
+        self.on_progress = on_progress
+        self.limit = limit
+        self.gone: set[int] = set()
+
+    def mark(self, n: int) -> None:
+        """The first ``n`` of the record are committed."""
+        if self.on_progress is not None:
+            self.on_progress(min(n, self.limit))
+
+    def note_gone(self, halves: Sequence[Txn]) -> None:
+        """These transactions of the record have no half message on their broker."""
+        for t in halves:
+            i = self.where[t]
+            self.gone.add(i)
+            self.limit = min(self.limit, i)
+
+
+def _end_unlooked(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int],
+                  ending: _Ending, what: str) -> None:
+    """Commit ``pending`` when the destination cannot be read back: a failed END retried alone,
+    a gone half taken as committed (with a warning)."""
+    halves = client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
+                                     on_progress=lambda n: ending.mark(pending[n - 1] + 1)) or []
+    if halves:
+        log.warning("%s: the brokers hold no half message for %d of its transactions (first %s on %s): ended "
+                    "before, or lost with the broker's store; the destination cannot be read back to tell, so "
+                    "they are taken as committed", what, len(halves), halves[0].msg_id, halves[0].broker)
+
+
+def _not_seen(client: BrokerClient, record: list[Txn], pending: list[int], marks: Mapping[MessageQueue, int],
+              pairs: set[tuple[str, str]], what: str, done: int) -> list[int]:
+    """``pending`` but those whose message is in the destination past the marks (committed)."""
+    seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
+                       "in the destination")
+    already = [i for i in pending if record[i].msg_id in seen]
+    pending = [i for i in pending if record[i].msg_id not in seen]
+    log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
+             "%d to commit", what, len(already), done, len(pending))
+    return pending
+
+
+def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int],
+                         marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]], ending: _Ending,
+                         what: str) -> list[int]:
+    """``pending`` but those on a broker whose store changed since the marks (noted gone: an
+    END by position could end another half there)."""
+    replaced = _replaced_stores(client, marks, pairs)
+    stale = [i for i in pending if record[i].broker in replaced]
+    if stale:
+        log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
+                    "was recorded (%s): not ended there (an END by position could end another half)",
+                    what, len(stale), "; ".join(replaced.values()))
+        ending.note_gone([record[i] for i in stale])
+        pending = [i for i in pending if record[i].broker not in replaced]
+    return pending
+
+
+def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int], ending: _Ending,
+               what: str, *, last: bool) -> list[int] | None:
+    """Send the ENDs of ``pending`` once (no retry of a failed one): None when they are all
+    answered; those after the answered ones when a retriable fault stopped the round (the
+    fault raised in the ``last`` round, or when it is not retriable)."""
+    answered = 0
+
+    def progress(n: int) -> None:
+        nonlocal answered
+        answered = n
+        # every transaction of the record before pending[n - 1] is committed: seen, or answered
+        ending.mark(pending[n - 1] + 1)
+
+    try:
+        ending.note_gone(client.end_transactions([record[i] for i in pending], commit=True,
+                                                 producer_group=opts.producer_group, on_progress=progress,
+                                                 retry_failed=False) or [])
+        return None
+    except RocketMQSparkError as exc:
+        if not exc.retriable or last:
+            raise
+        log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
+                    "at the destination before sending the rest again", what, pending[0], answered, exc)
+        return pending[answered:]
 
 
 def _describe(txns: Sequence[Txn]) -> str:
@@ -1031,55 +1073,13 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
     rows = rows if rows is not None else _Rows({}, {})
     txlog = TxLog(opts.checkpoint_location)
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
-    unmatched: dict[str, str] = {}  # lost message id -> why the replay has no twin for it
     try:
-        recorded = txlog.read(batch_id)
-        if recorded is None:
-            taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
-                                "destination's offsets") if txns else {}
-            record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
-            lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
-            if lost:
-                txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})
-                raise _lost_error(batch_id, record, [record[i] for i in lost])
+        if txlog.read(batch_id) is None:
+            _commit_first(client, opts, txlog, batch_id, txns, rows)
+            unmatched: dict[str, str] = {}
         else:
-            if txlog.ended(batch_id):
-                record = txlog.txns(batch_id)
-                log.info("batch %d was already recorded and committed: rolling back the transactions of its replay",
-                         batch_id)
-            else:
-                record = txlog.txns(batch_id)
-                marks = txlog.marks(batch_id)
-                if marks is None:  # an earlier version's record: its check-backs' commits are left out
-                    done = txlog.progress(batch_id)
-                    checked = txlog.legacy_checked(batch_id)
-                    record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
-                    _end_recorded(client, opts, txlog, batch_id, record, done, None, look_first=True)
-                else:
-                    wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
-                    if wait > 0:
-                        time.sleep(wait)
-                    # at most twice: a half found lost by this commit is replaced from the replay at once
-                    for _ in range(2):
-                        record, unmatched = _substitute_twins(client, txlog, batch_id, record, txns, rows)
-                        lost_ids = txlog.lost(batch_id)
-                        skip = frozenset(i for i, t in enumerate(record) if t.msg_id in lost_ids)
-                        done = txlog.progress(batch_id)
-                        log.info("batch %d was already recorded; %d of its %d transactions are known committed: "
-                                 "committing the rest once each (%d lost are left out), then rolling back the "
-                                 "replay's", batch_id, done, len(record), len(skip))
-                        found = _end_recorded(client, opts, txlog, batch_id, record, done,
-                                              txlog.marks(batch_id), look_first=True, skip=skip)
-                        if not found:
-                            break
-                        txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
-                    unmatched = {m: unmatched.get(m, "lost again while this replay committed it")
-                                 for m in txlog.lost(batch_id)}
-            kept = set(record)
-            # halves are told apart by position: a replay's carry the recorded ids again
-            _roll_back(client, opts, [t for t in txns if t not in kept],
-                       f"batch {batch_id}: rolling back its replay's transactions")
-        if unmatched:
+            unmatched = _commit_replay(client, opts, txlog, batch_id, txns, rows)
+        if unmatched:  # lost message id -> why the replay has no twin for it
             accepted = txlog.lost_accepted(batch_id)
             if not accepted and opts.fail_on_data_loss:
                 raise _unmatched_error(batch_id, txlog, unmatched)
@@ -1089,6 +1089,72 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
         txlog.mark_ended(batch_id)
     finally:
         client.close()
+
+
+def _commit_first(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, txns: list[Txn],
+                  rows: _Rows) -> None:
+    """The first commit of a batch: the destination's marks taken, the batch recorded with them
+    and the tasks' ``rows``, then its transactions committed; DataLossError (the lost ones
+    marked in the record) when a broker lost half messages."""
+    taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
+                        "destination's offsets") if txns else {}
+    record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
+    lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
+    if lost:
+        txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})
+        raise _lost_error(batch_id, record, [record[i] for i in lost])
+
+
+def _commit_replay(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, txns: list[Txn],
+                   rows: _Rows) -> dict[str, str]:
+    """A replay of a recorded batch: the recorded transactions committed from the marked
+    progress (none once the batch was marked ended), then the replay's own rolled back but the
+    twins that stand in for lost ones. Returns, by message id, why a lost one has no twin."""
+    record = txlog.txns(batch_id)
+    unmatched: dict[str, str] = {}
+    if txlog.ended(batch_id):
+        log.info("batch %d was already recorded and committed: rolling back the transactions of its replay",
+                 batch_id)
+    elif txlog.marks(batch_id) is None:  # an earlier version's record: its check-backs' commits are left out
+        done = txlog.progress(batch_id)
+        checked = txlog.legacy_checked(batch_id)
+        record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
+        _end_recorded(client, opts, txlog, batch_id, record, done, None, look_first=True)
+    else:
+        record, unmatched = _commit_recorded(client, opts, txlog, batch_id, record, txns, rows)
+    kept = set(record)
+    # halves are told apart by position: a replay's carry the recorded ids again
+    _roll_back(client, opts, [t for t in txns if t not in kept],
+               f"batch {batch_id}: rolling back its replay's transactions")
+    return unmatched
+
+
+def _commit_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
+                     txns: list[Txn], rows: _Rows) -> tuple[list[Txn], dict[str, str]]:
+    """Commit a recorded batch (with marks) from its marked progress, once :data:`_SETTLE_S`
+    passed since the first commit's last write, the replay's twins in place of lost ones
+    (:func:`_substitute_twins`); the record as committed and, by message id, why a lost one
+    has no twin."""
+    wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    unmatched: dict[str, str] = {}
+    # at most twice: a half found lost by this commit is replaced from the replay at once
+    for _ in range(2):
+        record, unmatched = _substitute_twins(client, txlog, batch_id, record, txns, rows)
+        lost_ids = txlog.lost(batch_id)
+        skip = frozenset(i for i, t in enumerate(record) if t.msg_id in lost_ids)
+        done = txlog.progress(batch_id)
+        log.info("batch %d was already recorded; %d of its %d transactions are known committed: "
+                 "committing the rest once each (%d lost are left out), then rolling back the "
+                 "replay's", batch_id, done, len(record), len(skip))
+        found = _end_recorded(client, opts, txlog, batch_id, record, done,
+                              txlog.marks(batch_id), look_first=True, skip=skip)
+        if not found:
+            break
+        txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
+    unmatched = {m: unmatched.get(m, "lost again while this replay committed it") for m in txlog.lost(batch_id)}
+    return record, unmatched
 
 
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:
