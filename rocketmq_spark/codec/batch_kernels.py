@@ -236,19 +236,19 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     checked = _checked_properties(layout, props, len(suffix))
     if checked is None:
         return None
-    text, sep = checked
-    new_props_len = layout.props_len + sep + len(suffix)
+    text, sep, new_props_len = checked
     tdtype, topic_bytes, magic = _topic_part(topic)
     pdtype = _prefix_dtype(len(born_host), len(store_host))
     sizes = pdtype.itemsize + layout.body_len + tdtype.itemsize + new_props_len
     pos = _positions(sizes, first_pos)
-    prefix = np.zeros(len(layout), pdtype)  # the fixed part of each record
+    k = len(layout)
+    prefix = np.zeros(k, pdtype)  # the fixed part of each record
     prefix["totalSize"] = sizes
     prefix["magic"] = magic
     prefix["bodyCRC"] = _body_crcs(bodies)
     prefix["queueId"] = queue_id
     prefix["flag"] = layout.flags
-    prefix["queueOffset"] = np.arange(first_offset, first_offset + len(layout), dtype=np.int64)
+    prefix["queueOffset"] = np.arange(first_offset, first_offset + k, dtype=np.int64)
     prefix["physicalOffset"] = pos
     prefix["sysFlag"] = sys_flag
     prefix["bornTimestamp"] = born_ts
@@ -257,7 +257,7 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     prefix["storeHost"] = np.void(store_host)
     prefix["reconsumeTimes"] = reconsume
     prefix["bodyLength"] = layout.body_len
-    tpart = np.empty(len(layout), tdtype)  # then the topic and the properties' new length
+    tpart = np.empty(k, tdtype)  # then the topic and the properties' new length
     tpart["topic"] = np.void(topic_bytes)
     tpart["props_len"] = new_props_len
     data = _joined(prefix, bodies, tpart, props, sep, suffix)
@@ -280,11 +280,12 @@ def _entry_parts(layout: BatchLayout) -> tuple[Any, Any]:
     return picked.slice(0, k), picked.slice(k, k)
 
 
-def _checked_properties(layout: BatchLayout, props: Any, suffix_len: int) -> tuple[bytes, np.ndarray] | None:
-    """The messages' properties, all in one text, and per message whether they need a \\x02
-    before the suffix (non-empty, not ending with one); None when they are not ASCII (the
-    per-message path decodes and checks them), name a special property, or would grow past an
-    int16 (see :func:`pack_records`)."""
+def _checked_properties(layout: BatchLayout, props: Any,
+                        suffix_len: int) -> tuple[bytes, np.ndarray, np.ndarray] | None:
+    """The messages' properties, all in one text; per message whether they need a \\x02
+    before the suffix (non-empty, not ending with one), and their length with it and the
+    suffix. None when they are not ASCII (the per-message path decodes and checks them), name
+    a special property, or would grow past an int16 (see :func:`pack_records`)."""
     _, poff_buf, pdata_buf = props.buffers()
     k = len(layout)
     poff = np.frombuffer(poff_buf, np.int32, 2 * k + 1)[k:]
@@ -294,9 +295,10 @@ def _checked_properties(layout: BatchLayout, props: Any, suffix_len: int) -> tup
         return None
     last = pdata[np.maximum(poff[1:] - poff[0] - 1, 0)] if len(pdata) else np.zeros(k, np.uint8)
     sep = (layout.props_len > 0) & (last != 2)
-    if (layout.props_len + sep + suffix_len).max() > MAX_PROPERTIES_BYTES:
+    new_props_len = layout.props_len + sep + suffix_len
+    if new_props_len.max() > MAX_PROPERTIES_BYTES:
         return None
-    return text, sep
+    return text, sep, new_props_len
 
 
 def _positions(sizes: np.ndarray, first_pos: int) -> np.ndarray:
