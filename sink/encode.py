@@ -71,10 +71,14 @@ def keys_text(keys: str | list[str | None] | None) -> str:
 def row_properties(uniq: str, tag: str | None = None, keys: str = "", rest: str = "") -> str:
     """A row's message properties: ``TAGS`` when ``tag`` is non-empty, ``KEYS`` when ``keys``
     (:func:`keys_text`) is, ``UNIQ_KEY``, then ``rest`` (:func:`rest_properties`)."""
-    head = f"{_TAGS}\x01{tag}\x02" if tag else ""
+    # one f-string per case: a third cheaper than building the text up (called per row)
+    if tag:
+        if keys:
+            return f"{_TAGS}\x01{tag}\x02{_KEYS}\x01{keys}\x02{_UNIQ_KEY}\x01{uniq}\x02{rest}"
+        return f"{_TAGS}\x01{tag}\x02{_UNIQ_KEY}\x01{uniq}\x02{rest}"
     if keys:
-        head += f"{_KEYS}\x01{keys}\x02"
-    return f"{head}{_UNIQ_KEY}\x01{uniq}\x02{rest}"
+        return f"{_KEYS}\x01{keys}\x02{_UNIQ_KEY}\x01{uniq}\x02{rest}"
+    return f"{_UNIQ_KEY}\x01{uniq}\x02{rest}"
 
 
 def rest_properties(group: str | None, deliver_ms: int | None,

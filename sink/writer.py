@@ -265,7 +265,7 @@ class _Sender:
     def add_batch(self, batch: pa.RecordBatch) -> None:
         """Send ``batch``'s rows: plain at-least-once rows encoded all at once (:meth:`_add_plain`),
         exactly-once rows that have only a body as half messages without a look at the other
-        columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_row`). Every message
+        columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_rows`). Every message
         carries the properties :mod:`.encode` defines."""
         option_topic = self.opts.topic
         if not self.opts.exactly_once and self.client.compresses_bodies and option_topic \
@@ -274,9 +274,7 @@ class _Sender:
         if self.opts.exactly_once and option_topic and self._bodies_only(batch):
             self._add_halves(option_topic, batch.column(batch.schema.get_field_index("body")).to_pylist())
             return
-        body, topic, tag, keys, props, group, deliver = (_Column(batch, name) for name in _ROW_COLUMNS)
-        for i in range(batch.num_rows):
-            self._add_row(body[i], topic[i], tag[i], keys[i], props[i], group[i], deliver[i])
+        self._add_rows(batch)
 
     def _add_plain(self, batch: pa.RecordBatch, topic: str) -> bool:
         """At-least-once rows that need no per-row decision (:func:`.encode.encode_plain_rows`),
@@ -293,43 +291,46 @@ class _Sender:
             self._submit(self._next_queue(topic), sends, 0, ordered=False)
         return True
 
-    def _add_row(self, raw_body: Any, topic: str | None, tag: str | None, keys: Any, props: Any, group: str | None,
-                 deliver: Any) -> None:
-        """One row (its columns' values): buffered into a batch send, sent alone (a compressed
-        body, a delivery time), or as a half message (exactly-once). OptionError naming the row
-        for a null or too large body, no topic, or a properties key a column sets."""
-        row_index = self.rows
-        self.rows += 1
-        body, sys_flag = self._body(raw_body, row_index)
-        t = topic or self.opts.topic
-        if not t:
-            raise OptionError("column topic", None,
-                              f"partition {self.partition} row {row_index}: no topic (column null and no option topic)")
-        self._check_topic(t)
-        ks = keys_text(keys)
-        uniq = self._uniq()
-        ms = deliver_millis(deliver)
-        # rows that go into a batch send: their group is named once, in the batch's own
-        # properties (see _flush_buffer); a row sent alone carries it
-        alone = self.opts.exactly_once or bool(sys_flag) or ms is not None
-        try:
-            rest = rest_properties(group if alone else None, ms, props, tag=bool(tag), keys=bool(ks))
-        except SetByColumnError as exc:
-            raise OptionError("column properties", None,
-                              f"partition {self.partition} row {row_index}: {exc}; a message carries it once "
-                              "(brokers and readers would disagree on which of two counts): leave it out of "
-                              "properties") from None
-        entry = BatchEntry(body, row_properties(uniq, tag, ks, rest))
-        if self.opts.exactly_once:
-            self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tag or "", ks,
-                                      rest)
-            self._send_half(t, group, entry, sys_flag, uniq)
-        elif sys_flag or ms is not None:
-            # compressed bodies travel alone (a batch has one sysFlag)
-            q = self._group_queue(t, group) if group else self._next_queue(t)
-            self._submit(q, [entry], sys_flag, ordered=bool(group))
-        else:
-            self._buffer(t, group, entry)
+    def _add_rows(self, batch: pa.RecordBatch) -> None:
+        """Each row by itself (its columns' values): buffered into a batch send, sent alone (a
+        compressed body, a delivery time), or as a half message (exactly-once). OptionError
+        naming the row for a null or too large body, no topic, or a properties key a column sets."""
+        body, topic, tag, keys, props, group, deliver = (_Column(batch, name) for name in _ROW_COLUMNS)
+        default_topic, exactly_once = self.opts.topic, self.opts.exactly_once
+        for i in range(batch.num_rows):
+            row_index = self.rows
+            self.rows += 1
+            raw_body = body[i]
+            b, sys_flag = self._body(raw_body, row_index)
+            t = topic[i] or default_topic
+            if not t:
+                raise OptionError("column topic", None, f"partition {self.partition} row {row_index}: no topic "
+                                  "(column null and no option topic)")
+            self._check_topic(t)
+            tg, ks, g = tag[i], keys_text(keys[i]), group[i]
+            uniq = self._uniq()
+            ms = deliver_millis(deliver[i])
+            # rows that go into a batch send: their group is named once, in the batch's own
+            # properties (see _flush_buffer); a row sent alone carries it
+            alone = exactly_once or bool(sys_flag) or ms is not None
+            try:
+                rest = rest_properties(g if alone else None, ms, props[i], tag=bool(tg), keys=bool(ks))
+            except SetByColumnError as exc:
+                raise OptionError("column properties", None,
+                                  f"partition {self.partition} row {row_index}: {exc}; a message carries it once "
+                                  "(brokers and readers would disagree on which of two counts): leave it out of "
+                                  "properties") from None
+            entry = BatchEntry(b, row_properties(uniq, tg, ks, rest))
+            if exactly_once:
+                self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tg or "", ks,
+                                          rest)
+                self._send_half(t, g, entry, sys_flag, uniq)
+            elif sys_flag or ms is not None:
+                # compressed bodies travel alone (a batch has one sysFlag)
+                q = self._group_queue(t, g) if g else self._next_queue(t)
+                self._submit(q, [entry], sys_flag, ordered=bool(g))
+            else:
+                self._buffer(t, g, entry)
 
     @staticmethod
     def _bodies_only(batch: pa.RecordBatch) -> bool:
@@ -346,7 +347,7 @@ class _Sender:
 
     def _add_halves(self, topic: str, bodies: list[Any]) -> None:
         """Exactly-once rows that have only a body (:meth:`_bodies_only`), to the option topic:
-        each sent as :meth:`_add_row` sends it, without the per-row look at the other columns
+        each sent as :meth:`_add_rows` sends it, without the per-row look at the other columns
         (the properties are the message id's and the half message's)."""
         self._check_topic(topic)
         suffix = self._half_suffix
@@ -357,7 +358,8 @@ class _Sender:
             self.rows += 1
             uniq = self._uniq()
             sums[uniq] = row_sum(raw.encode() if isinstance(raw, str) else raw)
-            submit(next_queue(topic), [BatchEntry(b, row_properties(uniq) + suffix)], sys_flag | prepared,
+            # a body-only row has no rest: the half message's own keys follow its UNIQ_KEY
+            submit(next_queue(topic), [BatchEntry(b, row_properties(uniq, rest=suffix))], sys_flag | prepared,
                    ordered=False, uniq=uniq)
 
     def _body(self, b: Any, row_index: int) -> tuple[bytes, int]:
