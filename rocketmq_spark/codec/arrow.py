@@ -116,9 +116,14 @@ def decode_to_batch_reference(
     """
     columns = _reference_columns(chunks, end, retry)
     columns.insert(1, [broker] * len(columns[0]))
-    schema = _RETRY_SCHEMA if retry else ARROW_SCHEMA
-    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)],
-                                      schema=schema)
+    types = _RETRY_TYPES if retry else _TYPES
+    return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(columns, types, strict=True)],
+                                      schema=_RETRY_SCHEMA if retry else ARROW_SCHEMA)
+
+
+# the column types, listed once (a schema's fields are built anew each time it is iterated)
+_TYPES = [f.type for f in ARROW_SCHEMA]
+_RETRY_TYPES = [f.type for f in _RETRY_SCHEMA]
 
 
 def _reference_columns(chunks: Iterable[bytes], end: int | None, retry: bool) -> list[list[object]]:
