@@ -60,7 +60,17 @@ from ..errors import (
 from ..model import MessageQueue
 from ..names import retry_topic
 from ..options import topic_name
-from .encode import encode_plain_rows
+from .encode import (
+    TX_TAG,
+    SetByColumnError,
+    deliver_millis,
+    encode_plain_rows,
+    half_properties,
+    keys_text,
+    property_item,
+    rest_properties,
+    row_properties,
+)
 from .options import WriterOptions
 from .txlog import TxLog, Txn
 
@@ -68,10 +78,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["RocketMQBatchWriter", "RocketMQStreamWriter", "TaskReport", "write_rows"]
 
-#: properties the writer sets from a column (or itself), never also taken from the properties column:
-#: who sets each, for the error
-_COLUMN_KEYS = {"TAGS": "the tag column", "KEYS": "the keys column", "UNIQ_KEY": "the writer (the message id)",
-                "__SHARDINGKEY": "the messageGroup column", "TIMER_DELIVER_MS": "the deliveryTimestamp column"}
+#: the columns a row's message is made of, the body first (the others are optional)
+_ROW_COLUMNS = ("body", "topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp")
 
 
 class _Send(NamedTuple):
@@ -86,8 +94,6 @@ class _Send(NamedTuple):
     uniq: str  # a half message's UNIQ_KEY ("" otherwise)
 
 
-#: Property tagging a half message with "<batchId>:<partition>:<attempt>" for check-backs.
-TX_TAG = "RMQSPARK_TX"
 _WINDOW = 8  # batch sends in flight per task
 _TX_WINDOW = 128  # half messages in flight per task (past _TX_BURST)
 _TX_BURST = 32  # half messages written together (a request each, one write for all)
@@ -120,9 +126,10 @@ def row_sum(body: bytes, tag: str = "", keys: str = "", props: str = "") -> str:
     and 8 hex digits (CRC-32) per part set, so a replay's row of the same message id can be
     told the same, and a difference named (:data:`_SUM_PARTS`)."""
     out = f"b{zlib.crc32(body):08x}"
-    for letter, part in (("t", tag), ("k", keys), ("p", props)):
-        if part:
-            out += f"{letter}{zlib.crc32(part.encode()):08x}"
+    if tag or keys or props:  # (a body-only row's half message is sent without the loop's cost)
+        for letter, part in (("t", tag), ("k", keys), ("p", props)):
+            if part:
+                out += f"{letter}{zlib.crc32(part.encode()):08x}"
     return out
 
 
@@ -195,7 +202,7 @@ class _Sender:
         #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>:<nonce>`` check-backs are answered by
         tag = (f"{batch_id if batch_id is not None else -1}:{self.partition}:{self.attempt}:"
                f"{self.txlog.sink_id if self.txlog is not None else '-'}:{self.nonce}")
-        self._half_suffix = f"TRAN_MSG\x01true\x02PGROUP\x01{opts.producer_group}\x02{TX_TAG}\x01{tag}\x02"
+        self._half_suffix = half_properties(opts.producer_group, tag)
 
     # -- queues ---------------------------------------------------------------------
 
@@ -256,86 +263,69 @@ class _Sender:
     # -- rows -----------------------------------------------------------------------
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
-        n = batch.num_rows
+        """Send ``batch``'s rows: plain at-least-once rows encoded all at once (:meth:`_add_plain`),
+        exactly-once rows that have only a body as half messages without a look at the other
+        columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_rows`). Every message
+        carries the properties :mod:`.encode` defines."""
         option_topic = self.opts.topic
-        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic:
-            opts = self.opts
-            encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
-                                        compress_threshold=opts.compress_threshold,
-                                        max_message_size=opts.max_message_size,
-                                        max_batch_messages=opts.max_batch_messages,
-                                        max_batch_bytes=opts.max_batch_bytes)
-            if encoded is not None:  # plain rows: encoded with no per-row Python
-                self._seq += n
-                self.rows += n
-                for sends in encoded:
-                    self._submit(self._next_queue(option_topic), sends, 0, ordered=False)
-                return
+        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic \
+                and self._add_plain(batch, option_topic):
+            return
         if self.opts.exactly_once and option_topic and self._bodies_only(batch):
             self._add_halves(option_topic, batch.column(batch.schema.get_field_index("body")).to_pylist())
             return
-        body = _Column(batch, "body")
-        topic = _Column(batch, "topic")
-        tag = _Column(batch, "tag")
-        keys = _Column(batch, "keys")
-        props = _Column(batch, "properties")
-        group = _Column(batch, "messageGroup")
-        deliver = _Column(batch, "deliveryTimestamp")
-        default_topic = self.opts.topic
-        exactly_once = self.opts.exactly_once
-        for i in range(n):
+        self._add_rows(batch)
+
+    def _add_plain(self, batch: pa.RecordBatch, topic: str) -> bool:
+        """At-least-once rows that need no per-row decision (:func:`.encode.encode_plain_rows`),
+        to the option topic, with no per-row Python; False (nothing sent) for any other batch."""
+        opts = self.opts
+        encoded = encode_plain_rows(batch, uniq_prefix=self._uniq_prefix, first_seq=self._seq + 1,
+                                    compress_threshold=opts.compress_threshold, max_message_size=opts.max_message_size,
+                                    max_batch_messages=opts.max_batch_messages, max_batch_bytes=opts.max_batch_bytes)
+        if encoded is None:
+            return False
+        self._seq += batch.num_rows
+        self.rows += batch.num_rows
+        for sends in encoded:
+            self._submit(self._next_queue(topic), sends, 0, ordered=False)
+        return True
+
+    def _add_rows(self, batch: pa.RecordBatch) -> None:
+        """Each row by itself (its columns' values): buffered into a batch send, sent alone (a
+        compressed body, a delivery time), or as a half message (exactly-once). OptionError
+        naming the row for a null or too large body, no topic, or a properties key a column sets."""
+        body, topic, tag, keys, props, group, deliver = (_Column(batch, name) for name in _ROW_COLUMNS)
+        default_topic, exactly_once = self.opts.topic, self.opts.exactly_once
+        for i in range(batch.num_rows):
             row_index = self.rows
             self.rows += 1
             raw_body = body[i]
             b, sys_flag = self._body(raw_body, row_index)
             t = topic[i] or default_topic
             if not t:
-                raise OptionError("column topic", None,
-                                  f"partition {self.partition} row {row_index}: no topic (column null and no "
-                                  "option topic)")
+                raise OptionError("column topic", None, f"partition {self.partition} row {row_index}: no topic "
+                                  "(column null and no option topic)")
             self._check_topic(t)
-            parts = []
-            tg = tag[i]
-            if tg:
-                parts.append(f"TAGS\x01{tg}\x02")
-            k = keys[i]
-            ks = (" ".join(x for x in k if x) if isinstance(k, list) else k) if k else ""
-            if ks:
-                parts.append(f"KEYS\x01{ks}\x02")
+            tg, ks, g = tag[i], keys_text(keys[i]), group[i]
             uniq = self._uniq()
-            own_from = len(parts)  # the properties past the tag and keys, for the row's checksum
-            parts.append(f"UNIQ_KEY\x01{uniq}\x02")
-            g = group[i]
-            d = deliver[i]
+            ms = deliver_millis(deliver[i])
             # rows that go into a batch send: their group is named once, in the batch's own
             # properties (see _flush_buffer); a row sent alone carries it
-            alone = self.opts.exactly_once or bool(sys_flag) or d is not None
-            if g and alone:  # else in its batch's own properties
-                parts.append(f"__SHARDINGKEY\x01{g}\x02")
-            if d is not None:
-                ms = int(d.timestamp() * 1000) if hasattr(d, "timestamp") else int(d)
-                parts.append(f"TIMER_DELIVER_MS\x01{ms}\x02")
-            p = props[i]
-            if p:
-                # the keys this row's columns (and the writer) set; a message group is named by
-                # the messageGroup column only (the writer routes and retries by it)
-                own = {"UNIQ_KEY", "__SHARDINGKEY"} | ({"TAGS"} if tg else set()) | ({"KEYS"} if ks else set()) \
-                    | ({"TIMER_DELIVER_MS"} if d is not None else set())
-                for pk, pv in (p.items() if isinstance(p, dict) else p):
-                    if pk and pv is not None:
-                        if pk in own:
-                            raise OptionError(
-                                "column properties", None,
-                                f"partition {self.partition} row {row_index}: key {pk!r} is set by "
-                                f"{_COLUMN_KEYS[pk]}; a message carries it once (brokers and readers would "
-                                "disagree on which of two counts): leave it out of properties")
-                        parts.append(f"{pk}\x01{pv}\x02")
-            entry = BatchEntry(b, "".join(parts))
+            alone = exactly_once or bool(sys_flag) or ms is not None
+            try:
+                rest = rest_properties(g if alone else None, ms, props[i], tag=bool(tg), keys=bool(ks))
+            except SetByColumnError as exc:
+                raise OptionError("column properties", None,
+                                  f"partition {self.partition} row {row_index}: {exc}; a message carries it once "
+                                  "(brokers and readers would disagree on which of two counts): leave it out of "
+                                  "properties") from None
+            entry = BatchEntry(b, row_properties(uniq, tg, ks, rest))
             if exactly_once:
                 self.sums[uniq] = row_sum(raw_body.encode() if isinstance(raw_body, str) else raw_body, tg or "", ks,
-                                          "".join(parts[own_from + 1:]))
+                                          rest)
                 self._send_half(t, g, entry, sys_flag, uniq)
-            elif sys_flag or d is not None:
+            elif sys_flag or ms is not None:
                 # compressed bodies travel alone (a batch has one sysFlag)
                 q = self._group_queue(t, g) if g else self._next_queue(t)
                 self._submit(q, [entry], sys_flag, ordered=bool(g))
@@ -349,7 +339,7 @@ class _Sender:
         idx = schema.get_field_index("body")
         if idx < 0 or batch.column(idx).null_count:
             return False
-        for name in ("topic", "tag", "keys", "properties", "messageGroup", "deliveryTimestamp"):
+        for name in _ROW_COLUMNS[1:]:
             idx = schema.get_field_index(name)
             if idx >= 0 and batch.column(idx).null_count != n:
                 return False
@@ -357,7 +347,7 @@ class _Sender:
 
     def _add_halves(self, topic: str, bodies: list[Any]) -> None:
         """Exactly-once rows that have only a body (:meth:`_bodies_only`), to the option topic:
-        each sent as :meth:`add_batch` sends it, without the per-row look at the other columns
+        each sent as :meth:`_add_rows` sends it, without the per-row look at the other columns
         (the properties are the message id's and the half message's)."""
         self._check_topic(topic)
         suffix = self._half_suffix
@@ -367,8 +357,9 @@ class _Sender:
             b, sys_flag = self._body(raw, self.rows)
             self.rows += 1
             uniq = self._uniq()
-            sums[uniq] = f"b{zlib.crc32(raw.encode() if isinstance(raw, str) else raw):08x}"  # row_sum(body)
-            submit(next_queue(topic), [BatchEntry(b, f"UNIQ_KEY\x01{uniq}\x02{suffix}")], sys_flag | prepared,
+            sums[uniq] = row_sum(raw.encode() if isinstance(raw, str) else raw)
+            # a body-only row has no rest: the half message's own keys follow its UNIQ_KEY
+            submit(next_queue(topic), [BatchEntry(b, row_properties(uniq, rest=suffix))], sys_flag | prepared,
                    ordered=False, uniq=uniq)
 
     def _body(self, b: Any, row_index: int) -> tuple[bytes, int]:
@@ -415,7 +406,7 @@ class _Sender:
         if group is not None:
             # the batch's own properties name its group: a 5.x proxy types a batch (FIFO) by them
             self._submit(self._group_queue(topic, group), entries, 0, ordered=True,
-                         batch_properties=f"__SHARDINGKEY\x01{group}\x02")
+                         batch_properties=property_item(PropertyKey.SHARDING_KEY, group))
         else:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
@@ -858,81 +849,123 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     ``on_progress(n)``: the first ``n`` of ``record`` are committed (never past a skipped, gone
     or lost one; ``what`` names them in logs)."""
     pending = [i for i in range(done, len(record)) if i not in skip]
-    limit = min((i for i in skip if i >= done), default=len(record))
-    gone: set[int] = set()
-    where = {t: i for i, t in enumerate(record)}
-
-    def mark(n: int) -> None:
-        if on_progress is not None:
-            on_progress(min(n, limit))
-
-    def note_gone(halves: Sequence[Txn]) -> None:
-        nonlocal limit
-        for t in halves:
-            i = where[t]
-            gone.add(i)
-            limit = min(limit, i)
-
+    ending = _Ending(record, on_progress, limit=min((i for i in skip if i >= done), default=len(record)))
     if marks is None:
-        halves = client.end_transactions([record[i] for i in pending], commit=True,
-                                         producer_group=opts.producer_group,
-                                         on_progress=lambda n: mark(pending[n - 1] + 1)) or []
-        if halves:
-            log.warning("%s: the brokers hold no half message for %d of its transactions (first %s on %s): ended "
-                        "before, or lost with the broker's store; the destination cannot be read back to tell, so "
-                        "they are taken as committed", what, len(halves), halves[0].msg_id, halves[0].broker)
+        _end_unlooked(client, opts, record, pending, ending, what)
         return []
     pairs = {(t.broker, t.topic) for t in record}
     for round_ in range(_END_ROUNDS):
         if look_first or round_:
-            seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
-                               "in the destination")
-            already = [i for i in pending if record[i].msg_id in seen]
-            pending = [i for i in pending if record[i].msg_id not in seen]
-            log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
-                     "%d to commit", what, len(already), done, len(pending))
+            pending = _not_seen(client, record, pending, marks, pairs, what, done)
             if round_ == 0:
-                replaced = _replaced_stores(client, marks, pairs)
-                stale = [i for i in pending if record[i].broker in replaced]
-                if stale:
-                    log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
-                                "was recorded (%s): not ended there (an END by position could end another half)",
-                                what, len(stale), "; ".join(replaced.values()))
-                    note_gone([record[i] for i in stale])
-                    pending = [i for i in pending if record[i].broker not in replaced]
+                pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
         if not pending:
             break
-        first = pending[0]
-        answered = 0
-
-        def progress(n: int, todo: list[int] = pending) -> None:
-            nonlocal answered
-            answered = n
-            # every transaction of the record before todo[n - 1] is committed: seen, or answered
-            mark(todo[n - 1] + 1)
-
-        try:
-            note_gone(client.end_transactions([record[i] for i in pending], commit=True,
-                                              producer_group=opts.producer_group, on_progress=progress,
-                                              retry_failed=False) or [])
+        rest = _end_round(client, opts, record, pending, ending, what, last=round_ == _END_ROUNDS - 1)
+        if rest is None:
             break
-        except RocketMQSparkError as exc:
-            if not exc.retriable or round_ == _END_ROUNDS - 1:
-                raise
-            log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
-                        "at the destination before sending the rest again", what, first, answered, exc)
-            pending = pending[answered:]
-            _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
-    if not gone:
+        pending = rest
+        _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
+    if not ending.gone:
         return []
     # a half gone from its broker: its message is in the destination (committed before), or it
     # went with the broker's store before its END was applied
     seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
                        "destination")
-    lost = sorted(i for i in gone if record[i].msg_id not in seen)
+    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen)
     log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
-                "(seen in the destination), %d lost", what, len(gone), len(gone) - len(lost), len(lost))
+                "(seen in the destination), %d lost", what, len(ending.gone), len(ending.gone) - len(lost), len(lost))
     return lost
+
+
+class _Ending:
+    """What one :func:`commit_once` learns as it goes: the indices of its record found gone
+    (no half message on their broker), and how far its progress may be marked (never past a
+    skipped or gone one)."""
+
+    def __init__(self, record: list[Txn], on_progress: Callable[[int], None] | None, limit: int) -> None:
+        self.where = {t: i for i, t in enumerate(record)}
+        self.on_progress = on_progress
+        self.limit = limit
+        self.gone: set[int] = set()
+
+    def mark(self, n: int) -> None:
+        """The first ``n`` of the record are committed."""
+        if self.on_progress is not None:
+            self.on_progress(min(n, self.limit))
+
+    def note_gone(self, halves: Sequence[Txn]) -> None:
+        """These transactions of the record have no half message on their broker."""
+        for t in halves:
+            i = self.where[t]
+            self.gone.add(i)
+            self.limit = min(self.limit, i)
+
+
+def _end_unlooked(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int],
+                  ending: _Ending, what: str) -> None:
+    """Commit ``pending`` when the destination cannot be read back: a failed END retried alone,
+    a gone half taken as committed (with a warning)."""
+    halves = client.end_transactions([record[i] for i in pending], commit=True, producer_group=opts.producer_group,
+                                     on_progress=lambda n: ending.mark(pending[n - 1] + 1)) or []
+    if halves:
+        log.warning("%s: the brokers hold no half message for %d of its transactions (first %s on %s): ended "
+                    "before, or lost with the broker's store; the destination cannot be read back to tell, so "
+                    "they are taken as committed", what, len(halves), halves[0].msg_id, halves[0].broker)
+
+
+def _not_seen(client: BrokerClient, record: list[Txn], pending: list[int], marks: Mapping[MessageQueue, int],
+              pairs: set[tuple[str, str]], what: str, done: int) -> list[int]:
+    """``pending`` but those whose message is in the destination past the marks (committed)."""
+    seen = _riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up "
+                       "in the destination")
+    already = [i for i in pending if record[i].msg_id in seen]
+    pending = [i for i in pending if record[i].msg_id not in seen]
+    log.info("%s: %d of its transactions past %d are committed already (seen in the destination), "
+             "%d to commit", what, len(already), done, len(pending))
+    return pending
+
+
+def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int],
+                         marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]], ending: _Ending,
+                         what: str) -> list[int]:
+    """``pending`` but those on a broker whose store changed since the marks (noted gone: an
+    END by position could end another half there)."""
+    replaced = _replaced_stores(client, marks, pairs)
+    stale = [i for i in pending if record[i].broker in replaced]
+    if stale:
+        log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
+                    "was recorded (%s): not ended there (an END by position could end another half)",
+                    what, len(stale), "; ".join(replaced.values()))
+        ending.note_gone([record[i] for i in stale])
+        pending = [i for i in pending if record[i].broker not in replaced]
+    return pending
+
+
+def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int], ending: _Ending,
+               what: str, *, last: bool) -> list[int] | None:
+    """Send the ENDs of ``pending`` once (no retry of a failed one): None when they are all
+    answered; those after the answered ones when a retriable fault stopped the round (the
+    fault raised in the ``last`` round, or when it is not retriable)."""
+    answered = 0
+
+    def progress(n: int) -> None:
+        nonlocal answered
+        answered = n
+        # every transaction of the record before pending[n - 1] is committed: seen, or answered
+        ending.mark(pending[n - 1] + 1)
+
+    try:
+        ending.note_gone(client.end_transactions([record[i] for i in pending], commit=True,
+                                                 producer_group=opts.producer_group, on_progress=progress,
+                                                 retry_failed=False) or [])
+        return None
+    except RocketMQSparkError as exc:
+        if not exc.retriable or last:
+            raise
+        log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
+                    "at the destination before sending the rest again", what, pending[0], answered, exc)
+        return pending[answered:]
 
 
 def _describe(txns: Sequence[Txn]) -> str:
@@ -1042,55 +1075,13 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
     rows = rows if rows is not None else _Rows({}, {})
     txlog = TxLog(opts.checkpoint_location)
     client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
-    unmatched: dict[str, str] = {}  # lost message id -> why the replay has no twin for it
     try:
-        recorded = txlog.read(batch_id)
-        if recorded is None:
-            taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
-                                "destination's offsets") if txns else {}
-            record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
-            lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
-            if lost:
-                txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})
-                raise _lost_error(batch_id, record, [record[i] for i in lost])
+        if txlog.read(batch_id) is None:
+            _commit_first(client, opts, txlog, batch_id, txns, rows)
+            unmatched: dict[str, str] = {}
         else:
-            if txlog.ended(batch_id):
-                record = txlog.txns(batch_id)
-                log.info("batch %d was already recorded and committed: rolling back the transactions of its replay",
-                         batch_id)
-            else:
-                record = txlog.txns(batch_id)
-                marks = txlog.marks(batch_id)
-                if marks is None:  # an earlier version's record: its check-backs' commits are left out
-                    done = txlog.progress(batch_id)
-                    checked = txlog.legacy_checked(batch_id)
-                    record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
-                    _end_recorded(client, opts, txlog, batch_id, record, done, None, look_first=True)
-                else:
-                    wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
-                    if wait > 0:
-                        time.sleep(wait)
-                    # at most twice: a half found lost by this commit is replaced from the replay at once
-                    for _ in range(2):
-                        record, unmatched = _substitute_twins(client, txlog, batch_id, record, txns, rows)
-                        lost_ids = txlog.lost(batch_id)
-                        skip = frozenset(i for i, t in enumerate(record) if t.msg_id in lost_ids)
-                        done = txlog.progress(batch_id)
-                        log.info("batch %d was already recorded; %d of its %d transactions are known committed: "
-                                 "committing the rest once each (%d lost are left out), then rolling back the "
-                                 "replay's", batch_id, done, len(record), len(skip))
-                        found = _end_recorded(client, opts, txlog, batch_id, record, done,
-                                              txlog.marks(batch_id), look_first=True, skip=skip)
-                        if not found:
-                            break
-                        txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
-                    unmatched = {m: unmatched.get(m, "lost again while this replay committed it")
-                                 for m in txlog.lost(batch_id)}
-            kept = set(record)
-            # halves are told apart by position: a replay's carry the recorded ids again
-            _roll_back(client, opts, [t for t in txns if t not in kept],
-                       f"batch {batch_id}: rolling back its replay's transactions")
-        if unmatched:
+            unmatched = _commit_replay(client, opts, txlog, batch_id, txns, rows)
+        if unmatched:  # lost message id -> why the replay has no twin for it
             accepted = txlog.lost_accepted(batch_id)
             if not accepted and opts.fail_on_data_loss:
                 raise _unmatched_error(batch_id, txlog, unmatched)
@@ -1100,6 +1091,72 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
         txlog.mark_ended(batch_id)
     finally:
         client.close()
+
+
+def _commit_first(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, txns: list[Txn],
+                  rows: _Rows) -> None:
+    """The first commit of a batch: the destination's marks taken, the batch recorded with them
+    and the tasks' ``rows``, then its transactions committed; DataLossError (the lost ones
+    marked in the record) when a broker lost half messages."""
+    taken = _riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
+                        "destination's offsets") if txns else {}
+    record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
+    lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
+    if lost:
+        txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})
+        raise _lost_error(batch_id, record, [record[i] for i in lost])
+
+
+def _commit_replay(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, txns: list[Txn],
+                   rows: _Rows) -> dict[str, str]:
+    """A replay of a recorded batch: the recorded transactions committed from the marked
+    progress (none once the batch was marked ended), then the replay's own rolled back but the
+    twins that stand in for lost ones. Returns, by message id, why a lost one has no twin."""
+    record = txlog.txns(batch_id)
+    unmatched: dict[str, str] = {}
+    if txlog.ended(batch_id):
+        log.info("batch %d was already recorded and committed: rolling back the transactions of its replay",
+                 batch_id)
+    elif txlog.marks(batch_id) is None:  # an earlier version's record: its check-backs' commits are left out
+        done = txlog.progress(batch_id)
+        checked = txlog.legacy_checked(batch_id)
+        record = record[:done] + [t for t in record[done:] if t.msg_id not in checked]
+        _end_recorded(client, opts, txlog, batch_id, record, done, None, look_first=True)
+    else:
+        record, unmatched = _commit_recorded(client, opts, txlog, batch_id, record, txns, rows)
+    kept = set(record)
+    # halves are told apart by position: a replay's carry the recorded ids again
+    _roll_back(client, opts, [t for t in txns if t not in kept],
+               f"batch {batch_id}: rolling back its replay's transactions")
+    return unmatched
+
+
+def _commit_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
+                     txns: list[Txn], rows: _Rows) -> tuple[list[Txn], dict[str, str]]:
+    """Commit a recorded batch (with marks) from its marked progress, once :data:`_SETTLE_S`
+    passed since the first commit's last write, the replay's twins in place of lost ones
+    (:func:`_substitute_twins`); the record as committed and, by message id, why a lost one
+    has no twin."""
+    wait = txlog.last_written(batch_id) + _SETTLE_S - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    unmatched: dict[str, str] = {}
+    # at most twice: a half found lost by this commit is replaced from the replay at once
+    for _ in range(2):
+        record, unmatched = _substitute_twins(client, txlog, batch_id, record, txns, rows)
+        lost_ids = txlog.lost(batch_id)
+        skip = frozenset(i for i, t in enumerate(record) if t.msg_id in lost_ids)
+        done = txlog.progress(batch_id)
+        log.info("batch %d was already recorded; %d of its %d transactions are known committed: "
+                 "committing the rest once each (%d lost are left out), then rolling back the "
+                 "replay's", batch_id, done, len(record), len(skip))
+        found = _end_recorded(client, opts, txlog, batch_id, record, done,
+                              txlog.marks(batch_id), look_first=True, skip=skip)
+        if not found:
+            break
+        txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
+    unmatched = {m: unmatched.get(m, "lost again while this replay committed it") for m in txlog.lost(batch_id)}
+    return record, unmatched
 
 
 def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> None:

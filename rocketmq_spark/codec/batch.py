@@ -1,6 +1,7 @@
 """Batch send bodies (SEND_BATCH_MESSAGE): per message ``int32 total | int32 magic |
-int32 bodyCRC | int32 flag | int32 bodyLen | body | int16 propsLen | props``, laid end to end.
-The broker's vectorised reading of such bodies is :mod:`.batch_kernels`."""
+int32 bodyCRC | int32 flag | int32 bodyLen | body | int16 propsLen | props``, laid end to end
+(:data:`ENTRY_FIELDS` defines it for every walk of it). The broker's vectorised reading of
+such bodies is :mod:`.batch_kernels`, the writer's vectorised encoding ``sink/encode.py``."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ from dataclasses import dataclass
 
 from ..errors import ProtocolError
 from .properties import decode_properties
-from .record import MAX_PROPERTIES_BYTES
+from .record import MAX_PROPERTIES_BYTES, PROPERTIES_LENGTH_BYTES
 
-__all__ = ["BatchEntry", "EncodedBatch", "batch_entries", "decode_batch", "encode_batch"]
+__all__ = ["ENTRY_FIELDS", "ENTRY_HEAD", "ENTRY_OFFSETS", "BatchEntry", "EncodedBatch", "batch_entries",
+           "decode_batch", "encode_batch"]
 
-_BATCH_HEAD = struct.Struct(">iiiii")  # total, magic, bodyCRC, flag, bodyLen
+#: The head of a batch entry, field by field: (name, struct code). The body (bodyLength bytes),
+#: the properties' length (an int16, as in a record: PROPERTIES_LENGTH_BYTES) and the properties
+#: follow.
+ENTRY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("totalSize", "i"), ("magic", "i"), ("bodyCRC", "i"), ("flag", "i"), ("bodyLength", "i"),
+)
+ENTRY_HEAD = struct.Struct(">" + "".join(code for _, code in ENTRY_FIELDS))
+#: byte offsets of the head's fields in an entry
+ENTRY_OFFSETS = {name: struct.calcsize(">" + "".join(c for _, c in ENTRY_FIELDS[:i]))
+                 for i, (name, _) in enumerate(ENTRY_FIELDS)}
+_I16 = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -63,10 +75,10 @@ def encode_batch(entries: list[BatchEntry]) -> bytes:
         if len(props) > MAX_PROPERTIES_BYTES:
             raise ProtocolError(f"message {i} of the batch has {len(props)} bytes of properties; at most "
                                 f"{MAX_PROPERTIES_BYTES} are accepted (a record stores their length as an int16)")
-        total = _BATCH_HEAD.size + len(e.body) + 2 + len(props)
-        out += _BATCH_HEAD.pack(total, 0, 0, e.flag, len(e.body))
+        total = ENTRY_HEAD.size + len(e.body) + PROPERTIES_LENGTH_BYTES + len(props)
+        out += ENTRY_HEAD.pack(total, 0, 0, e.flag, len(e.body))
         out += e.body
-        out += struct.pack(">h", len(props))
+        out += _I16.pack(len(props))
         out += props
     return bytes(out)
 
@@ -78,15 +90,16 @@ def decode_batch(body: bytes | memoryview) -> list[BatchEntry]:
     n = len(body)
     try:
         while pos < n:
-            total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+            total, _magic, _crc, flag, body_len = ENTRY_HEAD.unpack_from(body, pos)
             end = pos + total
-            p = pos + _BATCH_HEAD.size
-            if total < _BATCH_HEAD.size + 2 or end > n or body_len < 0 or p + body_len + 2 > end:
+            p = pos + ENTRY_HEAD.size
+            if (total < ENTRY_HEAD.size + PROPERTIES_LENGTH_BYTES or end > n or body_len < 0
+                    or p + body_len + PROPERTIES_LENGTH_BYTES > end):
                 raise ProtocolError(f"batch entry at byte {pos} overruns the body ({total} bytes)")
             msg_body = bytes(body[p : p + body_len])
             p += body_len
-            (props_len,) = struct.unpack_from(">h", body, p)
-            p += 2
+            (props_len,) = _I16.unpack_from(body, p)
+            p += PROPERTIES_LENGTH_BYTES
             if props_len < 0 or p + props_len > end:
                 raise ProtocolError(f"batch entry properties at byte {pos} overrun the entry")
             props = bytes(body[p : p + props_len]).decode()

@@ -30,13 +30,22 @@ from typing import Any
 
 import numpy as np
 
+from .batch import ENTRY_HEAD, ENTRY_OFFSETS
 from .properties import PER_MESSAGE_MARKERS, tag_hash
-from .record import MAGIC_V1, MAGIC_V2, MAX_PROPERTIES_BYTES
+from .record import (
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_PROPERTIES_BYTES,
+    MAX_V1_TOPIC_BYTES,
+    PROPERTIES_LENGTH_BYTES,
+    fixed_fields,
+)
 
 __all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
 
-_ENTRY_HEAD = 16  # total, magic, bodyCRC, flag
-_MIN_ENTRY = _ENTRY_HEAD + 4 + 2  # ... bodyLen, propsLen
+_MIN_ENTRY = ENTRY_HEAD.size + PROPERTIES_LENGTH_BYTES  # an empty body and properties
+_BODY_LENGTH_AT = ENTRY_OFFSETS["bodyLength"]
+_FLAG_AT = ENTRY_OFFSETS["flag"]
 _I32 = struct.Struct(">i")
 #: properties that send a batch down the per-message path (they need parsing per message)
 _SPECIAL = tuple(m.encode() for m in PER_MESSAGE_MARKERS)
@@ -116,29 +125,24 @@ def parse_batch(body: bytes, max_body: int) -> BatchLayout | None:
         return None
     i32 = np.ndarray((n - 3,), ">i4", body, 0, (1,))
     totals = i32[starts].astype(np.int64)
-    body_len = i32[starts + _ENTRY_HEAD].astype(np.int64)
+    body_len = i32[starts + _BODY_LENGTH_AT].astype(np.int64)
     if body_len.min() < 0 or body_len.max() > max_body:
         return None
-    plen_at = starts + (_ENTRY_HEAD + 4) + body_len
+    plen_at = starts + ENTRY_HEAD.size + body_len
     ends = starts + totals
-    if (plen_at + 2 > ends).any():
+    if (plen_at + PROPERTIES_LENGTH_BYTES > ends).any():
         return None
     props_len = np.ndarray((n - 1,), ">i2", body, 0, (1,))[plen_at].astype(np.int64)
-    if props_len.min() < 0 or not np.array_equal(plen_at + 2 + props_len, ends):
+    if props_len.min() < 0 or not np.array_equal(plen_at + PROPERTIES_LENGTH_BYTES + props_len, ends):
         return None
-    return BatchLayout(body, starts, body_len, props_len, i32[starts + 12].astype(np.int64))
+    return BatchLayout(body, starts, body_len, props_len, i32[starts + _FLAG_AT].astype(np.int64))
 
 
-# the record head's dtype per packed host length (8 or 20 bytes each: four in use at most);
-# lru_cache is thread-safe and dtypes immutable
+# the record's fixed part as a dtype (:data:`.record.RECORD_FIELDS`), per packed host length
+# (8 or 20 bytes each: four in use at most); lru_cache is thread-safe and dtypes immutable
 @lru_cache(maxsize=16)
 def _prefix_dtype(born_len: int, store_len: int) -> np.dtype:
-    return np.dtype([
-        ("size", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-        ("queue_offset", ">i8"), ("pos", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-        ("born_host", f"V{born_len}"), ("store_ts", ">i8"), ("store_host", f"V{store_len}"),
-        ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4"),
-    ])
+    return np.dtype([(name, typ) for name, typ, _ in fixed_fields(born_len, store_len)])
 
 
 # per topic, for the 64 topics most recently appended to in batches; immutable values
@@ -146,7 +150,7 @@ def _prefix_dtype(born_len: int, store_len: int) -> np.dtype:
 def _topic_part(topic: str) -> tuple[np.dtype, bytes, int]:
     """dtype of ``topic length | topic | propsLen`` for ``topic``, its length bytes, the magic."""
     raw = topic.encode()
-    v2 = len(raw) > 127
+    v2 = len(raw) > MAX_V1_TOPIC_BYTES
     head = struct.pack(">h", len(raw)) if v2 else bytes((len(raw),))
     return (np.dtype([("topic", f"V{len(head) + len(raw)}"), ("props_len", ">i2")]), head + raw,
             MAGIC_V2 if v2 else MAGIC_V1)
@@ -228,73 +232,105 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     message's properties are not ASCII, name a special property, or would overflow int16
     with the suffix (per-message path).
     """
-    pa, join, take, _ = _arrow()
-    body = layout.body
+    bodies, props = _entry_parts(layout)
+    checked = _checked_properties(layout, props, len(suffix))
+    if checked is None:
+        return None
+    text, sep, new_props_len = checked
+    tdtype, topic_bytes, magic = _topic_part(topic)
+    pdtype = _prefix_dtype(len(born_host), len(store_host))
+    sizes = pdtype.itemsize + layout.body_len + tdtype.itemsize + new_props_len
+    pos = _positions(sizes, first_pos)
     k = len(layout)
-    starts, body_len, props_len = layout.starts, layout.body_len, layout.props_len
+    prefix = np.zeros(k, pdtype)  # the fixed part of each record
+    prefix["totalSize"] = sizes
+    prefix["magic"] = magic
+    prefix["bodyCRC"] = _body_crcs(bodies)
+    prefix["queueId"] = queue_id
+    prefix["flag"] = layout.flags
+    prefix["queueOffset"] = np.arange(first_offset, first_offset + k, dtype=np.int64)
+    prefix["physicalOffset"] = pos
+    prefix["sysFlag"] = sys_flag
+    prefix["bornTimestamp"] = born_ts
+    prefix["bornHost"] = np.void(born_host)
+    prefix["storeTimestamp"] = store_ts
+    prefix["storeHost"] = np.void(store_host)
+    prefix["reconsumeTimes"] = reconsume
+    prefix["bodyLength"] = layout.body_len
+    tpart = np.empty(k, tdtype)  # then the topic and the properties' new length
+    tpart["topic"] = np.void(topic_bytes)
+    tpart["props_len"] = new_props_len
+    data = _joined(prefix, bodies, tpart, props, sep, suffix)
+    return data, sizes, pos, _tags_of(props, text, suffix)
+
+
+def _entry_parts(layout: BatchLayout) -> tuple[Any, Any]:
+    """The entries' bodies and properties, as two Arrow binary arrays (of k each) sliced from one."""
+    pa, _, take, _ = _arrow()
+    k = len(layout)
     # the entry's parts, as one binary array: [body, propsLen, props, next entry head + bodyLen] * k
     cuts = np.empty((k, 4), np.int64)
-    np.add(starts, _ENTRY_HEAD + 4, out=cuts[:, 0])
-    np.add(cuts[:, 0], body_len, out=cuts[:, 1])
-    np.add(cuts[:, 1], 2, out=cuts[:, 2])
-    np.add(cuts[:, 2], props_len, out=cuts[:, 3])
-    cuts32 = cuts.ravel().astype(np.int32)
-    parts = _binary(pa, cuts32, body, 4 * k - 1)
+    np.add(layout.starts, ENTRY_HEAD.size, out=cuts[:, 0])
+    np.add(cuts[:, 0], layout.body_len, out=cuts[:, 1])
+    np.add(cuts[:, 1], PROPERTIES_LENGTH_BYTES, out=cuts[:, 2])
+    np.add(cuts[:, 2], layout.props_len, out=cuts[:, 3])
+    parts = _binary(pa, cuts.ravel().astype(np.int32), layout.body, 4 * k - 1)
     picked = take.call([parts, pa.array(np.concatenate([np.arange(0, 4 * k, 4, dtype=np.int32),
                                                         np.arange(2, 4 * k, 4, dtype=np.int32)]))])
-    bodies, props = picked.slice(0, k), picked.slice(k, k)
-    # properties: ASCII (the per-message path decodes and checks them), ending with \x02
+    return picked.slice(0, k), picked.slice(k, k)
+
+
+def _checked_properties(layout: BatchLayout, props: Any,
+                        suffix_len: int) -> tuple[bytes, np.ndarray, np.ndarray] | None:
+    """The messages' properties, all in one text; per message whether they need a \\x02
+    before the suffix (non-empty, not ending with one), and their length with it and the
+    suffix. None when they are not ASCII (the per-message path decodes and checks them), name
+    a special property, or would grow past an int16 (see :func:`pack_records`)."""
     _, poff_buf, pdata_buf = props.buffers()
+    k = len(layout)
     poff = np.frombuffer(poff_buf, np.int32, 2 * k + 1)[k:]
     pdata = np.frombuffer(pdata_buf, np.uint8, int(poff[-1]))[int(poff[0]):]
     text = pdata.tobytes()
     if not text.isascii() or not special_free(text):
         return None
-    nonempty = props_len > 0
     last = pdata[np.maximum(poff[1:] - poff[0] - 1, 0)] if len(pdata) else np.zeros(k, np.uint8)
-    sep = nonempty & (last != 2)
-    new_props_len = props_len + sep + len(suffix)
+    sep = (layout.props_len > 0) & (last != 2)
+    new_props_len = layout.props_len + sep + suffix_len
     if new_props_len.max() > MAX_PROPERTIES_BYTES:
         return None
+    return text, sep, new_props_len
 
-    tdtype, topic_bytes, magic = _topic_part(topic)
-    pdtype = _prefix_dtype(len(born_host), len(store_host))
-    sizes = pdtype.itemsize + body_len + tdtype.itemsize + new_props_len
-    pos = np.empty(k, np.int64)
+
+def _positions(sizes: np.ndarray, first_pos: int) -> np.ndarray:
+    """The commit-log position of each record of these sizes, laid end to end from ``first_pos``."""
+    pos = np.empty(len(sizes), np.int64)
     pos[0] = first_pos
     np.cumsum(sizes[:-1], out=pos[1:])
     pos[1:] += first_pos
+    return pos
 
+
+def _body_crcs(bodies: Any) -> np.ndarray:
+    """Each body's CRC as a record stores it (:func:`.record.body_crc`)."""
     # one zlib call per body; Arrow hands the bodies over as bytes more cheaply than slicing
-    crcs = np.fromiter(map(zlib.crc32, bodies.to_pylist()), np.uint32, k)
-
-    prefix = np.zeros(k, pdtype)
-    prefix["size"] = sizes
-    prefix["magic"] = magic
+    crcs = np.fromiter(map(zlib.crc32, bodies.to_pylist()), np.uint32, len(bodies))
     crcs &= 0x7FFFFFFF
-    prefix["crc"] = crcs
-    prefix["queue_id"] = queue_id
-    prefix["flag"] = layout.flags
-    prefix["queue_offset"] = np.arange(first_offset, first_offset + k, dtype=np.int64)
-    prefix["pos"] = pos
-    prefix["sys_flag"] = sys_flag
-    prefix["born_ts"] = born_ts
-    prefix["born_host"] = np.void(born_host)
-    prefix["store_ts"] = store_ts
-    prefix["store_host"] = np.void(store_host)
-    prefix["reconsume"] = reconsume
-    prefix["body_len"] = body_len
-    tpart = np.empty(k, tdtype)
-    tpart["topic"] = np.void(topic_bytes)
-    tpart["props_len"] = new_props_len
+    return crcs
 
+
+def _joined(prefix: np.ndarray, bodies: Any, tpart: np.ndarray, props: Any, sep: np.ndarray,
+            suffix: bytes) -> Any:
+    """The records' bytes: per message its fixed part, body, topic part, properties, separator
+    and the suffix, joined (one Arrow kernel)."""
+    pa, join, _, _ = _arrow()
+    k = len(prefix)
     steps = np.arange(k + 1, dtype=np.int32)
     sep_off = np.zeros(k + 1, np.int32)
     np.cumsum(sep, out=sep_off[1:])
     records = join.call([
-        _binary(pa, steps * pdtype.itemsize, prefix, k),
+        _binary(pa, steps * prefix.dtype.itemsize, prefix, k),
         bodies,
-        _binary(pa, steps * tdtype.itemsize, tpart, k),
+        _binary(pa, steps * tpart.dtype.itemsize, tpart, k),
         props,
         _binary(pa, sep_off, b"\x02" * int(sep_off[-1]), k),
         _scalar(suffix),
@@ -302,12 +338,16 @@ def pack_records(layout: BatchLayout, *, topic: str, queue_id: int, first_offset
     ])
     _, roff_buf, rdata_buf = records.buffers()
     roff = np.frombuffer(roff_buf, np.int32, k + 1, records.offset * 4)
-    data = rdata_buf[int(roff[0]) : int(roff[-1])]
-    if b"TAGS\x01" in suffix:  # the last TAGS counts: the suffix's, after every message's own
-        tags = np.full(k, tag_hash(suffix.decode()), np.int64)
-    else:
-        tags = tag_hashes(props) if b"TAGS\x01" in text else np.zeros(k, np.int64)
-    return data, sizes, pos, tags
+    return rdata_buf[int(roff[0]) : int(roff[-1])]
+
+
+def _tags_of(props: Any, text: bytes, suffix: bytes) -> np.ndarray:
+    """Each message's tag hash: its last TAGS item's, or the suffix's when it has one (it
+    comes after every message's own); ``text`` all their properties."""
+    k = len(props)
+    if b"TAGS\x01" in suffix:
+        return np.full(k, tag_hash(suffix.decode()), np.int64)
+    return tag_hashes(props) if b"TAGS\x01" in text else np.zeros(k, np.int64)
 
 
 def offset_msg_ids(prefix_hex: str, positions: np.ndarray) -> str:

@@ -9,6 +9,8 @@
     int32 bodyLength + body | topic length (1 byte V1, 2 bytes V2) + topic
     int16 propertiesLength + properties
 
+:data:`RECORD_FIELDS` and the constants beside it are the one definition of this layout that
+every walk of it uses (the scalar code here, :mod:`.arrow`'s decoders, :mod:`.batch_kernels`).
 Bodies are kept as stored: ``MessageRecord.body`` is the wire body (zlib when
 ``sys_flag & SysFlag.COMPRESSED``); :meth:`MessageRecord.payload` inflates it. The scalar
 encoder and decoder are here; the vectorised ones are :mod:`.arrow` (records to Arrow
@@ -30,9 +32,18 @@ from .properties import SYSTEM_PROPERTY_KEYS, PropertyKey, decode_properties, en
 __all__ = [
     "BLANK_MAGIC",
     "HEAD",
+    "HEAD_OFFSETS",
+    "HOST_V4_BYTES",
+    "HOST_V6_BYTES",
     "MAGIC_V1",
     "MAGIC_V2",
     "MAX_PROPERTIES_BYTES",
+    "MAX_V1_TOPIC_BYTES",
+    "PROPERTIES_LENGTH_BYTES",
+    "RECORD_FIELDS",
+    "TAIL_OFFSETS",
+    "TOPIC_LENGTH_V1_BYTES",
+    "TOPIC_LENGTH_V2_BYTES",
     "MessageRecord",
     "SysFlag",
     "TransactionType",
@@ -41,6 +52,8 @@ __all__ = [
     "decode_record",
     "decode_records",
     "encode_record",
+    "fixed_fields",
+    "fixed_size",
     "iter_records",
     "offset_msg_id",
     "parse_offset_msg_id",
@@ -55,14 +68,86 @@ MAGIC_V1 = 0xDAA320A7 - (1 << 32)  # as a signed int32, the way Java writes it
 MAGIC_V2 = 0xDAA320AB - (1 << 32)
 BLANK_MAGIC = 0xCBD43194 - (1 << 32)
 
+# -- the layout -------------------------------------------------------------------------------
+#
+# One definition of where a record's fields lie, for every walk of it: the scalar encoder and
+# decoders below, the reader's decoders (.arrow) and the broker's batch kernel (.batch_kernels).
+
+#: a packed host (:func:`pack_host`): IPv4 address + int32 port, or IPv6 address + int32 port
+#: (the record's sysFlag says which: SysFlag.BORN_HOST_V6, SysFlag.STORE_HOST_V6)
+HOST_V4_BYTES = 4 + 4
+HOST_V6_BYTES = 16 + 4
+_HOST = "host"
+#: The fixed part of every record, field by field: (name, struct code, or "host" for a packed
+#: host). The variable part follows: the body (bodyLength bytes), the topic's length (1 byte
+#: with MAGIC_V1, an int16 with MAGIC_V2: see MAX_V1_TOPIC_BYTES) and the topic, the
+#: properties' length (an int16) and the properties.
+RECORD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("totalSize", "i"), ("magic", "i"), ("bodyCRC", "i"), ("queueId", "i"), ("flag", "i"),
+    ("queueOffset", "q"), ("physicalOffset", "q"), ("sysFlag", "i"), ("bornTimestamp", "q"),
+    ("bornHost", _HOST), ("storeTimestamp", "q"), ("storeHost", _HOST),
+    ("reconsumeTimes", "i"), ("preparedTransactionOffset", "q"), ("bodyLength", "i"),
+)
+#: a topic longer than this (UTF-8 bytes) takes MAGIC_V2 and a 2-byte length (1 byte with MAGIC_V1)
+MAX_V1_TOPIC_BYTES = 127
+TOPIC_LENGTH_V1_BYTES = 1
+TOPIC_LENGTH_V2_BYTES = 2
+PROPERTIES_LENGTH_BYTES = 2
+
+
+def _struct_of(first: str, last: str) -> struct.Struct:
+    """The fields ``first`` .. ``last`` of :data:`RECORD_FIELDS` (no host among them), big-endian."""
+    names = [name for name, _ in RECORD_FIELDS]
+    codes = [code for _, code in RECORD_FIELDS[names.index(first) : names.index(last) + 1]]
+    if _HOST in codes:
+        raise ValueError(f"{first} .. {last} holds a host, which has no struct code")
+    return struct.Struct(">" + "".join(codes))
+
+
 #: totalSize .. bornTimestamp, the fixed head of every record (48 bytes)
-HEAD = struct.Struct(">iiiiiqqiq")
+HEAD = _struct_of("totalSize", "bornTimestamp")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 #: the longest topic or properties (UTF-8 bytes) a record holds: it stores their length as an int16
 MAX_PROPERTIES_BYTES = 0x7FFF
-_TAIL_LEN = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+_TAIL_LEN = _struct_of("reconsumeTimes", "bodyLength")
+#: the fixed part's bytes but for its two hosts
+_FIXED_BUT_HOSTS = HEAD.size + _struct_of("storeTimestamp", "storeTimestamp").size + _TAIL_LEN.size
+_NUMPY_TYPES = {"i": ">i4", "q": ">i8"}
+
+
+def fixed_fields(born_host: int = HOST_V4_BYTES, store_host: int = HOST_V4_BYTES) -> list[tuple[str, str, int]]:
+    """Each field of the fixed part of a record whose hosts pack to these many bytes: (name,
+    its type as numpy spells it: ``>i4``, ``>i8``, ``V<bytes>`` for a host, byte offset in the
+    record). The fixed part ends at :func:`fixed_size`."""
+    out: list[tuple[str, str, int]] = []
+    at = 0
+    for name, code in RECORD_FIELDS:
+        if code == _HOST:
+            size = born_host if name == "bornHost" else store_host
+            out.append((name, f"V{size}", at))
+        else:
+            size = struct.calcsize(">" + code)
+            out.append((name, _NUMPY_TYPES[code], at))
+        at += size
+    return out
+
+
+def fixed_size(born_host: int = HOST_V4_BYTES, store_host: int = HOST_V4_BYTES) -> int:
+    """The bytes of a record's fixed part (totalSize .. bodyLength) with hosts of these sizes."""
+    return _FIXED_BUT_HOSTS + born_host + store_host
+
+
+#: byte offsets of the fields of :data:`HEAD` (before the first host: the same in every record)
+HEAD_OFFSETS = {name: at for name, _, at in fixed_fields() if at < HEAD.size}
+_SYS_FLAG_AT = HEAD_OFFSETS["sysFlag"]
+_MAGIC_AT = HEAD_OFFSETS["magic"]
+#: byte offsets of the fields after the store host, from its end (the same in every record)
+TAIL_OFFSETS = {name: at - fixed_size() + _TAIL_LEN.size for name, _, at in fixed_fields()
+                if at >= fixed_size() - _TAIL_LEN.size}
+_PREPARED_AT = TAIL_OFFSETS["preparedTransactionOffset"]
+_BODY_LENGTH_AT = TAIL_OFFSETS["bodyLength"]
 
 
 class SysFlag:
@@ -110,7 +195,7 @@ def pack_host(address: str) -> tuple[bytes, bool]:
 
 
 def _unpack_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[str, int]:
-    n = 16 if v6 else 4
+    n = (HOST_V6_BYTES if v6 else HOST_V4_BYTES) - _I32.size  # the address, then the port
     ip = ipaddress.ip_address(bytes(buf[pos : pos + n]))
     (port,) = _I32.unpack_from(buf, pos + n)
     text = f"[{ip}]:{port}" if v6 else f"{ip}:{port}"
@@ -261,8 +346,9 @@ def encode_record(
 def record_size(topic_len: int, born_host_len: int, body_len: int, properties_len: int,
                 store_host_len: int = 8) -> int:
     """The size of a record of these field lengths (hosts packed: 8 bytes IPv4, 20 IPv6)."""
-    return (HEAD.size + born_host_len + 8 + store_host_len + _TAIL_LEN.size + body_len
-            + (2 if topic_len > 127 else 1) + topic_len + 2 + properties_len)
+    topic_len_bytes = TOPIC_LENGTH_V2_BYTES if topic_len > MAX_V1_TOPIC_BYTES else TOPIC_LENGTH_V1_BYTES
+    return (_FIXED_BUT_HOSTS + born_host_len + store_host_len + body_len + topic_len_bytes + topic_len
+            + PROPERTIES_LENGTH_BYTES + properties_len)
 
 
 def record_parts(size: int, topic: bytes, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
@@ -273,7 +359,7 @@ def record_parts(size: int, topic: bytes, queue_id: int, flag: int, queue_offset
     ``store_time_host`` the int64 store time followed by the store host; ``size`` as
     :func:`record_size` gives it (the caller needs it first, to place the record). The topic
     takes the V2 magic (2-byte length) when longer than 127 bytes."""
-    v2 = len(topic) > 127
+    v2 = len(topic) > MAX_V1_TOPIC_BYTES
     return (
         HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, queue_offset, physical_offset,
                   sys_flag, born_timestamp),
@@ -296,17 +382,14 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = Fa
         (size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = HEAD.unpack_from(
             buf, pos
         )
-        if magic not in (MAGIC_V1, MAGIC_V2):
-            raise ProtocolError(f"bad message magic {magic & 0xFFFFFFFF:#x} at byte {pos}")
-        if size < HEAD.size or pos + size > len(buf):
-            raise ProtocolError(f"record size {size} at byte {pos} overruns {len(buf)} bytes")
+        _check_head(buf, pos, size, magic)
         p = pos + HEAD.size
         born_host, p = _unpack_host(buf, p, bool(sys_flag & SysFlag.BORN_HOST_V6))
         (store_ts,) = _I64.unpack_from(buf, p)
-        store_host, p = _unpack_host(buf, p + 8, bool(sys_flag & SysFlag.STORE_HOST_V6))
+        store_host, p = _unpack_host(buf, p + _I64.size, bool(sys_flag & SysFlag.STORE_HOST_V6))
         (reconsume,) = _I32.unpack_from(buf, p)
-        (prepared,) = _I64.unpack_from(buf, p + 4)
-        body, topic, props_text = _tail(buf, p + 12, pos, pos + size, magic)
+        (prepared,) = _I64.unpack_from(buf, p + _PREPARED_AT)
+        body, topic, props_text = _tail(buf, p + _BODY_LENGTH_AT, pos, pos + size, magic)
         props = decode_properties(props_text)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, ProtocolError):
@@ -370,25 +453,33 @@ class RecordParts(NamedTuple):
     properties: str
 
 
+def _check_head(buf: bytes | memoryview, pos: int, size: int, magic: int) -> None:
+    """ProtocolError unless the record at ``pos`` has a known magic and fits ``buf``."""
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise ProtocolError(f"bad message magic {magic & 0xFFFFFFFF:#x} at byte {pos}")
+    if size < HEAD.size or pos + size > len(buf):
+        raise ProtocolError(f"record size {size} at byte {pos} overruns {len(buf)} bytes")
+
+
 def _tail(buf: bytes | memoryview, p: int, pos: int, end: int, magic: int) -> tuple[bytes, str, str]:
     """The body, topic and properties text of the record at ``pos`` (ending at ``end``), read
     from its body length at ``p``; ProtocolError when a length overruns the record."""
     (body_len,) = _I32.unpack_from(buf, p)
-    p += 4
+    p += _I32.size
     if body_len < 0 or p + body_len > end:
         raise ProtocolError(f"body length {body_len} overruns the record at byte {pos}")
     body = bytes(buf[p : p + body_len])
     p += body_len
     if magic == MAGIC_V2:
         (topic_len,) = _I16.unpack_from(buf, p)
-        p += 2
+        p += TOPIC_LENGTH_V2_BYTES
     else:
         topic_len = buf[p]
-        p += 1
+        p += TOPIC_LENGTH_V1_BYTES
     topic = bytes(buf[p : p + topic_len]).decode()
     p += topic_len
     (props_len,) = _I16.unpack_from(buf, p)
-    p += 2
+    p += PROPERTIES_LENGTH_BYTES
     if props_len < 0 or p + props_len > end:
         raise ProtocolError(f"properties length {props_len} overruns the record at byte {pos}")
     return body, topic, bytes(buf[p : p + props_len]).decode()
@@ -399,17 +490,14 @@ def split_record(buf: bytes | memoryview, pos: int = 0) -> RecordParts:
     host formatting, no property map, no store fields); ProtocolError when it is malformed."""
     try:
         (size, magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = HEAD.unpack_from(buf, pos)
-        if magic not in (MAGIC_V1, MAGIC_V2):
-            raise ProtocolError(f"bad message magic {magic & 0xFFFFFFFF:#x} at byte {pos}")
+        _check_head(buf, pos, size, magic)
         end = pos + size
-        if size < HEAD.size or end > len(buf):
-            raise ProtocolError(f"record size {size} at byte {pos} overruns {len(buf)} bytes")
         p = pos + HEAD.size
-        host_end = p + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8)
+        host_end = p + (HOST_V6_BYTES if sys_flag & SysFlag.BORN_HOST_V6 else HOST_V4_BYTES)
         born_host = bytes(buf[p:host_end])
-        p = host_end + 8 + (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8)
+        p = host_end + _I64.size + (HOST_V6_BYTES if sys_flag & SysFlag.STORE_HOST_V6 else HOST_V4_BYTES)
         (reconsume,) = _I32.unpack_from(buf, p)
-        body, topic, props = _tail(buf, p + 12, pos, end, magic)
+        body, topic, props = _tail(buf, p + _BODY_LENGTH_AT, pos, end, magic)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"malformed message record at byte {pos}: {exc}") from None
     return RecordParts(topic, queue_id, queue_offset, phys, flag, sys_flag, born_ts, born_host, reconsume, body,
@@ -420,11 +508,11 @@ def body_span(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
     """(start, length) of the body of the record at ``pos``, read from its sysFlag's host
     widths; ``struct.error`` when ``buf`` ends first (no other check: for callers that
     walk records they wrote themselves)."""
-    (sys_flag,) = _I32.unpack_from(buf, pos + 36)
-    q = pos + HEAD.size + (20 if sys_flag & SysFlag.BORN_HOST_V6 else 8) + 8
-    q += (20 if sys_flag & SysFlag.STORE_HOST_V6 else 8) + 12
-    (blen,) = _I32.unpack_from(buf, q)
-    return q + 4, blen
+    (sys_flag,) = _I32.unpack_from(buf, pos + _SYS_FLAG_AT)
+    q = pos + _FIXED_BUT_HOSTS + (HOST_V6_BYTES if sys_flag & SysFlag.BORN_HOST_V6 else HOST_V4_BYTES)
+    q += HOST_V6_BYTES if sys_flag & SysFlag.STORE_HOST_V6 else HOST_V4_BYTES
+    (blen,) = _I32.unpack_from(buf, q - _I32.size)  # bodyLength ends the fixed part
+    return q, blen
 
 
 def properties_text(record: bytes | memoryview, pos: int = 0) -> str:
@@ -432,11 +520,12 @@ def properties_text(record: bytes | memoryview, pos: int = 0) -> str:
     beyond :func:`body_span`'s: for records the caller wrote)."""
     q, blen = body_span(record, pos)
     q += blen
-    (magic,) = _I32.unpack_from(record, pos + 4)
+    (magic,) = _I32.unpack_from(record, pos + _MAGIC_AT)
     if magic == MAGIC_V2:
         (tlen,) = _I16.unpack_from(record, q)
-        q += 2 + tlen
+        q += TOPIC_LENGTH_V2_BYTES + tlen
     else:
-        q += 1 + record[q]
+        q += TOPIC_LENGTH_V1_BYTES + record[q]
     (plen,) = _I16.unpack_from(record, q)
-    return bytes(record[q + 2 : q + 2 + plen]).decode()
+    q += PROPERTIES_LENGTH_BYTES
+    return bytes(record[q : q + plen]).decode()

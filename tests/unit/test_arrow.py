@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import zlib
 
 import pyarrow as pa
@@ -9,7 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.codec import MAGIC_V1, SYSTEM_PROPERTY_KEYS, arrow, encode_record, property_of, split_record
+from rocketmq_spark.codec import (
+    MAGIC_V1,
+    SYSTEM_PROPERTY_KEYS,
+    MessageRecord,
+    SysFlag,
+    arrow,
+    decode_records,
+    encode_record,
+    property_of,
+    split_record,
+)
 from rocketmq_spark.codec.arrow import ARROW_SCHEMA, RETRY_COLUMNS, decode_to_batch, decode_to_batch_reference
 from rocketmq_spark.errors import ProtocolError
 
@@ -146,6 +157,55 @@ def assert_retry_same(chunks: list[bytes], end: int | None = None) -> pa.RecordB
 def test_retry_columns_match_reference(case: tuple[list[bytes], int | None]) -> None:
     chunks, end = case
     assert_retry_same(chunks, end)
+
+
+# -- the reference decoder against the record codec ------------------------------------------
+#
+# Two scalar walks of one layout (codec.record's decode_records, the reference decoder): on the
+# records the fast path leaves to the reference (IPv6 hosts, V2 topics, compressed bodies)
+# they must read the same fields, so neither can drift from RECORD_FIELDS alone.
+
+_any_host = st.one_of(_ipv4, st.sampled_from(["[::1]:7000", "[2001:db8::7]:10911", "[fe80::2]:1"]))
+_user_key = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1,
+                    max_size=8).filter(lambda k: k not in SYSTEM_PROPERTY_KEYS)
+
+
+@st.composite
+def any_record(draw: st.DrawFn, offset: int) -> bytes:
+    props: dict[str, str] = draw(st.dictionaries(_user_key, _text, max_size=3))
+    for key, value in (("TAGS", _text), ("KEYS", _keys_value), ("RETRY_TOPIC", _text),
+                       ("UNIQ_KEY", st.text("0123456789ABCDEF", min_size=1, max_size=32))):
+        if draw(st.booleans()):
+            props[key] = draw(value)
+    body = draw(st.binary(max_size=120))
+    compressed = draw(st.booleans())
+    return encode_record(
+        topic=draw(st.sampled_from(["T", "主题", "t" * 127, "L" * 128, "L" * 300])), queue_id=draw(st.integers(0, 7)),
+        queue_offset=offset, body=zlib.compress(body) if compressed else body, properties=props,
+        sys_flag=SysFlag.COMPRESSED if compressed else 0, physical_offset=draw(st.integers(0, 2**62)),
+        born_timestamp=draw(st.integers(0, 2**42)), born_host=draw(_any_host),
+        store_timestamp=draw(st.integers(0, 2**42)), store_host=draw(_any_host),
+        reconsume_times=draw(st.integers(0, 16)))
+
+
+def _row_of(rec: MessageRecord) -> dict[str, object]:
+    """A record's row as codec.record reads it (timestamps as the schema's UTC datetimes)."""
+    def at(ms: int) -> dt.datetime:
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+
+    return {"topic": rec.topic, "broker": BROKER, "queueId": rec.queue_id, "queueOffset": rec.queue_offset,
+            "messageId": rec.msg_id, "tag": rec.tags, "keys": rec.keys, "body": rec.payload(),
+            "properties": list(rec.user_properties().items()), "bornTimestamp": at(rec.born_timestamp),
+            "storeTimestamp": at(rec.store_timestamp), "bornHost": rec.born_host, "storeHost": rec.store_host,
+            "retryTopic": rec.properties.get("RETRY_TOPIC"), "reconsumeTimes": rec.reconsume_times}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.integers(1, 12).flatmap(lambda n: st.tuples(*(any_record(offset=i) for i in range(n)))))
+def test_the_reference_decoder_reads_records_as_the_record_codec_does(recs: tuple[bytes, ...]) -> None:
+    chunk = b"".join(recs)
+    batch = decode_to_batch_reference([chunk], BROKER, retry=True)
+    assert batch.to_pylist() == [_row_of(rec) for rec in decode_records(chunk, check_crc=True)]
 
 
 # -- explicit cases -----------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import zlib
 
 import pytest
@@ -24,7 +25,20 @@ from rocketmq_spark.codec import (
     encode_record,
     java_string_hash,
     offset_msg_id,
+    pack_host,
     parse_offset_msg_id,
+    record_size,
+)
+from rocketmq_spark.codec.batch import ENTRY_FIELDS, ENTRY_HEAD, ENTRY_OFFSETS
+from rocketmq_spark.codec.record import (
+    HEAD_OFFSETS,
+    MAX_V1_TOPIC_BYTES,
+    PROPERTIES_LENGTH_BYTES,
+    TAIL_OFFSETS,
+    TOPIC_LENGTH_V1_BYTES,
+    TOPIC_LENGTH_V2_BYTES,
+    fixed_fields,
+    fixed_size,
 )
 from rocketmq_spark.errors import FrameTooLargeError, ProtocolError
 from rocketmq_spark.remoting import (
@@ -193,6 +207,50 @@ def test_record_crc_and_bounds_are_checked() -> None:
         decode_record(_record()[:-3])
     with pytest.raises(ProtocolError, match="magic"):
         decode_record(b"\x00\x00\x00\x60" + b"\x00" * 92)
+
+
+@given(st.sampled_from(["10.1.2.3:5555", "[::1]:7000"]), st.sampled_from(["127.0.0.1:10911", "[fe80::2]:10911"]),
+       st.sampled_from(["t", "t" * 127, "t" * 128]), st.binary(max_size=40), st.sampled_from(["", "TAGS\x01A\x02"]))
+def test_the_layout_table_says_where_encode_record_puts_each_field(born: str, store: str, topic: str, body: bytes,
+                                                                  props: str) -> None:
+    # RECORD_FIELDS is the one definition every walk reads (record, arrow, batch_kernels): it must
+    # describe the bytes the encoder writes, for either host width and either topic length
+    raw = _record(born_host=born, store_host=store, topic=topic, body=body, properties=props)
+    rec = decode_record(raw)
+    born_b, store_b = pack_host(born)[0], pack_host(store)[0]
+    want = {"totalSize": len(raw), "magic": rec.magic, "bodyCRC": rec.body_crc, "queueId": 3, "flag": 5,
+            "queueOffset": 42, "physicalOffset": 1234, "sysFlag": rec.sys_flag, "bornTimestamp": 1700000000123,
+            "bornHost": born_b, "storeTimestamp": 1700000000456, "storeHost": store_b, "reconsumeTimes": 2,
+            "preparedTransactionOffset": 9, "bodyLength": len(body)}
+    fields = fixed_fields(len(born_b), len(store_b))
+    assert [name for name, _, _ in fields] == list(want)
+    for name, typ, at in fields:
+        if typ.startswith("V"):
+            assert raw[at : at + int(typ[1:])] == want[name], name
+        else:
+            assert struct.unpack_from(typ.replace("i4", "i").replace("i8", "q"), raw, at)[0] == want[name], name
+    offsets = {name: at for name, _, at in fields}
+    assert HEAD_OFFSETS == {name: offsets[name] for name in HEAD_OFFSETS}
+    store_end = offsets["storeHost"] + len(store_b)
+    assert {name: offsets[name] - store_end for name in TAIL_OFFSETS} == TAIL_OFFSETS
+    at = fixed_size(len(born_b), len(store_b))
+    assert raw[at : at + len(body)] == body
+    at += len(body)
+    topic_len = TOPIC_LENGTH_V2_BYTES if len(topic) > MAX_V1_TOPIC_BYTES else TOPIC_LENGTH_V1_BYTES
+    assert int.from_bytes(raw[at : at + topic_len], "big") == len(topic)
+    at += topic_len + len(topic)
+    assert int.from_bytes(raw[at : at + PROPERTIES_LENGTH_BYTES], "big") == len(props)
+    assert at + PROPERTIES_LENGTH_BYTES + len(props) == len(raw) == record_size(
+        len(topic), len(born_b), len(body), len(props), len(store_b))
+
+
+def test_the_batch_entry_table_says_where_encode_batch_puts_each_field() -> None:
+    raw = encode_batch([BatchEntry(b"body!", "k\x01v\x02", flag=7)])
+    want = {"totalSize": len(raw), "magic": 0, "bodyCRC": 0, "flag": 7, "bodyLength": 5}
+    assert list(ENTRY_OFFSETS) == [name for name, _ in ENTRY_FIELDS] == list(want)
+    for name, at in ENTRY_OFFSETS.items():
+        assert struct.unpack_from(">i", raw, at)[0] == want[name], name
+    assert raw[ENTRY_HEAD.size :] == b"body!" + (4).to_bytes(PROPERTIES_LENGTH_BYTES, "big") + b"k\x01v\x02"
 
 
 def test_batch_round_trip_and_overrun() -> None:

@@ -11,13 +11,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rocketmq_spark.sink.writer as writer
 from rocketmq_spark.codec import EncodedBatch, decode_batch, encode_batch
 from rocketmq_spark.model import MessageQueue
 from rocketmq_spark.remoting.frame import RemotingCommand
-from rocketmq_spark.sink.encode import encode_plain_rows
+from rocketmq_spark.sink.encode import encode_plain_rows, half_properties, keys_text, row_properties
 from rocketmq_spark.sink.options import WriterOptions
+from rocketmq_spark.sink.txlog import Txn
 
 
 class _FakeClient:
@@ -77,6 +80,10 @@ def _send(batches: list[pa.RecordBatch], opts: WriterOptions, *, fast: bool, mon
             s.add_batch(b)
         s.finish()
     return s.client.sent, s.rows
+
+
+# a tag or keys value: any text but the separators (surrogates cannot be encoded), empty included
+_prop_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=8)
 
 
 def _opts(**extra: str) -> WriterOptions:
@@ -183,3 +190,81 @@ def test_a_message_group_is_named_by_its_column_only() -> None:
     keys_blank = pa.RecordBatch.from_pydict({"body": [b"b"], "keys": [[""]], "properties": pa.array(
         [[("KEYS", "k")]], pa.map_(pa.string(), pa.string()))})
     s.add_batch(keys_blank)  # a blank keys value sets no KEYS: the property is the message's
+
+
+# -- one definition of a row's properties ----------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), _prop_text), st.one_of(st.none(), _prop_text)), min_size=1,
+                max_size=40), st.integers(0, 1 << 30))
+def test_the_encoders_properties_are_row_properties(rows: list[tuple[str | None, str | None]], first: int) -> None:
+    # encode_plain_rows builds TAGS, KEYS and UNIQ_KEY with Arrow kernels: each message's
+    # properties must be what row_properties, the definition the other paths call, gives
+    tags, keys = [t for t, _ in rows], [k for _, k in rows]
+    batch = pa.RecordBatch.from_arrays([pa.array([b"b"] * len(rows), pa.binary()), pa.array(tags, pa.string()),
+                                        pa.array(keys, pa.string())], names=["body", "tag", "keys"])
+    sends = encode_plain_rows(batch, uniq_prefix="P" * 22, first_seq=first, compress_threshold=4096,
+                              max_message_size=1 << 22, max_batch_messages=512, max_batch_bytes=1 << 20)
+    assert sends is not None
+    got = [e.properties for s in sends for e in decode_batch(s.body)]
+    assert got == [row_properties(f"{'P' * 22}{first + i:010X}", t, keys_text(k)) for i, (t, k) in enumerate(rows)]
+
+
+class _FakeHalfClient(_FakeClient):
+    """Records every half message sent (queue id, batch body, sysFlag, properties); answers SUCCESS."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.halves: list[tuple[int, bytes, int, str]] = []
+
+    def send_request(self, mq: MessageQueue, entries: Any, **kw: Any) -> tuple[Any, int]:  # type: ignore[override]
+        return entries, kw["sys_flag"]
+
+    def send_async_many(self, reqs: list[tuple[MessageQueue, Any]]) -> list[Future[RemotingCommand]]:
+        out = []
+        for mq, (entries, sys_flag) in reqs:
+            self.halves.append((mq.queue_id, encode_batch(entries), sys_flag, entries[0].properties))
+            fut: Future[RemotingCommand] = Future()
+            fut.set_result(RemotingCommand(0))
+            out.append(fut)
+        return out
+
+    def half_transaction(self, mq: MessageQueue, answer: RemotingCommand, uniq: str) -> Txn:
+        return Txn(mq.broker, mq.topic, 0, 0, uniq)
+
+
+def _half_sender() -> Any:
+    opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t", "delivery": "exactly-once",
+                                "checkpointLocation": "/nonexistent-unused", "compressThreshold": "64"})
+    s = _sender(opts)
+    s.client = _FakeHalfClient()
+    s._queues["t"] = s.client.message_queues("t")  # known: no producer to start, no proxy check
+    s._half_suffix = half_properties("pg", "7:0:0:sink:n0")
+    return s
+
+
+@pytest.mark.parametrize("strings", [False, True])
+def test_half_messages_of_body_only_rows_are_the_per_row_paths(monkeypatch: pytest.MonkeyPatch,
+                                                                strings: bool) -> None:
+    # _add_halves skips the per-row look at the other columns: its messages (properties, bodies,
+    # compressed or not, sysFlags, queues) and row checksums must be the per-row path's
+    rng = random.Random(3)
+    raw = [rng.randbytes(rng.choice([0, 10, 200])) for _ in range(60)]
+    body = pa.array([b.hex() for b in raw], pa.string()) if strings else pa.array(raw, pa.binary())
+    batch = pa.RecordBatch.from_arrays([body, pa.nulls(60, pa.string())], names=["body", "tag"])
+    fast = _half_sender()
+    fast.add_batch(batch)
+    fast.finish()
+    slow = _half_sender()
+    with monkeypatch.context() as m:  # every row down the per-row path
+        m.setattr(writer._Sender, "_bodies_only", staticmethod(lambda batch: False))
+        slow.add_batch(batch)
+        slow.finish()
+    fast_sent, slow_sent = fast.client.halves, slow.client.halves
+    assert fast_sent == slow_sent and len(fast_sent) == 60
+    assert fast.sums == slow.sums and fast.rows == slow.rows == 60
+    assert [t.msg_id for t in fast.txns] == [t.msg_id for t in slow.txns]
+    assert {flag for _, _, flag, _ in fast_sent} == {4, 5}  # prepared, and prepared + compressed
+    uniq = f"0123456789ABCDEF012345{42:010X}"
+    assert fast_sent[0][3] == row_properties(uniq) + half_properties("pg", "7:0:0:sink:n0")
