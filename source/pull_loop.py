@@ -19,7 +19,8 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client import BrokerClient, connect
 from ..codec import subscribed_tags
-from ..codec.arrow import ARROW_SCHEMA, RETRY_COLUMNS, no_retry_origin, only_subscribed, tag_set
+from ..codec.arrow import ARROW_SCHEMA, RETRY_COLUMNS, no_retry_origin
+from ..codec.tags import only_subscribed, tag_set
 from ..errors import (
     BrokerUnavailableError,
     ConnectionFailedError,

@@ -33,6 +33,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from ..codec import MessageRecord, decode_record, encode_properties, iter_records, java_string_hash
+from ..codec.tags import tag_filter
 from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
@@ -42,7 +43,6 @@ from .broker import Broker
 from .errors import SendRejected
 from .send import message_type
 from .state import TopicConfig
-from .store import tag_filter
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from ..codec.tags import tag_filter
 from ..remoting.codes import ResponseCode
 from .config import BrokerConfig
 from .groups import ConsumerGroups
 from .state import TopicConfigs
-from .store import GetResult, MessageStore, tag_filter
+from .store import GetResult, MessageStore
 
 __all__ = ["Pulls"]
 

@@ -51,12 +51,9 @@ from ..codec import (
     decode_record,
     iter_records,
     java_string_hash,
-    properties_text,
     record_parts,
     record_size,
-    subscribed_tags,
     tag_hash,
-    tag_of,
 )
 from ..codec.batch_kernels import BatchLayout, pack_records
 from ..files import atomic_write
@@ -70,7 +67,6 @@ __all__ = [
     "MessageStore",
     "NewMessage",
     "StoreConfig",
-    "tag_filter",
 ]
 
 _I16 = struct.Struct(">h")
@@ -721,26 +717,3 @@ def _physical_memory() -> int:
         return 8 << 30
 
 
-def tag_filter(subscription: str, *, exact: bool = False) -> Callable[[int, bytes], bool] | None:
-    """The filter of a TAG subscription (None for ``*``) for :meth:`MessageStore.get`. Pulls
-    compare only the tag's hash code kept in the consume queue, as Java brokers do
-    (ExpressionMessageFilter): a tag whose hash collides with a subscribed one ("Aa"/"BB") is
-    delivered and the consumer drops it by its tag string. ``exact`` adds that string check,
-    for POP, where the 5.x proxy does it before the client sees the message."""
-    tags = subscribed_tags(subscription)
-    if tags is None:
-        return None
-    hashes = frozenset(java_string_hash(t) for t in tags)
-    if exact:
-        return lambda th, rec: th in hashes and tag_matches(rec, tags)
-    return lambda th, rec: th in hashes
-
-
-def tag_matches(record: bytes, tags: frozenset[str]) -> bool:
-    """Exact tag check on a stored record (after the hash pre-filter)."""
-    try:
-        rec_props = properties_text(record)
-    except (struct.error, IndexError, UnicodeDecodeError):
-        return False
-    tag = tag_of(rec_props)
-    return tag is not None and tag in tags

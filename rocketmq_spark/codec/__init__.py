@@ -8,6 +8,7 @@ the vectorised modules, :mod:`.arrow` and :mod:`.batch_kernels`).
     batch.py          batch send bodies (BatchEntry, EncodedBatch)
     batch_kernels.py  the broker's vectorised batch path: batch entries -> stored records
     arrow.py          the reader's vectorised decode: records -> Arrow columns (the row schema)
+    tags.py           the tag filter: subscriptions, the broker's by hash, the reader's by string
 """
 
 from .batch import BatchEntry, EncodedBatch, batch_entries, decode_batch, encode_batch
@@ -19,9 +20,6 @@ from .properties import (
     java_string_hash,
     join_properties,
     property_of,
-    subscribed_tags,
-    tag_hash,
-    tag_of,
 )
 from .record import (
     BLANK_MAGIC,
@@ -49,6 +47,7 @@ from .record import (
     split_host,
     split_record,
 )
+from .tags import subscribed_tags, tag_hash, tag_of
 
 __all__ = [
     "BLANK_MAGIC",

@@ -43,7 +43,7 @@ from .record import (
 # decode_to_batch_reference is not public: the reference the vectorised decoder is held to
 # (tests import it from here) and its fallback
 __all__ = ["ARROW_SCHEMA", "RETRY_COLUMNS", "RETRY_FIELDS", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "columns_to_batch",
-           "decode_to_batch", "no_retry_origin", "only_subscribed", "tag_set"]
+           "decode_to_batch", "no_retry_origin", "string_constant"]
 
 SCHEMA_DDL = (
     "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
@@ -360,7 +360,7 @@ def _strings(offsets: np.ndarray, data: object, n: int, typ: pa.DataType | None 
     return pa.Array.from_buffers(typ or pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _string_constant(values: Sequence[str]) -> pa.Array:
+def string_constant(values: Sequence[str]) -> pa.Array:
     """A string array built from buffers: pa.array() would import pandas (~0.4 s in every
     fresh planner process, which never decodes anything)."""
     raw = [v.encode() for v in values]
@@ -369,28 +369,10 @@ def _string_constant(values: Sequence[str]) -> pa.Array:
     return _strings(offsets, b"".join(raw), len(raw))
 
 
-def tag_set(tags: frozenset[str] | None) -> pa.Array | None:
-    """The subscribed tags as the value set :func:`only_subscribed` takes (None: every tag)."""
-    return None if tags is None else _string_constant(sorted(tags))
-
-
-def only_subscribed(batch: pa.RecordBatch, tags: pa.Array | None) -> pa.RecordBatch:
-    """The rows whose tag string is in ``tags`` (from :func:`tag_set`; all rows when None).
-    Brokers filter a pull by the tag's hash code only, so a tag whose hash collides with a
-    subscribed one ("Aa" and "BB") arrives too and is dropped here, as the Java client's
-    PullAPIWrapper does; the queue's offsets still pass it."""
-    if tags is None or not batch.num_rows:
-        return batch
-    keep = pc.fill_null(pc.is_in(batch.column("tag"), value_set=tags), False)
-    if keep.true_count == batch.num_rows:  # the usual case: nothing collided
-        return batch
-    return batch.filter(keep)
-
-
 _FIRST_KEYS = [PropertyKey.TAGS, PropertyKey.KEYS, PropertyKey.UNIQ_KEY, PropertyKey.RETRY_TOPIC]
-_KEY_SET = _string_constant(_FIRST_KEYS + sorted(SYSTEM_PROPERTY_KEYS - set(_FIRST_KEYS)))
+_KEY_SET = string_constant(_FIRST_KEYS + sorted(SYSTEM_PROPERTY_KEYS - set(_FIRST_KEYS)))
 _RETRY_TOPIC_CODE = 3
-_EMPTY_STRINGS = _string_constant([])
+_EMPTY_STRINGS = string_constant([])
 
 # -- state kept between calls ------------------------------------------------------------------
 #

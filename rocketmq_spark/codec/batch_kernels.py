@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .batch import ENTRY_HEAD, ENTRY_OFFSETS
-from .properties import PER_MESSAGE_MARKERS, tag_hash
+from .properties import PER_MESSAGE_MARKERS
 from .record import (
     MAGIC_V1,
     MAGIC_V2,
@@ -40,6 +40,7 @@ from .record import (
     PROPERTIES_LENGTH_BYTES,
     fixed_fields,
 )
+from .tags import tag_hash
 
 __all__ = ["BatchLayout", "offset_msg_ids", "pack_records", "parse_batch"]
 
@@ -189,7 +190,7 @@ def _powers_of_31(n: int) -> np.ndarray:
 def tag_hashes(props: Any) -> np.ndarray:
     """The consume queue's tag hash per message: Java's ``String.hashCode`` of the value of
     its TAGS item, the last when repeated (0 without one or when it is empty), as
-    :func:`.properties.tag_hash` computes it. ``props``: an Arrow array of
+    :func:`.tags.tag_hash` computes it. ``props``: an Arrow array of
     ASCII properties, so a byte is a UTF-16 code unit. No per-message Python."""
     pa, pc = _arrow()[0], _arrow()[3]
     k = len(props)

@@ -1,6 +1,6 @@
 """Message properties: the ``key\x01value\x02`` text every record and batch entry carries,
-the system keys (MessageConst), and the tag helpers built on them (the TAG subscription
-expression, Java's String.hashCode that consume queues keep per tag)."""
+the system keys (MessageConst), and Java's String.hashCode (consume queues keep it per tag;
+the tag filter is :mod:`.tags`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 from collections.abc import Mapping
 
 __all__ = ["SYSTEM_PROPERTY_KEYS", "PropertyKey", "decode_properties", "encode_properties", "java_string_hash",
-           "join_properties", "needs_parsing", "subscribed_tags", "tag_hash", "tag_of"]
+           "join_properties", "needs_parsing", "property_of"]
 
 NAME_SEP = "\x01"
 PROP_SEP = "\x02"
@@ -80,13 +80,6 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def subscribed_tags(expression: str) -> frozenset[str] | None:
-    """The tags a TAG subscription expression names (``"A || B"``); None for every tag (``*``,
-    empty, or ``*`` among the names), as brokers and the Java client read it."""
-    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
-    return None if not tags or "*" in tags else tags
-
-
 def encode_properties(props: Mapping[str, str]) -> str:
     """``key\\x01value\\x02`` repeated. Nothing is escaped: keys and values must not hold
     ``\\x01`` or ``\\x02`` (not checked)."""
@@ -131,18 +124,6 @@ def property_of(props: str, key: str) -> str | None:
     start = i + len(needle)
     end = props.find(PROP_SEP, start)
     return props[start:] if end < 0 else props[start:end]
-
-
-def tag_of(props: str) -> str | None:
-    """The value of the TAGS item of a properties text (:func:`property_of`); None when absent."""
-    return property_of(props, "TAGS")
-
-
-def tag_hash(props: str) -> int:
-    """The consume queue's tag code of a properties text: Java's hash of its TAGS (:func:`tag_of`),
-    0 without."""
-    tag = tag_of(props)
-    return java_string_hash(tag) if tag else 0
 
 
 #: the broker's own properties, which it sets on every message it stores

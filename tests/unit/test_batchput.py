@@ -218,8 +218,8 @@ def test_parse_batch_and_message_ids() -> None:
 def test_tag_hashes_equal_the_per_message_ones() -> None:
     import pyarrow as pa
 
-    from rocketmq_spark.broker.store import tag_hash
     from rocketmq_spark.codec.batch_kernels import tag_hashes
+    from rocketmq_spark.codec.tags import tag_hash
 
     rng = random.Random(11)
     props = ["", "TAGS\x01a", "TAGS\x01", "TAGS\x01\x02", "XTAGS\x01no\x02TAGS\x01yes\x02",

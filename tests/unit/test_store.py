@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from rocketmq_spark.broker.store import MessageStore, NewMessage, StoreConfig, tag_matches
+from rocketmq_spark.broker.store import MessageStore, NewMessage, StoreConfig
 from rocketmq_spark.codec import decode_records, java_string_hash
+from rocketmq_spark.codec.tags import tag_matches
 
 HOST = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"  # 127.0.0.1:10911
 
