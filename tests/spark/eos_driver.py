@@ -20,7 +20,7 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession  # noqa: E402
 
 from rocketmq_spark.datasource import RocketMQDataSource  # noqa: E402
-from rocketmq_spark.sink import writer  # noqa: E402
+from rocketmq_spark.sink import transactional  # noqa: E402
 from rocketmq_spark.sink.txlog import TxLog  # noqa: E402
 from rocketmq_spark.sink.writer import RocketMQStreamWriter  # noqa: E402
 
@@ -46,7 +46,7 @@ class KillingWriter(RocketMQStreamWriter):
                 os.kill(DRIVER_PID, signal.SIGKILL)
                 time.sleep(60)
 
-            writer._end_recorded = record_then_die  # type: ignore[attr-defined]
+            transactional._end_recorded = record_then_die  # type: ignore[attr-defined]
             super().commit(messages, batchId)
             raise SystemExit("the commit finished without ending its transactions")
         os.kill(DRIVER_PID, signal.SIGKILL)

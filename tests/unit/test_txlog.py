@@ -41,7 +41,7 @@ def test_old_records_and_their_end_marks_are_pruned(tmp_path) -> None:
 def test_a_batch_writes_check_back_is_left_to_its_driver(tmp_path) -> None:
     # df.write tags its half messages batch -1 and its driver ends them without a record: stream
     # records in the same checkpoint location (latest 3 > -1) used to roll them back
-    from rocketmq_spark.sink.writer import TX_TAG, check_decision
+    from rocketmq_spark.sink.transactional import TX_TAG, check_decision
 
     log = TxLog(str(tmp_path))
     log.record(3, [])
@@ -52,7 +52,7 @@ def test_a_batch_writes_check_back_is_left_to_its_driver(tmp_path) -> None:
 
 def test_a_check_back_for_another_sinks_half_message_is_not_answered(tmp_path) -> None:
     # two queries in one producer group: a broker may ask either about the other's half messages
-    from rocketmq_spark.sink.writer import TX_TAG, check_decision
+    from rocketmq_spark.sink.transactional import TX_TAG, check_decision
 
     ours, theirs = TxLog(str(tmp_path / "q1")), TxLog(str(tmp_path / "q2"))
     assert ours.sink_id != theirs.sink_id and ours.sink_id == TxLog(str(tmp_path / "q1") + "/").sink_id
@@ -129,12 +129,14 @@ class FakeBroker:
 
 @pytest.fixture()
 def fake(monkeypatch, tmp_path):  # noqa: ANN201
+    import rocketmq_spark.sink.transactional as transactional
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
     broker = FakeBroker()
-    monkeypatch.setattr(writer, "connect", lambda *a, **k: broker)
-    monkeypatch.setattr(writer, "_SETTLE_S", 0.0)
+    monkeypatch.setattr(writer, "connect", lambda *a, **k: broker)  # the tasks' clients
+    monkeypatch.setattr(transactional, "connect", lambda *a, **k: broker)  # the driver's commit
+    monkeypatch.setattr(transactional, "_SETTLE_S", 0.0)
     opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
     return broker, opts, writer
@@ -363,7 +365,7 @@ def test_a_replay_sends_no_end_to_a_broker_whose_store_changed_since_the_record(
 
 
 def test_a_retried_tasks_halves_share_ids_and_are_told_apart_by_position_and_nonce(fake, tmp_path) -> None:
-    from rocketmq_spark.sink.writer import TX_TAG, check_decision
+    from rocketmq_spark.sink.transactional import TX_TAG, check_decision
 
     broker, opts, writer = fake
     first_attempt = _txns(3)
@@ -394,7 +396,7 @@ def test_a_streaming_tasks_message_ids_repeat_across_attempts_and_replays(tmp_pa
 
 
 def test_row_checksums_name_the_parts_that_differ() -> None:
-    from rocketmq_spark.sink.writer import row_sum, sum_difference
+    from rocketmq_spark.sink.transactional import row_sum, sum_difference
 
     one = row_sum(b"body", "tag", "k1 k2", "__SHARDINGKEY\x01g\x02")
     assert sum_difference(one, one) == []
@@ -515,6 +517,7 @@ class _HalfClient:
 
 
 def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.transactional as transactional
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
@@ -534,7 +537,7 @@ def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(t
     assert [t[4] for t in first.txns] == [t[4] for t in again.txns]  # the message ids
     other = writer.write_rows(opts, iter([rows("OTHER")]), 9)
     ids = [t[4] for t in first.txns]
-    assert writer.sum_difference(first.sums[ids[0]], other.sums[ids[0]]) == ["keys"]
+    assert transactional.sum_difference(first.sums[ids[0]], other.sums[ids[0]]) == ["keys"]
     assert first.sums[ids[1]] == other.sums[ids[1]]
     # a row with a body only is summed alike on the fast path (only bodies in the batch)
     bodies = writer.write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [b"b0", b"b1"]})]), 9)

@@ -18,7 +18,7 @@ from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import ConnectionFailedError, RocketMQSparkError
 from rocketmq_spark.model import MessageQueue
 
-DOWN_S = writer._BROKER_DOWN_S
+DOWN_S = writer.BROKER_DOWN_S
 
 
 @pytest.fixture()
