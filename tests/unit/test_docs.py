@@ -17,7 +17,7 @@ DOCS = os.path.join(ROOT, "docs")
 def _concept_rows() -> list[tuple[str, str, list[str]]]:
     with open(os.path.join(DOCS, "architecture.md"), encoding="utf-8") as fh:
         text = fh.read()
-    table = text.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0]
+    table = text.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0].split("And in detail", 1)[1]
     rows = []
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -29,6 +29,17 @@ def _concept_rows() -> list[tuple[str, str, list[str]]]:
 
 
 ROWS = _concept_rows()
+
+
+def test_the_ten_core_concepts_each_name_a_file_that_is_there() -> None:
+    with open(os.path.join(DOCS, "architecture.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    short = text.split("## Where each concept lives", 1)[1].split("And in detail", 1)[0]
+    rows = [line.split("|")[1:3] for line in short.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) == 10, rows
+    for concept, where in rows:
+        path = where.split("`")[1]
+        assert os.path.isfile(os.path.join(ROOT, path)), f"{concept.strip()}: {path} is not a file"
 
 
 def test_the_concept_table_has_the_ten_core_concepts() -> None:
