@@ -10,9 +10,9 @@ Connect for good). Prints one line ``RESULT <json>`` with what each step saw.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 
+from driver_logs import watch  # beside this script, on its sys.path
 from pyspark.sql import SparkSession
 
 import rocketmq_spark
@@ -44,18 +44,8 @@ result["stream_last_end"] = json.loads(batches[-1].sources[0].endOffset)[read_to
 result["stream_bodies"] = sorted(bytes(r.body).decode() for r in spark.sql("select body from connect_stream").collect())
 
 
-class _Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seen.append(record.getMessage())
-
-
 # register() cannot reach a SparkContext here: it falls back to the registration above, and says so
-warnings = _Warnings()
-logging.getLogger("rocketmq_spark").addHandler(warnings)
+warnings = watch()
 rocketmq_spark.register(spark)
 result["register_warnings"] = warnings.seen
 spark.stop()

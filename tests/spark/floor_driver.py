@@ -10,13 +10,13 @@ asserts on it and on the broker.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 import pyspark  # noqa: E402
+from driver_logs import watch  # noqa: E402  (beside this script, on its sys.path)
 from pyspark.sql import SparkSession  # noqa: E402
 
 import rocketmq_spark  # noqa: E402
@@ -25,19 +25,7 @@ namesrv, read_topic, write_topic, group, ckpt = sys.argv[1:6]
 result: dict[str, object] = {"pyspark": pyspark.__version__, "module": rocketmq_spark.__file__}
 
 
-class _Warnings(logging.Handler):
-    """What the library logs at WARNING or above (register()'s fallback among it)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seen.append(record.getMessage())
-
-
-warnings = _Warnings()
-logging.getLogger("rocketmq_spark").addHandler(warnings)
+warnings = watch()
 
 spark = (SparkSession.builder.master("local[2]").appName("rocketmq-spark-floor")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")

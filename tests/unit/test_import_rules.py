@@ -51,6 +51,15 @@ def _modules() -> Iterator[tuple[str, str]]:
                 yield ".".join([package, *rel]), os.path.join(dirpath, name)
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names, relative ones resolved in ``package``."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
+
+
 def _imports(module: str, path: str) -> Iterator[tuple[str, int]]:
     """Absolute names of everything ``module`` imports, with the line."""
     with open(path, encoding="utf-8") as fh:
@@ -61,12 +70,7 @@ def _imports(module: str, path: str) -> Iterator[tuple[str, int]]:
             for alias in node.names:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1])
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             yield target, node.lineno
             for alias in node.names:  # ``from . import x`` names a module too
                 yield f"{target}.{alias.name}", node.lineno
@@ -141,12 +145,7 @@ def _module_imports(module: str, path: str, known: set[str]) -> Iterator[tuple[s
                 if alias.name in known:
                     yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1])
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             for alias in node.names:
                 name = f"{target}.{alias.name}"
                 if name in known:
