@@ -14,7 +14,6 @@ from the sdist and keeps in its own cache; a changed requirement list gets a new
 from __future__ import annotations
 
 import configparser
-import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from real_rocketmq import cache_root
+from real_rocketmq import build_once, cache_root
 
 __all__ = ["floor_python", "floor_requirements", "pyspark_floor"]
 
@@ -63,15 +62,10 @@ def floor_python(*, timeout_s: float = 1800) -> Path:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     digest = hashlib.sha256("\n".join(sorted(reqs)).encode()).hexdigest()[:10]
     home = cache_root() / f"pyspark-{pyspark_floor()}-py{version}-{digest}"
-    venv, done = home / "venv", home / ".complete"
+    venv = home / "venv"
     python = venv / "bin" / "python"
-    if done.exists():
-        return python
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return python
+
+    def build() -> str:
         shutil.rmtree(venv, ignore_errors=True)  # a build cut short leaves a venv without .complete
         steps = [[sys.executable, "-m", "venv", str(venv)],
                  [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *reqs]]
@@ -80,5 +74,7 @@ def floor_python(*, timeout_s: float = 1800) -> Path:
             if run.returncode != 0:
                 raise RuntimeError(f"building the pyspark {pyspark_floor()} venv failed ({' '.join(cmd)}):\n"
                                    f"{(run.stdout + run.stderr)[-3000:]}")
-        done.write_text("\n".join(reqs) + "\n")
+        return "\n".join(reqs) + "\n"
+
+    build_once(home, build)
     return python

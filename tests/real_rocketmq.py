@@ -40,7 +40,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +84,20 @@ def provision(version: str = VERSION, *, timeout_s: float = 900) -> Path:
     return maven_jars(f"rocketmq-{version}", _pom(version), f"Apache RocketMQ {version}", timeout_s=timeout_s)
 
 
+def build_once(home: Path, build: Callable[[], str]) -> None:
+    """Runs ``build()`` once for the cache folder ``home``, whichever process asks first (a lock
+    file), and marks the folder done with what it returns (``.complete``): a build cut short
+    leaves no mark and runs again."""
+    done = home / ".complete"
+    if done.exists():
+        return
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            done.write_text(build())
+
+
 def maven_jars(name: str, pom: str, what: str, *, timeout_s: float = 900) -> Path:
     """``cache_root()/name/lib``: the runtime jars of the dependencies ``pom`` lists (copied by
     Maven's dependency plugin), fetched once; later calls return at once. Safe across processes
@@ -94,14 +108,8 @@ def maven_jars(name: str, pom: str, what: str, *, timeout_s: float = 900) -> Pat
         raise JavaMissing(missing)
     home = cache_root() / name
     lib = home / "lib"
-    done = home / ".complete"
-    if done.exists():
-        return lib
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return lib
+
+    def fetch() -> str:
         (home / "pom.xml").write_text(pom)
         staging = Path(tempfile.mkdtemp(prefix="lib-", dir=home))
         cmd = ["mvn", "-B", "-q", "-f", str(home / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
@@ -116,7 +124,9 @@ def maven_jars(name: str, pom: str, what: str, *, timeout_s: float = 900) -> Pat
             staging.rename(lib)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        done.write_text(name + "\n")
+        return name + "\n"
+
+    build_once(home, fetch)
     return lib
 
 
