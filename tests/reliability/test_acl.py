@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 AK = "rocketmq2"
 SK = "S3cr3t-Sk-6c1f"  # distinctive: searched for in logs and reprs
 TOKEN = "T0ken-9f2e"
-BROKER_LOG = "rocketmq_spark.broker.broker"
+BROKER_LOG = "rocketmq_spark.broker.remoting_service"  # where the broker logs a refused request
 
 
 def _hmac_b64(secret: str, content: bytes) -> str:

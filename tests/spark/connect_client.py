@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from driver_logs import watch  # beside this script, on its sys.path
+from driver_support import stream_to_memory, watch  # beside this script, on its sys.path
 from pyspark.sql import SparkSession
 
 import rocketmq_spark
@@ -31,11 +31,7 @@ result["batch"] = sorted([bytes(r.body).decode(), r.queueId, r.queueOffset, r.ta
 (spark.createDataFrame([(f"w-{i}", "connect") for i in range(6)], "body STRING, tag STRING").write.mode("append")
  .format("rocketmq").option("namesrvAddr", namesrv).option("topic", write_topic).save())
 
-query = (spark.readStream.format("rocketmq").option("namesrvAddr", namesrv).option("topic", read_topic)
-         .option("consumerGroup", group).option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "8")
-         .load().writeStream.format("memory").queryName("connect_stream").option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-query.awaitTermination(120)
+query = stream_to_memory(spark, namesrv, read_topic, group, ckpt, "connect_stream")
 result["stream_error"] = None if query.exception() is None else str(query.exception())
 # a Connect session's progress objects answer by attribute (p["numInputRows"] is None there)
 batches = [p for p in query.recentProgress if p.numInputRows]

@@ -16,7 +16,7 @@ import sys
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 import pyspark  # noqa: E402
-from driver_logs import watch  # noqa: E402  (beside this script, on its sys.path)
+from driver_support import stream_to_memory, watch  # noqa: E402  (beside this script, on its sys.path)
 from pyspark.sql import SparkSession  # noqa: E402
 
 import rocketmq_spark  # noqa: E402
@@ -48,11 +48,7 @@ written = [(f"w-{i}", "floor", [f"k{i}"]) for i in range(10)]
 (spark.createDataFrame(written, "body STRING, tag STRING, keys ARRAY<STRING>").write.mode("append")
  .format("rocketmq").option("namesrvAddr", namesrv).option("topic", write_topic).save())
 
-query = (spark.readStream.format("rocketmq").option("namesrvAddr", namesrv).option("topic", read_topic)
-         .option("consumerGroup", group).option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "8")
-         .load().writeStream.format("memory").queryName("floor_stream").option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-query.awaitTermination(120)
+query = stream_to_memory(spark, namesrv, read_topic, group, ckpt, "floor_stream")
 result["stream_error"] = None if query.exception() is None else str(query.exception())
 batches = [p for p in query.recentProgress if p["numInputRows"]]
 result["stream_batches"] = [p["numInputRows"] for p in batches]
