@@ -87,7 +87,7 @@ def _send_header(req: RemotingCommand) -> SendHeader:
     return SendHeader(
         topic=ext.get(topic, ""), queue_id=_int(ext, queue, -1), sys_flag=_int(ext, sys_flag, 0),
         flag=0 if is_batch else _int(ext, flag, 0),  # a batch's messages carry their own
-        born_ts=_int(ext, born, int(time.time() * 1000)), reconsume=_int(ext, reconsume, 0),
+        born_ts=_int(ext, born) if ext.get(born) else int(time.time() * 1000), reconsume=_int(ext, reconsume, 0),
         max_reconsume=_int(ext, most) if ext.get(most) else None, producer_group=ext.get(group, ""),
         properties=ext.get(props, ""), batch=is_batch)
 
