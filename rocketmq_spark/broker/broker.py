@@ -27,7 +27,7 @@ from .delayed import DelayedDelivery
 from .flusher import Flusher
 from .groups import ConsumerGroups
 from .pull import Pulls
-from .send import Accepted, Sends, message_type
+from .send import Sends
 from .state import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -43,7 +43,7 @@ from .transactions import Transactions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accepted", "Broker", "message_type"]
+__all__ = ["Broker"]
 
 
 class Broker:

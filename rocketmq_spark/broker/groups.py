@@ -77,7 +77,7 @@ class ConsumerGroups:
         ``timestamp`` (a negative one: the end of each queue) -> queue id: offset. With
         server-side resets (5.x) the group's next pull of each queue moves there; otherwise the
         offsets are committed now and the group's online clients are told (4.x brokers push
-        RESET_CONSUMER_CLIENT_OFFSET, ``push_body`` of :meth:`notify_reset`)."""
+        RESET_CONSUMER_CLIENT_OFFSET: :meth:`notify_reset`)."""
         table: dict[int, int] = {}
         for q in range(read_queues):
             off = self.store.max_offset(topic, q) if timestamp < 0 else self.store.offset_by_time(topic, q, timestamp)
