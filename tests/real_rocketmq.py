@@ -50,6 +50,8 @@ __all__ = ["JavaMissing", "RealRocketMQ", "cache_root", "java_available", "maven
 VERSION = "5.3.3"
 #: the 4.9 line's newest release on Maven Central with namesrv and broker jars (4.9.8 has none)
 VERSION_4 = "4.9.7"
+#: the newest release that resolves on Maven Central (5.5.1 does not yet): ACL 2.0, TLS and HA run on it
+NEWEST = "5.5.0"
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
 
