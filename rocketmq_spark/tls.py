@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .errors import TlsError
 
-__all__ = ["ServerTls", "TlsConfig", "probe_tls"]
+__all__ = ["ServerTls", "TlsConfig", "probe_hangs_up_after_handshake", "probe_tls"]
 
 
 def _readable(option: str, path: str, address: str) -> None:
@@ -148,5 +148,24 @@ def probe_tls(host: str, port: int, timeout_s: float) -> bool:
             return True
     except ssl.SSLError as exc:  # a TLS alert (e.g. a client certificate is required) is TLS spoken
         return "ALERT" in str(exc.reason or "").upper()
+    except (OSError, ValueError):
+        return False
+
+
+def probe_hangs_up_after_handshake(ctx: ssl.SSLContext, host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` ends a TLS session made with ``ctx`` on its own, right after the
+    handshake and before any request: what a TLS 1.3 server that requires a client certificate
+    does to a client without one (the client's side of the handshake ends first; some servers
+    then hang up without an alert). False when the server waits for a request, as any does
+    that accepted the client."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host) as tls:
+            tls.settimeout(min(timeout_s, 1.0))
+            return tls.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ssl.SSLError:
+        return True
     except (OSError, ValueError):
         return False

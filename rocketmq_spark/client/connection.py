@@ -17,7 +17,7 @@ from ..remoting.frame import (
     RemotingCommand,
     read_frame_length,
 )
-from ..tls import TlsConfig, probe_tls
+from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,9 @@ class RemotingConnection:
         self._connect_timeout_s = connect_timeout_s
         #: whether any response arrived (a plaintext connection hung up before one may mean TLS is required)
         self._answered = False
+        #: the TlsError that closed the connection, given to requests sent after it (a TLS 1.3
+        #: server refuses a missing client certificate just after the handshake, maybe before any)
+        self._tls_fault: TlsError | None = None
         self.signer = signer
         self._max_frame = max_frame
         self._on_request = on_request
@@ -231,10 +234,18 @@ class RemotingConnection:
             reason = str(exc.reason or exc)
             hint = _CLIENT_CERT_HINT if "CERTIFICATE_REQUIRED" in reason.upper() else ""
             return TlsError(self.address, "request", f"the server ended the TLS session ({reason}){hint}")
-        if (self.tls is None and not self._answered and not self.closed
-                and probe_tls(self._host, self._port, min(self._connect_timeout_s, 3.0))):
-            return TlsError(self.address, "request", "the server requires TLS: it hung up on a plaintext request "
-                            "and accepts a TLS handshake; set tls=true (CLI: --tls)")
+        if self._answered or self.closed:
+            return exc
+        timeout = min(self._connect_timeout_s, 3.0)
+        if self.tls is None:
+            if probe_tls(self._host, self._port, timeout):
+                return TlsError(self.address, "request", "the server requires TLS: it hung up on a plaintext request "
+                                "and accepts a TLS handshake; set tls=true (CLI: --tls)")
+        elif self.tls.cert_file is None and probe_hangs_up_after_handshake(self.tls.context(self.address), self._host,
+                                                                          self._port, timeout):
+            return TlsError(self.address, "request", "the server ends every TLS session right after the handshake "
+                            "without a word: it requires a client certificate (mutual TLS); set tlsCertFile and "
+                            "tlsKeyFile")
         return exc
 
     # -- requests -------------------------------------------------------------------
@@ -242,7 +253,8 @@ class RemotingConnection:
     def send(self, cmd: RemotingCommand, *, oneway: bool = False) -> Future[RemotingCommand]:
         fut: Future[RemotingCommand] = Future()
         if self.closed:
-            fut.set_exception(ConnectionFailedError(self.address, f"request code {cmd.code}", "connection closed"))
+            fut.set_exception(self._tls_fault or ConnectionFailedError(self.address, f"request code {cmd.code}",
+                                                                       "connection closed"))
             return fut
         cmd.opaque = next(self._opaque)
         if not oneway:
@@ -271,7 +283,8 @@ class RemotingConnection:
         futs = [Reply() for _ in cmds]
         if self.closed:
             for cmd, fut in zip(cmds, futs):
-                fut.set_exception(ConnectionFailedError(self.address, f"request code {cmd.code}", "connection closed"))
+                fut.set_exception(self._tls_fault or ConnectionFailedError(self.address, f"request code {cmd.code}",
+                                                                           "connection closed"))
             return futs
         for cmd in cmds:
             cmd.opaque = next(self._opaque)
@@ -359,6 +372,8 @@ class RemotingConnection:
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
+        if isinstance(exc, TlsError):
+            self._tls_fault = exc
         err = exc if isinstance(exc, TlsError) else ConnectionFailedError(self.address, "request", exc)
         for fut in pending:
             if not fut.done():

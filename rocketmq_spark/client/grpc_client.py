@@ -67,7 +67,7 @@ from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
-from ..tls import TlsConfig, probe_tls
+from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
 from .contract import CheckHandler, GroupPresence, QueueStatus
 from .many import SequentialManyQueueCalls
 from .membership import GrpcGroupMember
@@ -120,6 +120,10 @@ def _tls_fault(detail: str, address: str, operation: str, tls: TlsConfig | None)
     probe tells that server apart from one that is down)."""
     low = detail.lower()
     if tls is not None:
+        if "hostname verification" in low:
+            return TlsError(address, operation, f"certificate verify failed ({detail}): the server's certificate does "
+                            "not name the host connected to; connect by a name or address the certificate lists "
+                            "(gRPC always checks it)")
         if "certificate_verify_failed" in low or "certificate verify failed" in low:
             return TlsError(address, operation, f"certificate verify failed ({detail}): set tlsCaFile to the PEM file "
                             "of the CA that signed the server's certificate, and connect by a name or address the "
@@ -127,6 +131,12 @@ def _tls_fault(detail: str, address: str, operation: str, tls: TlsConfig | None)
         if "handshake" in low or "wrong_version_number" in low or "ssl" in low or "tls" in low:
             return TlsError(address, operation, f"the TLS handshake failed ({detail}): if the endpoint serves "
                             "plaintext set tls=false; if it requires a client certificate set tlsCertFile and "
+                            "tlsKeyFile")
+        host, _, port = address.rpartition(":")
+        if (tls.cert_file is None and "refused" not in low and port.isdigit()
+                and probe_hangs_up_after_handshake(tls.context(address), host.strip("[]"), int(port), 3.0)):
+            return TlsError(address, operation, f"the endpoint ends every TLS session right after the handshake "
+                            f"({detail}): it requires a client certificate (mutual TLS); set tlsCertFile and "
                             "tlsKeyFile")
         return None
     if "refused" in low or "deadline" in low:
