@@ -54,9 +54,10 @@ class TlsConfig:
         option and the file when a file is missing or not PEM."""
         return _client_context(self, address)
 
-    def grpc_credentials(self, address: str = "?") -> object:
-        """``grpc.ChannelCredentials`` of these settings (the files are read here)."""
-        import grpc
+    def pem_files(self, address: str = "?") -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(CA certificates, client key, client certificate chain) as read from the files, None
+        for those not set: what gRPC's channel credentials take. TlsError naming the option of
+        a missing file."""
 
         def read(option: str, path: str | None) -> bytes | None:
             if path is None:
@@ -65,9 +66,7 @@ class TlsConfig:
             with open(path, "rb") as f:
                 return f.read()
 
-        return grpc.ssl_channel_credentials(root_certificates=read("tlsCaFile", self.ca_file),
-                                            private_key=read("tlsKeyFile", self.key_file),
-                                            certificate_chain=read("tlsCertFile", self.cert_file))
+        return read("tlsCaFile", self.ca_file), read("tlsKeyFile", self.key_file), read("tlsCertFile", self.cert_file)
 
 
 @functools.lru_cache(maxsize=16)
@@ -120,9 +119,9 @@ class ServerTls:
         """The client settings of the broker's own connections (to remote name servers)."""
         return TlsConfig(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file)
 
-    def grpc_server_credentials(self) -> object:
-        import grpc
-
+    def pem_files(self) -> tuple[bytes, bytes, bytes | None]:
+        """(private key, certificate chain, client CA certificates or None) as read from the
+        files: what gRPC's server credentials take."""
         with open(self.key_file, "rb") as f:
             key = f.read()
         with open(self.cert_file, "rb") as f:
@@ -131,8 +130,7 @@ class ServerTls:
         if self.client_ca_file is not None:
             with open(self.client_ca_file, "rb") as f:
                 roots = f.read()
-        return grpc.ssl_server_credentials([(key, chain)], root_certificates=roots,
-                                           require_client_auth=roots is not None)
+        return key, chain, roots
 
 
 def probe_tls(host: str, port: int, timeout_s: float) -> bool:

@@ -757,7 +757,9 @@ async def start_grpc_server(broker: Broker, host: str, port: int, max_message: i
     if tls is None:
         bound = server.add_insecure_port(bind)
     else:
-        bound = server.add_secure_port(bind, tls.grpc_server_credentials())
+        key, chain, roots = tls.pem_files()
+        bound = server.add_secure_port(bind, grpc.ssl_server_credentials(
+            [(key, chain)], root_certificates=roots, require_client_auth=roots is not None))
     if bound == 0:
         raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
     pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, advertise_host or host, bound), server)

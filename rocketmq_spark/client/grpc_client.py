@@ -223,7 +223,9 @@ class GrpcClient(SequentialManyQueueCalls):
                 if tls is None:
                     channel = grpc.insecure_channel(address, options=options)
                 else:
-                    creds: Any = tls.grpc_credentials(address)
+                    roots, key, chain = tls.pem_files(address)
+                    creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
+                                                         certificate_chain=chain)
                     channel = grpc.secure_channel(address, creds, options=options)
                 entry = self._channels[address] = (channel, pb_grpc.MessagingServiceStub(channel))
             return entry[1]
