@@ -43,8 +43,11 @@ def _ca(d: Path, name: str) -> None:
 def _leaf(d: Path, name: str, cn: str, san: str, usage: str) -> None:
     _run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
          "-subj", f"/CN={cn}", cwd=d)
+    # the key identifiers: Python 3.13's default context checks certificates strictly (VERIFY_X509_STRICT)
     (d / f"{name}.ext").write_text(f"basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                                   f"extendedKeyUsage={usage}\n" + (f"subjectAltName={san}\n" if san else ""))
+                                   f"extendedKeyUsage={usage}\nsubjectKeyIdentifier=hash\n"
+                                   "authorityKeyIdentifier=keyid,issuer\n"
+                                   + (f"subjectAltName={san}\n" if san else ""))
     _run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
          "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
 
