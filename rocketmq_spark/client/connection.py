@@ -234,8 +234,8 @@ class RemotingConnection:
             reason = str(exc.reason or exc)
             hint = _CLIENT_CERT_HINT if "CERTIFICATE_REQUIRED" in reason.upper() else ""
             return TlsError(self.address, "request", f"the server ended the TLS session ({reason}){hint}")
-        if self._answered or self.closed:
-            return exc
+        if self._answered or self.closed or not isinstance(exc, OSError):
+            return exc  # a frame that does not decode is not a TLS matter (TLS records are caught unread)
         timeout = min(self._connect_timeout_s, 3.0)
         if self.tls is None:
             if probe_tls(self._host, self._port, timeout):
@@ -335,6 +335,11 @@ class RemotingConnection:
         try:
             while True:
                 buf += self._recv()
+                if not self._answered and self.tls is None and buf[:1] in (b"\x15", b"\x16") and buf[1:2] == b"\x03":
+                    # a TLS record (an alert or a handshake) where a frame's length should be
+                    self._fail_all(TlsError(self.address, "request", "the server answered a plaintext request with a "
+                                            "TLS record: it requires TLS; set tls=true (CLI: --tls)"))
+                    return
                 pos, n = 0, len(buf)
                 while n - pos >= 4:
                     length = read_frame_length(bytes(buf[pos:pos + 4]), self._max_frame)
