@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from brokers import skip_or_fail
+from brokers import skip_or_fail, wait_for
 from real_rocketmq import NEWEST, RealRocketMQ, java_available, provision
 from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient, connect
@@ -106,13 +105,32 @@ def _bodies(df) -> list[str]:  # type: ignore[no-untyped-def]
 # -- Spark over TLS -------------------------------------------------------------------------
 
 
-def test_spark_batch_write_and_read_over_remoting_tls(spark, cluster: Cluster, pki: Pki) -> None:
+def test_spark_batch_write_and_read_over_remoting_tls(spark, cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
     topic = cluster.create_topic(f"TLS_RT_{cluster.kind.upper()}", TlsConfig(ca_file=pki.ca))
     opts = {"namesrvAddr": cluster.namesrv_addr, "topic": topic, **_tls_opts(pki)}
     rows = [(f"m{i}",) for i in range(40)]
     spark.createDataFrame(rows, "body STRING").write.mode("append").format("rocketmq").options(**opts).save()
     back = spark.read.format("rocketmq").options(**opts).load()
     assert _bodies(back) == sorted(r[0] for r in rows)
+    # a stream with a consumer group: its offsets are read from and committed to the broker over TLS
+    group = f"tls_etl_{cluster.kind}"
+    q = (spark.readStream.format("rocketmq").options(**opts).option("consumerGroup", group)
+         .option("startingOffsets", "earliest").load().selectExpr("CAST(body AS STRING) AS body")
+         .writeStream.format("memory").queryName(f"tls_stream_{cluster.kind}").trigger(availableNow=True)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert spark.table(f"tls_stream_{cluster.kind}").count() == len(rows)
+    c = RemotingClient(cluster.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
+    try:
+        queues = c.message_queues(topic)
+
+        def committed() -> int:
+            return sum(v or 0 for v in c.query_consumer_offsets(group, queues).values())
+
+        wait_for(lambda: committed() == len(rows), lambda: f"{committed()} of {len(rows)} offsets committed")
+    finally:
+        c.close()
 
 
 def test_spark_write_over_grpc_tls(spark, cluster: Cluster, pki: Pki) -> None:
@@ -244,38 +262,32 @@ def test_mutual_tls_on_the_embedded_broker(spark, pki: Pki) -> None:
         assert _bodies(spark.read.format("rocketmq").options(**opts).load()) == ["a", "b"]
 
 
-def test_a_broker_registers_with_a_tls_name_server_of_another_process_over_tls(pki: Pki) -> None:
-    """The broker's own connections (REGISTER_BROKER to remote name servers) speak TLS too."""
-    from rocketmq_spark.broker.server import EmbeddedCluster
-
-    server = ServerTls(pki.server_cert, pki.server_key, ca_file=pki.ca)
-    with EmbeddedBroker(grpc_port=None, tls=server) as ns_side, tempfile.TemporaryDirectory() as d:
-        from rocketmq_spark.broker.config import BrokerConfig
-        from rocketmq_spark.broker.server import BrokerServer, _LoopThread
-
-        class Remote(_LoopThread):
-            def __init__(self) -> None:
-                super().__init__(30.0)
-                self.server = BrokerServer(BrokerConfig(data_dir=d, broker_name="broker-r", tls=server),
-                                           broker_port=0, grpc_port=None, namesrv_addrs=[ns_side.namesrv_addr])
-
-            async def _start_servers(self) -> None:
-                await self.server.start()
-
-            async def _stop_servers(self) -> None:
-                await self.server.stop()
-
-        remote = Remote()
-        remote._start_thread("tls-remote-broker")
+def test_a_broker_registers_over_tls_with_a_name_server_of_another_process(pki: Pki, tmp_path: Path) -> None:
+    """The broker's own connections (REGISTER_BROKER to the name servers of --namesrv) speak TLS
+    too: ``namesrv`` and ``broker --namesrv`` as two processes, both TLS only."""
+    server_tls = ["--tls-cert-file", pki.server_cert, "--tls-key-file", pki.server_key]
+    ns = subprocess.Popen([*CLI, "namesrv", "--port", "0", *server_tls], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    broker = None
+    try:
+        assert ns.stdout is not None
+        addr = json.loads(ns.stdout.readline())["namesrv"]
+        broker = subprocess.Popen([*CLI, "broker", "--data-dir", str(tmp_path / "data"), "--namesrv", addr,
+                                   "--broker-port", "0", "--grpc-port", "-1", *server_tls, "--tls-ca-file", pki.ca],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert broker.stdout is not None
+        broker_addr = json.loads(broker.stdout.readline())["broker"]
+        c = RemotingClient(addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
         try:
-            c = RemotingClient(ns_side.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
-            try:
-                assert c.cluster_brokers().get("broker-r") == remote.server.broker_addr
-            finally:
-                c.close()
+            wait_for(lambda: c.cluster_brokers().get("broker-a") == broker_addr,
+                     lambda: f"broker-a at {broker_addr} in the name server's list {c.cluster_brokers()}")
         finally:
-            remote.stop()
-    assert EmbeddedCluster  # imported: the shared name server path is covered by the cluster tests
+            c.close()
+    finally:
+        for proc in (broker, ns):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
 
 
 # -- the command line ------------------------------------------------------------------------
