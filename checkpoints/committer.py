@@ -31,7 +31,7 @@ from ..client import connect
 from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
-from ..options import credentials, group_name, topic_name
+from ..options import credentials, group_name, tls_config, topic_name
 from .offset_store import RETRY_AFTER_S, BrokerOffsetStore
 from .progress import QueueLag, queue_lags
 
@@ -69,14 +69,19 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     ``topics`` limits it to those topics (default: every offset that has the rocketmq
     shape); ``query_name`` to one query. Against brokers with ACL on, pass the query's
     ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
-    reader's. Commit failures are logged with the queue and offset; they never fail the query.
+    reader's. Against brokers that require TLS, pass the query's TLS options: ``tls=True``,
+    ``tls_ca_file``, ``tls_cert_file``/``tls_key_file`` (mutual TLS), ``tls_verify_hostname``
+    (options tls, tlsCaFile, ... of the reader, checked by the same rules). Commit failures
+    are logged with the queue and offset; they never fail the query.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
                  endpoints: str | Sequence[str] | None = None, topics: Sequence[str] | None = None,
                  query_name: str | None = None, measure_lag: bool = True,
                  access_key: str | None = None, secret_key: str | None = None,
-                 security_token: str | None = None) -> None:
+                 security_token: str | None = None, tls: bool = False, tls_ca_file: str | None = None,
+                 tls_cert_file: str | None = None, tls_key_file: str | None = None,
+                 tls_verify_hostname: bool = True) -> None:
         if not namesrv_addr and not endpoints:
             raise OptionError("namesrv_addr", None, "RocketMQOffsetCommitter needs namesrv_addr (remoting) or "
                                                     "endpoints (gRPC)")
@@ -86,7 +91,11 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
         # the query's accessKey/secretKey/securityToken, checked by the same rules as its reader's
         creds = credentials({"accessKey": access_key or "", "secretKey": secret_key or "",
                              "securityToken": security_token or ""})
-        self.client = connect(namesrv_addr or (), endpoints, credentials=creds)
+        tls_opts = {"tls": str(tls).lower(), "tlsCaFile": tls_ca_file, "tlsCertFile": tls_cert_file,
+                    "tlsKeyFile": tls_key_file,
+                    "tlsVerifyHostname": None if tls_verify_hostname else "false"}
+        tls_settings = tls_config({k: v for k, v in tls_opts.items() if v is not None})
+        self.client = connect(namesrv_addr or (), endpoints, credentials=creds, tls=tls_settings)
         self.store = BrokerOffsetStore(self.client, consumer_group, retry_after_s=RETRY_AFTER_S)
         self.group = consumer_group
         self.topics = set(topics) if topics else None

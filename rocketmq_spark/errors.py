@@ -8,6 +8,7 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     │   └── FrameTooLargeError      a frame announced more bytes than the cap allows
     ├── ConnectionFailedError       connect/read/write to an address failed (retriable)
     │   └── RequestTimeoutError     no answer within the request timeout (retriable)
+    ├── TlsError                    TLS on one side only, a certificate not trusted, a TLS file unusable
     ├── BrokerError                 a broker or name server answered with an error code
     │   ├── TopicNotFoundError          TOPIC_NOT_EXIST (17)
     │   ├── OffsetNotFoundError         QUERY_NOT_FOUND (22)
@@ -45,6 +46,7 @@ __all__ = [
     "OffsetResetPendingError",
     "OptionError",
     "ProtocolError",
+    "TlsError",
     "RequestNotSupportedError",
     "RequestTimeoutError",
     "RocketMQSparkError",
@@ -96,6 +98,18 @@ class ConnectionFailedError(RocketMQSparkError):
 
 class RequestTimeoutError(ConnectionFailedError):
     """No response arrived within the request timeout."""
+
+
+class TlsError(RocketMQSparkError):
+    """A connection to ``address`` cannot work as set up: the server requires TLS and the client
+    speaks plaintext (or the reverse), the server's certificate fails verification, or a TLS
+    file is missing. Not retriable, and not a :class:`ConnectionFailedError` (which callers
+    treat as a peer that may come back): asking again cannot help until the settings change."""
+
+    def __init__(self, address: str, operation: str, detail: str) -> None:
+        self.address = address
+        self.operation = operation
+        super().__init__(f"{operation} with {address} failed: {detail}")
 
 
 class BrokerError(RocketMQSparkError):

@@ -8,18 +8,22 @@ command line words them as flags (it catches the error and keeps its own one-lin
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Mapping
 
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
 from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
 from .remoting.acl import Credentials
+from .tls import TlsConfig
 
-__all__ = ["CREDENTIAL_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name", "namesrv_list",
-           "parse_bool", "parse_positive_int", "positive_int", "topic_name"]
+__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name",
+           "namesrv_list", "parse_bool", "parse_positive_int", "positive_int", "tls_config", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
+#: TLS options of the reader, the writer, the committer and the CLI (see :func:`tls_config`).
+TLS_OPTIONS = ("tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsVerifyHostname")
 #: Values of options whose lower-cased name contains one of these are never echoed in errors.
 _SECRET_WORDS = ("secret", "token", "password", "signature")
 
@@ -129,3 +133,41 @@ def credentials(opts: Mapping[str, str]) -> Credentials | None:
         raise OptionError("secretKey", None, "accessKey and secretKey must be given together (accessKey is set, "
                           "secretKey is missing)")
     return Credentials(ak, sk, token)
+
+
+def _pem_file(name: str, raw: str, what: str) -> str:
+    path = raw.strip()
+    if not path:
+        raise OptionError(name, raw, f"accepted: the path of {what}")
+    if not os.path.isfile(path):
+        raise OptionError(name, raw, f"no such file: the path of {what} is expected, readable on the driver and on "
+                          "every executor (each reads it where it connects)")
+    return path
+
+
+def tls_config(opts: Mapping[str, str]) -> TlsConfig | None:
+    """TLS settings from canonical options ``tls`` (true|false, default false), ``tlsCaFile``
+    (PEM CA certificates; absent: the system's trust store), ``tlsCertFile`` and ``tlsKeyFile``
+    (PEM client certificate and key for mutual TLS, both or neither) and ``tlsVerifyHostname``
+    (default true); None when ``tls`` is off. The files must exist here (the driver connects
+    too); the executors read them again where they connect."""
+    enabled = parse_bool("tls", opts.get("tls", "false"))
+    given = [n for n in TLS_OPTIONS[1:] if opts.get(n) is not None]
+    if not enabled:
+        if given:
+            raise OptionError(given[0], opts[given[0]], "accepted only with tls=true (TLS is off by default)")
+        return None
+    ca = opts.get("tlsCaFile")
+    cert = opts.get("tlsCertFile")
+    key = opts.get("tlsKeyFile")
+    if (cert is None) != (key is None):
+        have, missing = ("tlsCertFile", "tlsKeyFile") if cert is not None else ("tlsKeyFile", "tlsCertFile")
+        raise OptionError(missing, None, f"tlsCertFile and tlsKeyFile must be given together (mutual TLS): {have} is "
+                          f"set, {missing} is missing")
+    return TlsConfig(
+        ca_file=_pem_file("tlsCaFile", ca, "a PEM file of CA certificates (leave tlsCaFile out to trust the "
+                          "system's CAs)") if ca is not None else None,
+        cert_file=_pem_file("tlsCertFile", cert, "a PEM client certificate") if cert is not None else None,
+        key_file=_pem_file("tlsKeyFile", key, "a PEM private key") if key is not None else None,
+        verify_hostname=parse_bool("tlsVerifyHostname", opts.get("tlsVerifyHostname", "true")),
+    )

@@ -23,6 +23,7 @@ from ..client import Credentials
 from ..errors import OptionError
 from ..options import (
     CREDENTIAL_OPTIONS,
+    TLS_OPTIONS,
     canonical_options,
     credentials,
     endpoint_list,
@@ -30,14 +31,16 @@ from ..options import (
     namesrv_list,
     parse_bool,
     positive_int,
+    tls_config,
     topic_name,
 )
+from ..tls import TlsConfig
 
 __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
           "maxMessageSize", "compressThreshold", "consumerGroup", "maxReconsumeTimes", "errorColumn",
-          "failOnDataLoss", *CREDENTIAL_OPTIONS)
+          "failOnDataLoss", *CREDENTIAL_OPTIONS, *TLS_OPTIONS)
 _DELIVERIES = ("at-least-once", "exactly-once", "send-back")
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
 _HIDDEN = ("checkpointLocation", "path")
@@ -67,6 +70,8 @@ class WriterOptions:
     #: (the source lost them too, or the query is not deterministic) fails the query (True), or
     #: ends the batch without them, logged (False)
     fail_on_data_loss: bool = True
+    #: TLS of every connection (options tls, tlsCaFile, tlsCertFile, tlsKeyFile, tlsVerifyHostname)
+    tls: TlsConfig | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -127,6 +132,7 @@ class WriterOptions:
             max_reconsume_times=int(most),
             error_column=(opts.get("errorColumn") or "error").strip() or "error",
             fail_on_data_loss=fail_on_data_loss,
+            tls=tls_config(opts),
         )
 
     @property

@@ -140,7 +140,8 @@ class _Sender:
         self.batch_id = batch_id
         self.partition, self.attempt = _task_identity()
         self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
-        self.client: BrokerClient = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials)
+        self.client: BrokerClient = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials,
+                                            tls=opts.tls)
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
         #: which attempt of the task sent a half message (in its tag): ids repeat across attempts
@@ -512,7 +513,7 @@ def send_back_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch]) -> Ta
     RETRY_TOPIC, ORIGIN_MESSAGE_ID and the reconsume times, delayed by level 3 + those times."""
     group = opts.send_back_group or ""
     partition, _ = _task_identity()
-    client = connect(opts.namesrv_addr, None, credentials=opts.credentials)
+    client = connect(opts.namesrv_addr, None, credentials=opts.credentials, tls=opts.tls)
     rows = 0
     try:
         for batch in batches:
@@ -633,7 +634,8 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         """Every task succeeded: exactly-once commits their half messages, each once
         (:func:`commit_once`: an END whose answer was lost is looked up, not sent again)."""
         if self.opts.exactly_once:
-            client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials)
+            client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials,
+                             tls=self.opts.tls)
             try:
                 txns = sorted(_txns(messages))
                 marks = destination_marks(client, txns) if txns else {}

@@ -21,6 +21,7 @@ from ..names import retry_topic
 from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
+    TLS_OPTIONS,
     canonical_options,
     credentials,
     endpoint_list,
@@ -28,8 +29,10 @@ from ..options import (
     namesrv_list,
     parse_bool,
     positive_int,
+    tls_config,
     topic_name,
 )
+from ..tls import TlsConfig
 
 __all__ = ["ReaderOptions", "asked_columns"]
 
@@ -38,6 +41,7 @@ _NAMES = (
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
     "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp", *CREDENTIAL_OPTIONS,
+    *TLS_OPTIONS,
 )
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
@@ -112,6 +116,8 @@ class ReaderOptions:
     filter_pushdown: bool = False
     #: batch reads: each queue up to its first message stored at or after this (epoch ms)
     ending_timestamp: int | None = None
+    #: TLS of every connection (options tls, tlsCaFile, tlsCertFile, tlsKeyFile, tlsVerifyHostname)
+    tls: TlsConfig | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -162,6 +168,7 @@ class ReaderOptions:
             include_retry_topic=include_retry,
             filter_pushdown=parse_bool("filterPushdown", opts.get("filterPushdown", "false")),
             ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
+            tls=tls_config(opts),
         )
 
 

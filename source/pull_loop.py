@@ -56,7 +56,7 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     errors."""
     own = client is None
     c = client or connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
-                          credentials=part.credentials)
+                          credentials=part.credentials, tls=part.tls)
     if part.broker_addr:
         c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = tag_set(subscribed_tags(part.sub_expression))

@@ -9,6 +9,7 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client import Credentials
 from ..model import MessageQueue
+from ..tls import TlsConfig
 
 __all__ = ["QueueRange"]
 
@@ -49,3 +50,5 @@ class QueueRange(InputPartition):
     #: on what it pulled, and again whenever its connection to the broker was replaced: a broker
     #: that lost its store serves other messages at the planned offsets (see :class:`.pull_loop.PullLoop`)
     mark: tuple[int, int] | None = None
+    #: TLS of the task's connections (paths: the executor reads the files)
+    tls: TlsConfig | None = None

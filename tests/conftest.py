@@ -20,6 +20,7 @@ from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, skip_or_
 from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
+from tls_support import Pki, make_pki
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -116,3 +117,10 @@ def topic(request: pytest.FixtureRequest) -> str:
     """A topic name unique to the test."""
     name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")
     return f"T_{name}"[:100]
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A throwaway CA with server (127.0.0.1/localhost, and a wrong name) and client
+    certificates, made with the openssl command line (tests/tls_support.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -295,6 +295,13 @@ class RealRocketMQ:
     register_period_ms: int = 30_000
     #: autoCreateTopicEnable: production clusters turn it off and create topics explicitly
     auto_create_topics: bool = True
+    #: ``-Dname=value`` system properties of every JVM (name server, broker, proxy, mqadmin), e.g.
+    #: TLS: ``tls.server.mode=enforcing``, ``tls.test.mode.enable=false``, ``tls.server.certPath=...``
+    system_properties: dict[str, str] = field(default_factory=dict)
+    #: entries added to the proxy's rmq-proxy.json (its gRPC TLS: tlsTestModeEnable, tlsCertPath, tlsKeyPath)
+    proxy_config: dict[str, object] = field(default_factory=dict)
+    #: the client settings this harness's own remoting clients use (TLS when the servers enforce it)
+    client_config: object = None
     _jvms: dict[str, _Jvm] = field(default_factory=dict)
 
     @property
@@ -436,7 +443,7 @@ class RealRocketMQ:
         """Until the name server lists the broker (it registers right after its ready line)."""
         from rocketmq_spark.client import RemotingClient
 
-        c = RemotingClient(self.namesrv_addr)
+        c = RemotingClient(self.namesrv_addr, self.client_config)  # type: ignore[arg-type]
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
@@ -453,7 +460,7 @@ class RealRocketMQ:
         """A java command line for one of RocketMQ's main classes (``role`` names its logback file)."""
         argv = [self.java, "-XX:+UseSerialGC", *flags, f"-Xms{heap}", f"-Xmx{heap}", "-XX:MaxDirectMemorySize=256m",
                 f"-Duser.home={self.workdir}", f"-Drocketmq.home.dir={self.workdir}",
-                "-Djava.net.preferIPv4Stack=true"]
+                "-Djava.net.preferIPv4Stack=true", *(f"-D{k}={v}" for k, v in self.system_properties.items())]
         if not self.is_4x:
             argv.append(f"-Drmq.logback.configurationFile=rmq.{role}.logback.xml")
         return [*argv, "-cp", f"{self.lib}/*", main, *args]
@@ -504,7 +511,7 @@ class RealRocketMQ:
             (w / "rmq-proxy.json").write_text(json.dumps({
                 "rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv_addr,
                 "grpcServerPort": self.grpc_port, "remotingListenPort": self.proxy_remoting_port,
-                "localServeAddr": "127.0.0.1"}))
+                "localServeAddr": "127.0.0.1", **self.proxy_config}))
         if self.is_4x:  # 4.x reads $ROCKETMQ_HOME/conf/logback_<role>.xml
             conf = w / "conf"
             conf.mkdir(exist_ok=True)
@@ -532,7 +539,7 @@ class RealRocketMQ:
         deadline = time.monotonic() + timeout_s
         addrs = [self.namesrv_addr] + ([self.proxy_remoting_addr] if self.proxy else [])
         for addr in addrs:
-            c = RemotingClient(addr)
+            c = RemotingClient(addr, self.client_config)  # type: ignore[arg-type]
             try:
                 while True:
                     try:  # the route itself: a write-only topic has no queue to read but is routed

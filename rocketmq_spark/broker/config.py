@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..tls import ServerTls
 from .store import StoreConfig
 
 __all__ = ["BrokerConfig"]
@@ -56,6 +57,9 @@ class BrokerConfig:
     #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by
     #: one of these keys or is answered NO_PERMISSION (16). Left out of the repr (secrets).
     acl: dict[str, str] | None = field(default=None, repr=False)
+    #: TLS on every port (name server, remoting, gRPC): plaintext connections are refused, as
+    #: Apache RocketMQ's ``tls.server.mode=enforcing`` does. None: plaintext only.
+    tls: ServerTls | None = None
 
     @property
     def advertised_host(self) -> str:

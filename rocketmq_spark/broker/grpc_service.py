@@ -39,6 +39,7 @@ from ..proto import pb, pb_grpc
 from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
+from ..tls import ServerTls
 from .broker import Broker
 from .errors import SendRejected
 from .send import message_type
@@ -739,10 +740,11 @@ class _ParseGuard(grpc.aio.ServerInterceptor):
 
 
 async def start_grpc_server(broker: Broker, host: str, port: int, max_message: int, *,
-                            advertise_host: str | None = None) -> tuple[grpc.aio.Server, int]:
+                            advertise_host: str | None = None,
+                            tls: ServerTls | None = None) -> tuple[grpc.aio.Server, int]:
     """Serve :class:`MessagingService` for ``broker`` on ``host:port`` (0: ephemeral) on the
-    running loop; routes name ``advertise_host`` (default ``host``) and the bound port.
-    Returns the started server and its port."""
+    running loop, over TLS only with ``tls``; routes name ``advertise_host`` (default ``host``)
+    and the bound port. Returns the started server and its port."""
     interceptors: list[grpc.aio.ServerInterceptor] = [_ParseGuard()]
     if broker.config.acl:
         interceptors.append(_AclInterceptor(broker.config.acl))
@@ -752,7 +754,12 @@ async def start_grpc_server(broker: Broker, host: str, port: int, max_message: i
         ("grpc.so_reuseport", 0),
     ])
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    bound = server.add_insecure_port(bind)
+    if tls is None:
+        bound = server.add_insecure_port(bind)
+    else:
+        key, chain, roots = tls.pem_files()
+        bound = server.add_secure_port(bind, grpc.ssl_server_credentials(
+            [(key, chain)], root_certificates=roots, require_client_auth=roots is not None))
     if bound == 0:
         raise OSError(f"cannot bind the gRPC endpoint to {bind} (port in use?)")
     pb_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, advertise_host or host, bound), server)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class NameServer:
         self.auto_create_topics = auto_create_topics
         self.broker_timeout_s = broker_timeout_s
         self.default_queue_nums = default_queue_nums
+        #: the client context of the requests it sends brokers of other processes (TLS when set)
+        self.outbound_tls: ssl.SSLContext | None = None
         self.handlers = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
@@ -135,7 +138,7 @@ class NameServer:
                 "topic": topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": str(n), "writeQueueNums": str(n),
                 "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
             try:
-                resp = await request(b.broker_addr, cmd)
+                resp = await request(b.broker_addr, cmd, tls=self.outbound_tls)
             except (OSError, TimeoutError) as exc:
                 log.warning("auto-create of topic %s on broker %s at %s failed: %s", topic, b.broker_name,
                             b.broker_addr, exc)

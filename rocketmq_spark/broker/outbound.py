@@ -4,6 +4,7 @@ name server creating a topic on a broker): one request per connection, on the ev
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from ..codec import split_host
 from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand, read_frame_length
@@ -12,11 +13,12 @@ __all__ = ["request"]
 
 
 async def request(address: str, cmd: RemotingCommand, timeout_s: float = 3.0,
-                  max_frame: int = DEFAULT_MAX_FRAME) -> RemotingCommand:
-    """Send ``cmd`` to ``address`` and return the response. Raises OSError (connection) or
-    TimeoutError; the caller names the address and the operation in what it reports."""
+                  max_frame: int = DEFAULT_MAX_FRAME, tls: ssl.SSLContext | None = None) -> RemotingCommand:
+    """Send ``cmd`` to ``address`` (over TLS with the client context ``tls``) and return the
+    response. Raises OSError (connection, TLS) or TimeoutError; the caller names the address and
+    the operation in what it reports."""
     host, port = split_host(address)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls), timeout_s)
     try:
         writer.write(cmd.encode())
         await writer.drain()

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import shutil
+import ssl
 import tempfile
 import threading
 import zlib
@@ -24,6 +25,7 @@ from typing import Any
 
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import DEFAULT_MAX_FRAME, RemotingCommand
+from ..tls import ServerTls
 from .broker import Broker
 from .config import BrokerConfig
 from .connection import Connection, ManyHandler
@@ -41,10 +43,13 @@ def _fmt(host: str, port: int) -> str:
 
 
 class _Listeners:
-    """TCP listeners whose connections dispatch remoting requests; closes them all."""
+    """TCP listeners whose connections dispatch remoting requests (over TLS only, when ``tls``);
+    closes them all."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, tls: ServerTls | None = None) -> None:
         self.max_frame = max_frame
+        self.tls = tls
+        self._ssl: ssl.SSLContext | None = tls.server_context() if tls is not None else None
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: set[Connection] = set()
 
@@ -61,7 +66,9 @@ class _Listeners:
             self._conns.add(conn)
             return conn
 
-        srv = await asyncio.get_running_loop().create_server(make, host, port)
+        # a client that does not start a TLS handshake fails it at its first bytes and is hung up on
+        srv = await asyncio.get_running_loop().create_server(make, host, port, ssl=self._ssl,
+                                                             ssl_handshake_timeout=10.0 if self._ssl else None)
         self._servers.append(srv)
         return int(srv.sockets[0].getsockname()[1])
 
@@ -77,14 +84,17 @@ class _Listeners:
 
 
 class NamesrvServer(_Listeners):
-    """A name server listening on ``host:port`` (0: ephemeral)."""
+    """A name server listening on ``host:port`` (0: ephemeral), TLS only with ``tls``."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9876, *, auto_create_topics: bool = True,
-                 broker_timeout_s: float = 120.0, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        super().__init__(max_frame)
+                 broker_timeout_s: float = 120.0, max_frame: int = DEFAULT_MAX_FRAME,
+                 tls: ServerTls | None = None) -> None:
+        super().__init__(max_frame, tls)
         self.host = host
         self.port = port
         self.namesrv = NameServer(auto_create_topics=auto_create_topics, broker_timeout_s=broker_timeout_s)
+        if tls is not None:
+            self.namesrv.outbound_tls = tls.outbound().context(f"{host}:{port}")
 
     @property
     def addr(self) -> str:
@@ -113,16 +123,19 @@ class BrokerServer(_Listeners):
         namesrv: NameServer | None = None,
         namesrv_addrs: Sequence[str] = (),
     ) -> None:
-        super().__init__(max_frame)
+        super().__init__(max_frame, config.tls)
         self.config = config
         self.broker_port = broker_port
+        #: the client context of its requests to remote name servers (TLS when ``config.tls``)
+        self._outbound_tls = config.tls.outbound().context(self.namesrv_addr_hint(namesrv_addrs)) \
+            if config.tls is not None else None
         #: None: no gRPC endpoint (grpcio is then not even imported).
         self.grpc_port = grpc_port
         self.namesrv_addrs = list(namesrv_addrs)
         self.own_namesrv: NamesrvServer | None = None
         if namesrv is None and not self.namesrv_addrs and namesrv_port is not None:
             self.own_namesrv = NamesrvServer(config.host, namesrv_port, auto_create_topics=config.auto_create_topics,
-                                             max_frame=max_frame)
+                                             max_frame=max_frame, tls=config.tls)
             namesrv = self.own_namesrv.namesrv
         self.namesrv = namesrv
         self.broker: Broker | None = None
@@ -130,6 +143,10 @@ class BrokerServer(_Listeners):
         self.remoting: RemotingService | None = None
         self._grpc_server: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def namesrv_addr_hint(addrs: Sequence[str]) -> str:
+        return ";".join(addrs) or "name server"
 
     @property
     def host(self) -> str:
@@ -178,7 +195,8 @@ class BrokerServer(_Listeners):
             from .grpc_service import start_grpc_server
 
             self._grpc_server, self.grpc_port = await start_grpc_server(
-                self.broker, self.host, self.grpc_port, self.max_frame, advertise_host=self.config.advertised_host)
+                self.broker, self.host, self.grpc_port, self.max_frame, advertise_host=self.config.advertised_host,
+                tls=self.config.tls)
         log.info("embedded RocketMQ broker %s on %s (gRPC %s), name server %s, data %s", self.config.broker_name,
                  self.broker_addr if self.config.advertise_host is None else f"{self.broker_addr} (bound to "
                  f"{self.bind_addr})", self.grpc_endpoint or "off", self.namesrv_addr or "?", self.config.data_dir)
@@ -224,7 +242,7 @@ class BrokerServer(_Listeners):
                 "brokerId": "0", "haServerAddr": "", "compressed": "false",
                 "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}, body=body)
             try:
-                resp = await request(addr, cmd)
+                resp = await request(addr, cmd, tls=self._outbound_tls)
             except (OSError, TimeoutError) as exc:
                 log.warning("register broker %s with name server %s failed: %s", reg.broker_name, addr, exc)
                 continue
@@ -249,7 +267,7 @@ class BrokerServer(_Listeners):
                 "brokerName": name, "brokerAddr": self.broker_addr, "clusterName": self.config.cluster,
                 "brokerId": "0"})
             try:
-                await request(addr, cmd, timeout_s=1.0)
+                await request(addr, cmd, timeout_s=1.0, tls=self._outbound_tls)
             except (OSError, TimeoutError) as exc:
                 log.info("unregister broker %s from name server %s failed: %s", name, addr, exc)
 
@@ -484,7 +502,8 @@ class EmbeddedCluster(_LoopThread):
         self.configs = {name: BrokerConfig(data_dir=f"{self.data_dir}/{name}", host=host, broker_name=name, **config)
                         for name in self.names}
         self._namesrv = NamesrvServer(host, namesrv_port, auto_create_topics=config.get("auto_create_topics", True),
-                                      broker_timeout_s=broker_timeout_s, max_frame=max_frame)
+                                      broker_timeout_s=broker_timeout_s, max_frame=max_frame,
+                                      tls=config.get("tls"))
         self._ports: dict[str, tuple[int, int | None]] = {n: (0, 0 if grpc else None) for n in self.names}
         self._servers: dict[str, BrokerServer] = {}
 
@@ -565,8 +584,7 @@ class EmbeddedCluster(_LoopThread):
 
 
 def _config_kwargs(cfg: BrokerConfig) -> dict[str, Any]:
-    from dataclasses import asdict
+    from dataclasses import fields
 
-    out = asdict(cfg)
-    out.pop("data_dir")
-    return out
+    # shallow: asdict would turn a ServerTls into a dict
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "data_dir"}

@@ -19,6 +19,7 @@ from ..errors import OptionError
 if TYPE_CHECKING:
     from ..client.remoting import RemotingClient
     from ..remoting.acl import Credentials
+    from ..tls import ServerTls, TlsConfig
 
 PROG = "rocketmq-spark"
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -125,7 +126,87 @@ def client_parent() -> Parser:
                    help="ACL access key: sign every request (default $ROCKETMQ_ACCESS_KEY)")
     p.add_argument("--secret-key", default=None, metavar="SK",
                    help="ACL secret key (default $ROCKETMQ_SECRET_KEY; the variable keeps it out of `ps`)")
+    add_tls_client_args(p)
     return p
+
+
+def add_tls_client_args(p: argparse.ArgumentParser) -> None:
+    """The reader's and writer's TLS options as flags (option tls -> --tls, tlsCaFile -> --tls-ca-file, ...)."""
+    p.add_argument("--tls", action="store_true", help="connect over TLS (name servers and brokers)")
+    p.add_argument("--tls-ca-file", metavar="PEM", help="(with --tls) trust these CA certificates instead of the "
+                   "system's")
+    p.add_argument("--tls-cert-file", metavar="PEM", help="(with --tls) client certificate for mutual TLS "
+                   "(with --tls-key-file)")
+    p.add_argument("--tls-key-file", metavar="PEM", help="(with --tls) the client certificate's private key")
+    p.add_argument("--no-tls-verify-hostname", action="store_true",
+                   help="(with --tls) accept a server certificate that does not name the host connected to")
+
+
+def _flag(option: str) -> str:
+    """The CLI flag of a TLS option (tlsCaFile -> --tls-ca-file)."""
+    if option == "tlsVerifyHostname":
+        return "--no-tls-verify-hostname"
+    return "--" + "".join(f"-{c.lower()}" if c.isupper() else c for c in option)
+
+
+def tls_of(args: argparse.Namespace | None) -> TlsConfig | None:
+    """The client TLS settings of the --tls flags, by the rules of the tls options
+    (:func:`rocketmq_spark.options.tls_config`), worded as flags."""
+    from ..options import tls_config
+
+    opts = {"tls": "true" if getattr(args, "tls", False) else "false",
+            "tlsCaFile": getattr(args, "tls_ca_file", None), "tlsCertFile": getattr(args, "tls_cert_file", None),
+            "tlsKeyFile": getattr(args, "tls_key_file", None),
+            "tlsVerifyHostname": "false" if getattr(args, "no_tls_verify_hostname", False) else None}
+    try:
+        return tls_config({k: v for k, v in opts.items() if v is not None})
+    except OptionError as exc:
+        accepted = exc.accepted
+        for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsVerifyHostname", "tls=true"):
+            accepted = accepted.replace(name, "--tls" if name == "tls=true" else _flag(name))
+        shown = f" {exc.value}" if isinstance(exc.value, str) and exc.option != "tlsVerifyHostname" else ""
+        raise CliError(f"{_flag(exc.option)}{shown}: {accepted}") from None
+
+
+def add_tls_server_args(p: argparse.ArgumentParser, *, outbound: bool) -> None:
+    """TLS of the embedded servers' ports (``outbound``: the broker's own connections too)."""
+    p.add_argument("--tls-cert-file", metavar="PEM", help="serve TLS only (plaintext clients are refused, as "
+                   "tls.server.mode=enforcing does): the server certificate (chain), with --tls-key-file")
+    p.add_argument("--tls-key-file", metavar="PEM", help="the server certificate's private key")
+    p.add_argument("--tls-client-ca-file", metavar="PEM", help="mutual TLS: clients must present a certificate "
+                   "signed by one of these CAs")
+    if outbound:
+        p.add_argument("--tls-ca-file", metavar="PEM", help="CA certificates the broker trusts when it connects "
+                       "to name servers given by --namesrv (default: the system's)")
+
+
+def server_tls_of(args: argparse.Namespace) -> ServerTls | None:
+    """The servers' TLS of --tls-cert-file/--tls-key-file/..., files checked now (one-line errors)."""
+    import ssl
+
+    from ..tls import ServerTls
+
+    cert, key = getattr(args, "tls_cert_file", None), getattr(args, "tls_key_file", None)
+    client_ca, ca = getattr(args, "tls_client_ca_file", None), getattr(args, "tls_ca_file", None)
+    if cert is None and key is None:
+        if client_ca or ca:
+            raise CliError("--tls-client-ca-file and --tls-ca-file need --tls-cert-file and --tls-key-file (the "
+                           "servers' certificate)")
+        return None
+    if cert is None or key is None:
+        missing = "--tls-key-file" if key is None else "--tls-cert-file"
+        raise CliError(f"serving TLS needs both --tls-cert-file and --tls-key-file: {missing} is missing")
+    for flag, path in (("--tls-cert-file", cert), ("--tls-key-file", key), ("--tls-client-ca-file", client_ca),
+                       ("--tls-ca-file", ca)):
+        if path is not None and not os.path.isfile(path):
+            raise CliError(f"{flag} {path}: no such file (a PEM file is expected)")
+    tls = ServerTls(cert, key, client_ca_file=client_ca, ca_file=ca)
+    try:
+        tls.server_context()
+    except ssl.SSLError as exc:
+        raise CliError(f"--tls-cert-file {cert} / --tls-key-file: not a PEM certificate and its private key, or "
+                       f"--tls-client-ca-file holds no PEM certificate ({exc.reason or exc})") from None
+    return tls
 
 
 def json_parent() -> Parser:
@@ -160,7 +241,8 @@ def make_client(namesrv: str, args: argparse.Namespace | None = None) -> Remotin
 
     # A tool should say quickly that an address is wrong: two attempts, a short budget.
     return RemotingClient(namesrv, ClientConfig(connect_timeout_s=3.0, request_timeout_s=10.0, retries=2,
-                                                retry_budget_s=5.0, credentials=_credentials(args)))
+                                                retry_budget_s=5.0, credentials=_credentials(args),
+                                                tls=tls_of(args)))
 
 
 # -- output helpers ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .common import PROG, CliError, Parser, positive_int_arg
+from .common import PROG, CliError, Parser, add_tls_server_args, positive_int_arg, server_tls_of
 
 
 def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -25,6 +25,7 @@ def add_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     n.add_argument("--broker-timeout", type=float, default=120.0, metavar="SECONDS",
                    help="drop a broker from routes after this long without its registration (default 120)")
     n.add_argument("--no-auto-create", action="store_true", help="refuse unknown topics instead of creating them")
+    add_tls_server_args(n, outbound=False)
     n.set_defaults(func=_cmd_namesrv)
 
 
@@ -57,6 +58,7 @@ def _add_broker_args(p: argparse.ArgumentParser) -> None:
                         "server does not check signatures)")
     p.add_argument("--acl-file", metavar="PATH",
                    help='ACL on: a JSON file {"accessKey": "secretKey", ...} (merged with --acl)')
+    add_tls_server_args(p, outbound=True)
 
 
 def _acl_table(args: argparse.Namespace) -> dict[str, str]:
@@ -118,6 +120,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     acl = _acl_table(args)
     if acl:
         extra["acl"] = acl
+    tls = server_tls_of(args)
+    if tls is not None:
+        extra["tls"] = tls
     remote = []
     if args.namesrv:
         try:
@@ -126,7 +131,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             raise CliError(f"--namesrv {args.namesrv!r}: {exc}; expected host:port;host:port") from None
     names = [args.broker_name] if args.brokers == 1 else broker_names(args.brokers)
     namesrv = None if remote else NamesrvServer(args.host, args.namesrv_port,
-                                                auto_create_topics=not args.no_auto_create)
+                                                auto_create_topics=not args.no_auto_create, tls=tls)
     servers = []
     for i, name in enumerate(names):
         config = BrokerConfig(data_dir=data_dir if len(names) == 1 else os.path.join(data_dir, name), host=args.host,
@@ -156,6 +161,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         head = servers[0]
         return {"namesrv": ns_addr(), "broker": head.broker_addr, "grpc": head.grpc_endpoint,
                 "bind": head.bind_addr, "brokerName": head.config.broker_name, "dataDir": data_dir,
+                "tls": tls is not None,
                 "brokers": {s.config.broker_name: {"broker": s.broker_addr, "grpc": s.grpc_endpoint,
                                                    "bind": s.bind_addr} for s in servers}}
 
@@ -168,6 +174,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         if acl:
             lines.append(f"ACL on: requests must be signed by access key {', '.join(sorted(acl))} (the name server "
                          "does not check)")
+        if tls is not None:
+            lines.append("TLS only on every port" + (" (mutual: clients need a certificate)"
+                                                     if tls.client_ca_file else "") + ": connect with --tls")
         lines.append(f"data in {data_dir}; Ctrl-C to stop")
         return "\n".join(lines) + "\n"
 
@@ -179,7 +188,7 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
     from ..broker.server import NamesrvServer
 
     server = NamesrvServer(args.host, args.port, auto_create_topics=not args.no_auto_create,
-                           broker_timeout_s=args.broker_timeout)
+                           broker_timeout_s=args.broker_timeout, tls=server_tls_of(args))
 
     def first_line() -> dict[str, Any]:
         return {"namesrv": server.addr}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tls import TlsConfig
 from .connection import RemotingConnection
 from .contract import BrokerClient, CheckHandler
 from .remoting import ClientConfig, Credentials, RemotingClient, parse_namesrv_addr
@@ -18,12 +19,16 @@ __all__ = ["BrokerClient", "CheckHandler", "ClientConfig", "Credentials", "GrpcC
            "RemotingConnection", "connect", "parse_namesrv_addr"]
 
 def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
-            config: ClientConfig | None = None, credentials: Credentials | None = None) -> BrokerClient:
+            config: ClientConfig | None = None, credentials: Credentials | None = None,
+            tls: TlsConfig | None = None) -> BrokerClient:
     """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers.
 
-    ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given."""
+    ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given;
+    so does ``tls`` (:class:`~rocketmq_spark.tls.TlsConfig`) ``config.tls``."""
     if credentials is not None:
         config = (config or ClientConfig()).with_credentials(credentials)
+    if tls is not None:
+        config = (config or ClientConfig()).with_tls(tls)
     if endpoints:
         from .grpc_client import GrpcClient
 

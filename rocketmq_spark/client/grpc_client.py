@@ -57,6 +57,7 @@ from ..errors import (
     RequestTimeoutError,
     RocketMQSparkError,
     SystemBusyError,
+    TlsError,
     TopicNotFoundError,
     explain,
 )
@@ -66,6 +67,7 @@ from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
 from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
+from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
 from .contract import CheckHandler, GroupPresence, QueueStatus
 from .many import SequentialManyQueueCalls
 from .membership import GrpcGroupMember
@@ -112,9 +114,48 @@ def _status_error(status: pb.Status, *, address: str, operation: str) -> BrokerE
     return cls(int(status.code), explain(f"{name}: {status.message}"), address=address, operation=operation)
 
 
-def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str) -> RocketMQSparkError:
+def _tls_fault(detail: str, address: str, operation: str, tls: TlsConfig | None) -> TlsError | None:
+    """The TlsError an UNAVAILABLE call means, if it means one (gRPC words TLS faults in its
+    status detail; a plaintext channel to a TLS-only server sees the connection closed, and a
+    probe tells that server apart from one that is down)."""
+    low = detail.lower()
+    if tls is not None:
+        if "hostname verification" in low:
+            return TlsError(address, operation, f"certificate verify failed ({detail}): the server's certificate does "
+                            "not name the host connected to; connect by a name or address the certificate lists "
+                            "(gRPC always checks it)")
+        if "certificate_verify_failed" in low or "certificate verify failed" in low:
+            return TlsError(address, operation, f"certificate verify failed ({detail}): set tlsCaFile to the PEM file "
+                            "of the CA that signed the server's certificate, and connect by a name or address the "
+                            "certificate lists (gRPC always checks it)")
+        if "handshake" in low or "wrong_version_number" in low or "ssl" in low or "tls" in low:
+            return TlsError(address, operation, f"the TLS handshake failed ({detail}): if the endpoint serves "
+                            "plaintext set tls=false; if it requires a client certificate set tlsCertFile and "
+                            "tlsKeyFile")
+        host, _, port = address.rpartition(":")
+        if (tls.cert_file is None and "refused" not in low and port.isdigit()
+                and probe_hangs_up_after_handshake(tls.context(address), host.strip("[]"), int(port), 3.0)):
+            return TlsError(address, operation, f"the endpoint ends every TLS session right after the handshake "
+                            f"({detail}): it requires a client certificate (mutual TLS); set tlsCertFile and "
+                            "tlsKeyFile")
+        return None
+    if "refused" in low or "deadline" in low:
+        return None
+    host, _, port = address.rpartition(":")
+    if port.isdigit() and probe_tls(host.strip("[]"), int(port), 3.0):
+        return TlsError(address, operation, f"the endpoint requires TLS: it hung up on a plaintext call ({detail}) "
+                        "and accepts a TLS handshake; set tls=true (CLI: --tls)")
+    return None
+
+
+def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str,
+               tls: TlsConfig | None = None) -> RocketMQSparkError:
     code = exc.code() if isinstance(exc, grpc.Call) else None
     detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        tls_error = _tls_fault(str(detail), address, operation, tls)
+        if tls_error is not None:
+            return tls_error
     if code == grpc.StatusCode.UNIMPLEMENTED:
         hint = (" (released RocketMQ 5 proxies do not serve pulls or consumer offsets over gRPC): read this "
                 "cluster over remoting with the option namesrvAddr, its name server list host:port;host:port"
@@ -144,6 +185,10 @@ class GrpcClient(SequentialManyQueueCalls):
         if not self.endpoints:
             raise ValueError("no gRPC endpoint given")
         self.config = config or ClientConfig()
+        if self.config.tls is not None and not self.config.tls.verify_hostname:
+            raise OptionError("tlsVerifyHostname", "false", "gRPC (option endpoints) always checks that the server's "
+                              "certificate names the host connected to: connect by a name or address the certificate "
+                              "lists and leave tlsVerifyHostname=true, or read and write over remoting (namesrvAddr)")
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -170,10 +215,18 @@ class GrpcClient(SequentialManyQueueCalls):
         with self._lock:
             entry = self._channels.get(address)
             if entry is None:
-                channel = grpc.insecure_channel(address, options=[
+                options = [
                     ("grpc.max_receive_message_length", _MAX_MESSAGE),
                     ("grpc.max_send_message_length", _MAX_MESSAGE),
-                ])
+                ]
+                tls = self.config.tls
+                if tls is None:
+                    channel = grpc.insecure_channel(address, options=options)
+                else:
+                    roots, key, chain = tls.pem_files(address)
+                    creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
+                                                         certificate_chain=chain)
+                    channel = grpc.secure_channel(address, creds, options=options)
                 entry = self._channels[address] = (channel, pb_grpc.MessagingServiceStub(channel))
             return entry[1]
 
@@ -221,7 +274,7 @@ class GrpcClient(SequentialManyQueueCalls):
             try:
                 resp = method(request, timeout=timeout, metadata=self.metadata())
             except grpc.RpcError as exc:
-                raise _rpc_error(exc, address=address, operation=operation, rpc=rpc) from None
+                raise _rpc_error(exc, address=address, operation=operation, rpc=rpc, tls=self.config.tls) from None
             if resp.status.code not in ok:
                 raise _status_error(resp.status, address=address, operation=operation)
             return resp
@@ -382,7 +435,8 @@ class GrpcClient(SequentialManyQueueCalls):
                 elif kind == "next_offset":
                     next_offset = item.next_offset
         except grpc.RpcError as exc:
-            raise _rpc_error(exc, address=addr, operation=f"pull of {mq}", rpc="PullMessage") from None
+            raise _rpc_error(exc, address=addr, operation=f"pull of {mq}", rpc="PullMessage",
+                             tls=self.config.tls) from None
         code = status.code if status is not None else pb.OK
         if code == pb.OK:
             state = "FOUND" if messages else ("NO_MATCHED_MSG" if next_offset > offset else "NO_NEW_MSG")
@@ -532,7 +586,8 @@ class GrpcClient(SequentialManyQueueCalls):
             try:
                 mapped.set_result(f.result())
             except grpc.RpcError as exc:
-                mapped.set_exception(_rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage"))
+                mapped.set_exception(_rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage",
+                                                tls=self.config.tls))
             except BaseException as exc:
                 mapped.set_exception(exc)
 
@@ -675,7 +730,8 @@ class GrpcClient(SequentialManyQueueCalls):
                     return False
                 err: RocketMQSparkError = _status_error(resp.status, address=addr, operation=f"{what} {t.msg_id}")
             except grpc.RpcError as exc:
-                err = _rpc_error(exc, address=addr, operation=f"{what} {t.msg_id}", rpc="EndTransaction")
+                err = _rpc_error(exc, address=addr, operation=f"{what} {t.msg_id}", rpc="EndTransaction",
+                                 tls=self.config.tls)
             except TimeoutError:
                 err = RequestTimeoutError(addr, f"{what} {t.msg_id}",
                                           f"no answer within {self.config.request_timeout_s:g}s")

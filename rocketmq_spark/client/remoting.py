@@ -214,7 +214,8 @@ class RemotingClient(RemotingAdmin):
                 # send_many, replies to check-backs, callers using connection() directly) is covered.
                 conn = RemotingConnection(address, connect_timeout_s=self.config.connect_timeout_s,
                                           on_request=self._on_broker_request,
-                                          signer=self._sign if self.config.credentials is not None else None)
+                                          signer=self._sign if self.config.credentials is not None else None,
+                                          tls=self.config.tls)
                 self._conns[address] = conn
                 self._opened[address] = self._opened.get(address, 0) + 1
             return conn

@@ -13,6 +13,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 
 from ..errors import RequestTimeoutError, RocketMQSparkError
 from ..remoting.acl import Credentials
+from ..tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +23,14 @@ T = TypeVar("T")
 
 
 class ClientConfig:
-    """Timeouts (seconds), retry bounds and ACL credentials of a client.
+    """Timeouts (seconds), retry bounds, ACL credentials and TLS settings of a client.
 
     A request unanswered after ``request_timeout_s`` fails with RequestTimeoutError; a call
     makes up to ``retries`` attempts within ``retry_budget_s`` from its first (see
     :func:`retrying`). With ``credentials`` every request the client sends is signed (ACL 1.0, see
-    :mod:`rocketmq_spark.remoting.acl`). The config pickles (Spark ships clients to executors),
-    its repr masks the secret."""
+    :mod:`rocketmq_spark.remoting.acl`). With ``tls`` every connection (name servers, brokers,
+    gRPC endpoints) is TLS (:class:`~rocketmq_spark.tls.TlsConfig`). The config pickles (Spark
+    ships clients to executors), its repr masks the secret."""
 
     __slots__ = (
         "backoff_max_s",
@@ -38,11 +40,12 @@ class ClientConfig:
         "retries",
         "retry_budget_s",
         "route_refresh_s",
+        "tls",
     )
 
     def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
                  retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, tls: TlsConfig | None = None) -> None:
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
@@ -50,11 +53,18 @@ class ClientConfig:
         self.route_refresh_s = route_refresh_s
         self.backoff_max_s = backoff_max_s
         self.credentials = credentials
+        self.tls = tls
 
     def with_credentials(self, credentials: Credentials | None) -> ClientConfig:
         """A copy of this config with ``credentials`` instead."""
         state = self.__getstate__()
         state["credentials"] = credentials
+        return ClientConfig(**state)
+
+    def with_tls(self, tls: TlsConfig | None) -> ClientConfig:
+        """A copy of this config with ``tls`` instead."""
+        state = self.__getstate__()
+        state["tls"] = tls
         return ClientConfig(**state)
 
     def __repr__(self) -> str:
@@ -66,6 +76,7 @@ class ClientConfig:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.credentials = None  # state pickled before credentials existed
+        self.tls = None
         for k, v in state.items():
             setattr(self, k, v)
 

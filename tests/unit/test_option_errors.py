@@ -66,6 +66,25 @@ def _assert_names(exc: OptionError, option: str, value: object, accepted: str) -
     assert accepted in msg, msg
 
 
+#: a file that exists (the TLS options check only that a path names one)
+HERE = __file__
+MISSING_PEM = "/nonexistent/ca.pem"
+#: the TLS options, the same for the reader and the writer (rocketmq_spark.options.tls_config):
+#: (option the error names, overrides, value the error shows, word of what is accepted)
+TLS_CASES: list[tuple[str, dict[str, object], object, str]] = [
+    ("tls", {"tls": "maybe"}, "maybe", "true or false"),
+    ("tlsCaFile", {"tls": "true", "tlsCaFile": MISSING_PEM}, MISSING_PEM, "no such file"),
+    ("tlsCaFile", {"tls": "true", "tlsCaFile": " "}, " ", "the path of a PEM file of CA certificates"),
+    ("tlsCaFile", {"tlsCaFile": HERE}, HERE, "accepted only with tls=true"),
+    ("tlsCertFile", {"tls": "true", "tlsKeyFile": HERE}, None, "must be given together"),
+    ("tlsCertFile", {"tls": "true", "tlsCertFile": MISSING_PEM, "tlsKeyFile": HERE}, MISSING_PEM, "no such file"),
+    ("tlsKeyFile", {"tls": "true", "tlsCertFile": HERE}, None, "must be given together"),
+    ("tlsKeyFile", {"tls": "true", "tlsCertFile": HERE, "tlsKeyFile": MISSING_PEM}, MISSING_PEM, "no such file"),
+    ("tlsVerifyHostname", {"tls": "true", "tlsVerifyHostname": "perhaps"}, "perhaps", "true or false"),
+    ("tlsVerifyHostname", {"tlsVerifyHostname": "false"}, "false", "accepted only with tls=true"),
+]
+
+
 # -- reader ------------------------------------------------------------------------------
 
 #: (option the error names, overrides of READER_BASE, stream?, value the error shows, word of
@@ -165,6 +184,7 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("secretKey", {"accessKey": AK}, True, None, "must be given together"),
     ("secretKey", {"accessKey": AK, "secretKey": ""}, False, None, "must be given together"),
     ("securityToken", {"securityToken": TOKEN}, True, "***", "together with accessKey and secretKey"),
+    *((option, overrides, True, value, accepted) for option, overrides, value, accepted in TLS_CASES),
 ]
 
 #: Options that accept any string, so they have no invalid value to test.
@@ -294,6 +314,7 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
      "maybe", "true or false"),
     ("endpoints", {"namesrvAddr": DROP, "endpoints": "h:8081", "delivery": "send-back", "consumerGroup": "g"},
      "h:8081", "only the remoting protocol has"),
+    *TLS_CASES,
 ]
 
 #: Writer options that accept any string.
