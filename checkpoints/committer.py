@@ -32,6 +32,7 @@ from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import credentials, group_name, topic_name
+from ..options import namespace as namespace_option
 from .offset_store import RETRY_AFTER_S, BrokerOffsetStore
 from .progress import QueueLag, queue_lags
 
@@ -69,24 +70,28 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     ``topics`` limits it to those topics (default: every offset that has the rocketmq
     shape); ``query_name`` to one query. Against brokers with ACL on, pass the query's
     ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
-    reader's. Commit failures are logged with the queue and offset; they never fail the query.
+    reader's. A query reading with the option ``namespace`` needs the same ``namespace`` here
+    (``consumer_group`` and ``topics`` are then the user's names, as in the reader's options;
+    ``group``, ``lag`` and ``committed`` hold the names as they travel). Commit failures are
+    logged with the queue and offset; they never fail the query.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
                  endpoints: str | Sequence[str] | None = None, topics: Sequence[str] | None = None,
                  query_name: str | None = None, measure_lag: bool = True,
                  access_key: str | None = None, secret_key: str | None = None,
-                 security_token: str | None = None) -> None:
+                 security_token: str | None = None, namespace: str | None = None) -> None:
         if not namesrv_addr and not endpoints:
             raise OptionError("namesrv_addr", None, "RocketMQOffsetCommitter needs namesrv_addr (remoting) or "
                                                     "endpoints (gRPC)")
-        group_name("consumer_group", consumer_group)
-        for t in topics or ():
-            topic_name("topics", ",".join(topics or ()), t)
+        # the query's option namespace: the group and topics as they travel, wrapped in it
+        space = namespace_option(namespace)
+        consumer_group = group_name("consumer_group", consumer_group, space)
+        topics = [topic_name("topics", ",".join(topics or ()), t, space) for t in topics or ()]
         # the query's accessKey/secretKey/securityToken, checked by the same rules as its reader's
         creds = credentials({"accessKey": access_key or "", "secretKey": secret_key or "",
                              "securityToken": security_token or ""})
-        self.client = connect(namesrv_addr or (), endpoints, credentials=creds)
+        self.client = connect(namesrv_addr or (), endpoints, credentials=creds, namespace=space)
         self.store = BrokerOffsetStore(self.client, consumer_group, retry_after_s=RETRY_AFTER_S)
         self.group = consumer_group
         self.topics = set(topics) if topics else None

@@ -49,3 +49,6 @@ class QueueRange(InputPartition):
     #: on what it pulled, and again whenever its connection to the broker was replaced: a broker
     #: that lost its store serves other messages at the planned offsets (see :class:`.pull_loop.PullLoop`)
     mark: tuple[int, int] | None = None
+    #: the namespace ``mq`` and ``group`` are wrapped in ("" for none): the task's client names
+    #: it, and the rows it yields name the user's topics (see rocketmq_spark.namespaces)
+    namespace: str = ""

@@ -18,12 +18,16 @@ __all__ = ["BrokerClient", "CheckHandler", "ClientConfig", "Credentials", "GrpcC
            "RemotingConnection", "connect", "parse_namesrv_addr"]
 
 def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
-            config: ClientConfig | None = None, credentials: Credentials | None = None) -> BrokerClient:
+            config: ClientConfig | None = None, credentials: Credentials | None = None,
+            namespace: str | None = None) -> BrokerClient:
     """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers.
 
-    ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given."""
+    ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given,
+    ``namespace`` (the one the names given to the client are wrapped in) ``config.namespace``."""
     if credentials is not None:
         config = (config or ClientConfig()).with_credentials(credentials)
+    if namespace:
+        config = (config or ClientConfig()).with_namespace(namespace)
     if endpoints:
         from .grpc_client import GrpcClient
 
