@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -853,7 +854,7 @@ def stamp_namespace(message: Any, namespace: str) -> None:
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
-        items = value if field.label == field.LABEL_REPEATED else (value,)
+        items = (value,) if isinstance(value, ProtoMessage) else value  # else a repeated field
         if field.message_type.full_name == _RESOURCE:
             for item in items:
                 item.resource_namespace = namespace
