@@ -8,6 +8,7 @@ tests/java_peer/JavaPeer.java (rocketmq-client 5.5.0); each peer command is one 
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -136,6 +137,11 @@ def test_spark_writes_over_grpc_java_consumes_in_the_namespace(spark, broker, pe
     lines = peer("pull", {"namesrv": broker.namesrv_addr, "namespace": ns, "topic": topic, "group": group,
                           "fromOffsets": "earliest", "count": 5, "timeoutMs": 30_000})
     assert _bodies(lines) == sorted(f"grpc-{i}" for i in range(5))
+    if not broker.is_real:  # the real 5.x proxy serves no pulls over gRPC
+        rows = (spark.read.format("rocketmq").option("endpoints", broker.grpc_endpoint).option("namespace", ns)
+                .option("topic", topic).load().collect())
+        assert sorted(bytes(r.body).decode() for r in rows) == sorted(f"grpc-{i}" for i in range(5))
+        assert {r.topic for r in rows} == {topic}
 
 
 def test_java_consumer_resumes_where_spark_committed_the_groups_offsets(spark, broker, client, peer,
@@ -178,3 +184,34 @@ def test_namespace_v2_fields_leave_names_as_they_are(spark, broker, client, peer
     assert [s["status"] for s in sent] == ["SEND_OK"], sent
     rows = spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load()
     assert [bytes(r.body) for r in rows.collect()] == [b"v2"]
+
+
+def test_cli_commands_take_the_namespace(spark, broker, client) -> None:
+    import subprocess
+    import sys
+
+    ns, topic, group = _names(broker)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rocketmq_spark.cli", *args, "-n", broker.namesrv_addr],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    assert cli("topic", "create", "--namespace", ns, topic, "-q", "2").returncode == 0
+    if broker.real is not None:
+        broker.real.topic_route_ready(f"{ns}%{topic}")
+    res = cli("produce", "--namespace", ns, "-t", topic, "--count", "6")
+    assert res.returncode == 0, res.stderr
+    rows = _read(spark, broker, ns, topic)
+    assert len(rows) == 6 and {r.topic for r in rows} == {topic}
+    wire = [MessageQueue(f"{ns}%{topic}", broker.broker_name, q) for q in (0, 1)]
+    client.create_group(f"{ns}%{group}")
+    for q in wire:
+        client.update_consumer_offset(f"{ns}%{group}", q, 1)
+    res = cli("progress", "--namespace", ns, "-g", group, "-t", topic, "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["group"] == f"{ns}%{group}" and out["topics"] == [f"{ns}%{topic}"]  # the names brokers keep
+    assert out["totalLag"] == 4
+
+    bad = cli("produce", "--namespace", "a%b", "-t", topic)
+    assert bad.returncode == 2 and "accepted: letters, digits" in bad.stderr and len(bad.stderr.splitlines()) == 1
