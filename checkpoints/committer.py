@@ -32,6 +32,7 @@ from ..errors import OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import credentials, group_name, tls_config, topic_name
+from ..options import namespace as namespace_option
 from .offset_store import RETRY_AFTER_S, BrokerOffsetStore
 from .progress import QueueLag, queue_lags
 
@@ -71,8 +72,11 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
     reader's. Against brokers that require TLS, pass the query's TLS options: ``tls=True``,
     ``tls_ca_file``, ``tls_cert_file``/``tls_key_file`` (mutual TLS), ``tls_verify_hostname``
-    (options tls, tlsCaFile, ... of the reader, checked by the same rules). Commit failures
-    are logged with the queue and offset; they never fail the query.
+    (options tls, tlsCaFile, ... of the reader, checked by the same rules). A query reading with
+    the option ``namespace`` needs the same ``namespace`` here (``consumer_group`` and ``topics``
+    are then the user's names, as in the reader's options; ``group``, ``lag`` and ``committed``
+    hold the names as they travel). Commit failures are logged with the queue and offset; they
+    never fail the query.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
@@ -81,13 +85,14 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                  access_key: str | None = None, secret_key: str | None = None,
                  security_token: str | None = None, tls: bool = False, tls_ca_file: str | None = None,
                  tls_cert_file: str | None = None, tls_key_file: str | None = None,
-                 tls_verify_hostname: bool = True) -> None:
+                 tls_verify_hostname: bool = True, namespace: str | None = None) -> None:
         if not namesrv_addr and not endpoints:
             raise OptionError("namesrv_addr", None, "RocketMQOffsetCommitter needs namesrv_addr (remoting) or "
                                                     "endpoints (gRPC)")
-        group_name("consumer_group", consumer_group)
-        for t in topics or ():
-            topic_name("topics", ",".join(topics or ()), t)
+        # the query's option namespace: the group and topics as they travel, wrapped in it
+        space = namespace_option(namespace)
+        consumer_group = group_name("consumer_group", consumer_group, space)
+        topics = [topic_name("topics", ",".join(topics or ()), t, space) for t in topics or ()]
         # the query's accessKey/secretKey/securityToken, checked by the same rules as its reader's
         creds = credentials({"accessKey": access_key or "", "secretKey": secret_key or "",
                              "securityToken": security_token or ""})
@@ -95,7 +100,8 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                     "tlsKeyFile": tls_key_file,
                     "tlsVerifyHostname": None if tls_verify_hostname else "false"}
         tls_settings = tls_config({k: v for k, v in tls_opts.items() if v is not None})
-        self.client = connect(namesrv_addr or (), endpoints, credentials=creds, tls=tls_settings)
+        self.client = connect(namesrv_addr or (), endpoints, credentials=creds, tls=tls_settings,
+                              namespace=space)
         self.store = BrokerOffsetStore(self.client, consumer_group, retry_after_s=RETRY_AFTER_S)
         self.group = consumer_group
         self.topics = set(topics) if topics else None

@@ -14,11 +14,13 @@ from collections.abc import Iterable, Mapping
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
 from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
+from .namespaces import NAMESPACE_RULE, namespace_problem, wrap
 from .remoting.acl import Credentials
 from .tls import TlsConfig
 
 __all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name",
-           "namesrv_list", "parse_bool", "parse_positive_int", "positive_int", "tls_config", "topic_name"]
+           "namespace", "namesrv_list", "parse_bool", "parse_positive_int", "positive_int", "tls_config",
+           "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -48,20 +50,40 @@ def canonical_options(options: Mapping[str, str], names: Iterable[str], *,
     return out
 
 
-def topic_name(name: str, raw: str, topic: str) -> str:
-    """``topic`` (one name given by option or column ``name`` as ``raw``) if RocketMQ accepts it."""
-    problem = topic_problem(topic)
+def topic_name(name: str, raw: str, topic: str, namespace: str = "") -> str:
+    """``topic`` (one name given by option or column ``name`` as ``raw``) if RocketMQ accepts it;
+    with a ``namespace``, as it travels (wrapped in the namespace), which is what is checked."""
+    wire = wrap(namespace, topic)
+    problem = topic_problem(wire)
     if problem:
-        raise OptionError(name, raw, f"{topic!r}: {problem} ({TOPIC_RULE})")
-    return topic
+        shown = f"{topic!r} (sent as {wire!r})" if wire != topic else repr(topic)
+        raise OptionError(name, raw, f"{shown}: {problem} ({TOPIC_RULE})")
+    return wire
 
 
-def group_name(name: str, raw: str) -> str:
-    """The consumer or producer group given by option ``name`` if RocketMQ accepts it."""
-    problem = group_problem(raw)
+def group_name(name: str, raw: str, namespace: str = "") -> str:
+    """The consumer or producer group given by option ``name`` if RocketMQ accepts it; with a
+    ``namespace``, as it travels (wrapped in the namespace), which is what is checked."""
+    wire = wrap(namespace, raw)
+    problem = group_problem(wire)
     if problem:
-        raise OptionError(name, raw, f"{problem} ({GROUP_RULE})")
-    return raw
+        shown = f" (sent as {wire!r})" if wire != raw else ""
+        raise OptionError(name, raw, f"{problem}{shown} ({GROUP_RULE})")
+    return wire
+
+
+# -- namespaces (the option namespace of the reader, the writer, the committer and the CLI) --
+
+def namespace(raw: str | None) -> str:
+    """The option namespace: "" when not given or blank; else the namespace the Java client's
+    ``setNamespace`` would wrap names in (see :mod:`rocketmq_spark.namespaces`)."""
+    value = (raw or "").strip()
+    if not value:
+        return ""
+    problem = namespace_problem(value)
+    if problem:
+        raise OptionError("namespace", raw, f"{problem}; {NAMESPACE_RULE}")
+    return value
 
 
 def parse_bool(name: str, raw: str) -> bool:

@@ -19,7 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..client import Credentials
+from ..client import BrokerClient, Credentials, connect
 from ..errors import OptionError
 from ..options import (
     CREDENTIAL_OPTIONS,
@@ -28,6 +28,7 @@ from ..options import (
     credentials,
     endpoint_list,
     group_name,
+    namespace,
     namesrv_list,
     parse_bool,
     positive_int,
@@ -40,7 +41,8 @@ __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
           "maxMessageSize", "compressThreshold", "consumerGroup", "maxReconsumeTimes", "errorColumn",
-          "failOnDataLoss", *CREDENTIAL_OPTIONS, *TLS_OPTIONS)
+          "failOnDataLoss", *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
+          "namespace")
 _DELIVERIES = ("at-least-once", "exactly-once", "send-back")
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
 _HIDDEN = ("checkpointLocation", "path")
@@ -72,6 +74,10 @@ class WriterOptions:
     fail_on_data_loss: bool = True
     #: TLS of every connection (options tls, tlsCaFile, tlsCertFile, tlsKeyFile, tlsVerifyHostname)
     tls: TlsConfig | None = None
+    #: the namespace (option namespace; "" for none): ``topic``, ``producer_group`` and
+    #: ``send_back_group`` are the names as they travel, wrapped in it; a row's topic column
+    #: names the user's topic, wrapped before it is sent (see rocketmq_spark.namespaces)
+    namespace: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -85,6 +91,7 @@ class WriterOptions:
             raise OptionError("namesrvAddr", None, "required (name server list host:port;host:port) unless "
                               "endpoints (gRPC host:port) is given")
         namesrv = namesrv_list(ns) if ns else ()
+        space = namespace(opts.get("namespace"))
         delivery = opts.get("delivery", "at-least-once").strip().lower()
         if delivery not in _DELIVERIES:
             raise OptionError("delivery", opts["delivery"], f"accepted: {', '.join(_DELIVERIES)}")
@@ -93,7 +100,7 @@ class WriterOptions:
             if group is None:
                 raise OptionError("consumerGroup", None, "delivery=send-back gives rows back to a consumer group: "
                                   "required (the group that read them)")
-            group_name("consumerGroup", group)
+            group = group_name("consumerGroup", group, space)
             if endpoints:
                 raise OptionError("endpoints", endpoints, "delivery=send-back gives messages back with "
                                   "CONSUMER_SEND_MSG_BACK, which only the remoting protocol has: use namesrvAddr")
@@ -112,14 +119,13 @@ class WriterOptions:
         if not producer_group.strip():
             raise OptionError("producerGroup", producer_group, "accepted: a non-empty producer group name "
                               "(default rocketmq-spark-producer)")
-        group_name("producerGroup", producer_group)
+        producer_group = group_name("producerGroup", producer_group, space)
         topic_raw = (opts.get("topic") or "").strip()
-        if topic_raw:
-            topic_name("topic", opts["topic"], topic_raw)
         return cls(
             namesrv_addr=namesrv,
             endpoints=";".join(endpoint_list(endpoints)) if endpoints else None,
-            topic=(opts.get("topic") or "").strip() or None,  # blank counts as not given
+            # blank counts as not given
+            topic=topic_name("topic", opts["topic"], topic_raw, space) if topic_raw else None,
             producer_group=producer_group,
             exactly_once=delivery == "exactly-once",
             max_batch_messages=positive_int("maxBatchMessages", opts.get("maxBatchMessages", "512")),
@@ -133,7 +139,14 @@ class WriterOptions:
             error_column=(opts.get("errorColumn") or "error").strip() or "error",
             fail_on_data_loss=fail_on_data_loss,
             tls=tls_config(opts),
+            namespace=space,
         )
+
+    def connect(self, *, endpoints: bool = True) -> BrokerClient:
+        """A client of the writer's brokers: its credentials, TLS and namespace; over gRPC when
+        the options give ``endpoints`` (unless ``endpoints=False``: a remoting-only call)."""
+        return connect(self.namesrv_addr, self.endpoints if endpoints else None, credentials=self.credentials,
+                       tls=self.tls, namespace=self.namespace)
 
     @property
     def send_back(self) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from ..client import BrokerClient, connect
+from ..client import BrokerClient
 from ..errors import (
     ConnectionFailedError,
     DataLossError,
@@ -503,7 +503,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
         raise OptionError("checkpointLocation", None, "delivery=exactly-once needs a checkpointLocation")
     rows = rows if rows is not None else _Rows({}, {})
     txlog = TxLog(opts.checkpoint_location)
-    client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials, tls=opts.tls)
+    client = opts.connect()
     try:
         if txlog.read(batch_id) is None:
             _commit_first(client, opts, txlog, batch_id, txns, rows)
@@ -595,7 +595,7 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
     log_ = TxLog(opts.checkpoint_location) if opts.checkpoint_location and batch_id is not None else None
     recorded = set(log_.txns(batch_id)) if log_ is not None and batch_id is not None and \
         log_.read(batch_id) is not None else set()
-    client = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials, tls=opts.tls)
+    client = opts.connect()
     # by position: a replay's halves carry the recorded ids again
     todo = [t for t in txns if t not in recorded]
     try:

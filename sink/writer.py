@@ -31,7 +31,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
 )
 
-from ..client import BrokerClient, connect
+from ..client import BrokerClient
 from ..client.contract import Answer
 from ..codec import (
     BatchEntry,
@@ -54,6 +54,7 @@ from ..errors import (
 )
 from ..model import MessageQueue
 from ..names import retry_topic
+from ..namespaces import wrap
 from ..options import topic_name
 from .encode import (
     SetByColumnError,
@@ -140,8 +141,7 @@ class _Sender:
         self.batch_id = batch_id
         self.partition, self.attempt = _task_identity()
         self.txlog = TxLog(opts.checkpoint_location) if opts.exactly_once and opts.checkpoint_location else None
-        self.client: BrokerClient = connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials,
-                                            tls=opts.tls)
+        self.client: BrokerClient = opts.connect()
         self._queues: dict[str, list[MessageQueue]] = {}
         self._rr = random.randrange(1 << 16)  # tasks start at different queues (and brokers)
         #: which attempt of the task sent a half message (in its tag): ids repeat across attempts
@@ -164,7 +164,8 @@ class _Sender:
         #: half messages waiting to go out with their burst: (queue, request, entry, sysFlag, UNIQ_KEY)
         self._queued: list[tuple[MessageQueue, Any, list[BatchEntry], int, str]] = []
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
-        self._checked_topics: set[str] = set()
+        #: a row's topic -> the name it is sent to (wrapped in the namespace), checked
+        self._wire_topics: dict[str, str] = {}
         self._paused: dict[str, float] = {}  # broker -> monotonic time until which it is skipped
         #: what a half message's properties end with: TRAN_MSG, its producer group and the
         #: TX_TAG ``<batchId>:<partition>:<attempt>:<sinkId>:<nonce>`` check-backs are answered by
@@ -270,11 +271,14 @@ class _Sender:
             self.rows += 1
             raw_body = body[i]
             b, sys_flag = self._body(raw_body, row_index)
-            t = topic[i] or default_topic
-            if not t:
+            t = topic[i]
+            if t:
+                t = self._check_topic(t)
+            elif default_topic:
+                t = default_topic
+            else:
                 raise OptionError("column topic", None, f"partition {self.partition} row {row_index}: no topic "
                                   "(column null and no option topic)")
-            self._check_topic(t)
             tg, ks, g = tag[i], keys_text(keys[i]), group[i]
             uniq = self._uniq()
             ms = deliver_millis(deliver[i])
@@ -352,11 +356,13 @@ class _Sender:
         self._seq += 1
         return f"{self._uniq_prefix}{self._seq:010X}"
 
-    def _check_topic(self, topic: str) -> None:
-        """Each distinct topic name checked once, before anything of it is sent."""
-        if topic not in self._checked_topics:
-            topic_name("column topic", topic, topic)
-            self._checked_topics.add(topic)
+    def _check_topic(self, topic: str) -> str:
+        """A row's topic as it travels (wrapped in the namespace); each distinct name checked
+        once, before anything of it is sent."""
+        wire = self._wire_topics.get(topic)
+        if wire is None:
+            wire = self._wire_topics[topic] = topic_name("column topic", topic, topic, self.opts.namespace)
+        return wire
 
     def _buffer(self, topic: str, group: str | None, entry: BatchEntry) -> None:
         key = (topic, group or None)  # one batch never mixes message groups
@@ -513,7 +519,7 @@ def send_back_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch]) -> Ta
     RETRY_TOPIC, ORIGIN_MESSAGE_ID and the reconsume times, delayed by level 3 + those times."""
     group = opts.send_back_group or ""
     partition, _ = _task_identity()
-    client = connect(opts.namesrv_addr, None, credentials=opts.credentials, tls=opts.tls)
+    client = opts.connect(endpoints=False)
     rows = 0
     try:
         for batch in batches:
@@ -526,7 +532,8 @@ def send_back_rows(opts: WriterOptions, batches: Iterator[pa.RecordBatch]) -> Ta
                     raise OptionError("columns topic, broker, queueId, queueOffset", None,
                                       f"partition {partition} row {rows}: null in {where}; delivery=send-back needs "
                                       "where the reader read the row")
-                mq = MessageQueue(str(topic[i]), str(broker[i]), int(qid[i]))
+                # rows as the reader read them name the user's topic
+                mq = MessageQueue(wrap(opts.namespace, str(topic[i])), str(broker[i]), int(qid[i]))
                 rec = _stored(client, mq, int(off[i]))
                 origin = (rec.properties.get(PropertyKey.ORIGIN_MESSAGE_ID) or "").strip() or \
                     offset_msg_id(rec.store_host, rec.physical_offset)
@@ -634,8 +641,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         """Every task succeeded: exactly-once commits their half messages, each once
         (:func:`commit_once`: an END whose answer was lost is looked up, not sent again)."""
         if self.opts.exactly_once:
-            client = connect(self.opts.namesrv_addr, self.opts.endpoints, credentials=self.opts.credentials,
-                             tls=self.opts.tls)
+            client = self.opts.connect()
             try:
                 txns = sorted(_txns(messages))
                 marks = destination_marks(client, txns) if txns else {}

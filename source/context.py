@@ -42,7 +42,7 @@ class QueryContext:
         if self._client is None:
             o = self.options
             self._client = connect(o.namesrv_addr, o.endpoints, client_config(o.broker_down_timeout_ms),
-                                   credentials=o.credentials, tls=o.tls)
+                                   credentials=o.credentials, tls=o.tls, namespace=o.namespace)
         return self._client
 
     @property

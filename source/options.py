@@ -7,7 +7,7 @@ naming the option, the value and what is accepted.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -18,6 +18,7 @@ from ..client import Credentials
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS
 from ..errors import OptionError
 from ..names import retry_topic
+from ..namespaces import wrap
 from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
@@ -26,6 +27,7 @@ from ..options import (
     credentials,
     endpoint_list,
     group_name,
+    namespace,
     namesrv_list,
     parse_bool,
     positive_int,
@@ -42,6 +44,7 @@ _NAMES = (
     "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
     "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp", *CREDENTIAL_OPTIONS,
     *TLS_OPTIONS,
+    "namespace",
 )
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
@@ -65,7 +68,9 @@ def _timestamp(name: str, raw: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str) -> Offsets:
+def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str, ns: str = "") -> Offsets:
+    """The offsets of option ``name``; its topics are the user's names (or already wrapped in
+    namespace ``ns``), the result's are the wire names of ``topics``."""
     shape = 'JSON like {"topic":{"broker-a:0":42}} (-2 = earliest, -1 = latest)'
     try:
         offsets = Offsets.from_json(raw, special=True)
@@ -73,6 +78,8 @@ def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str) -
         if exc.queue_key is None:
             raise OptionError(name, raw, f"accepted: {keywords} or {shape}") from None
         raise OptionError(name, raw, f"{exc}; accepted: {shape}") from None
+    if ns:
+        offsets = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in offsets.items())
     for topic in offsets.topics:
         if topic not in topics:
             raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: topics of the option topic "
@@ -118,6 +125,9 @@ class ReaderOptions:
     ending_timestamp: int | None = None
     #: TLS of every connection (options tls, tlsCaFile, tlsCertFile, tlsKeyFile, tlsVerifyHostname)
     tls: TlsConfig | None = None
+    #: the namespace (option namespace; "" for none): ``topics`` and ``consumer_group`` are the
+    #: names as they travel, wrapped in it (see rocketmq_spark.namespaces); rows name the user's
+    namespace: str = ""
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -128,9 +138,10 @@ class ReaderOptions:
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
         opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
         namesrv, endpoints = _transport(opts)
-        topics, group, include_retry = _topics_and_group(opts, endpoints)
-        starting, starting_json = _starting(opts, topics, group, stream)
-        ending, ending_json = _ending(opts, topics, stream)
+        ns = namespace(opts.get("namespace"))
+        topics, group, include_retry = _topics_and_group(opts, endpoints, ns)
+        starting, starting_json = _starting(opts, topics, group, stream, ns)
+        ending, ending_json = _ending(opts, topics, stream, ns)
         cfw = opts.get("consumeFromWhere", "latest" if stream else "earliest").strip().lower()
         if cfw not in ("earliest", "latest"):
             raise OptionError("consumeFromWhere", opts["consumeFromWhere"], "accepted: earliest or latest")
@@ -169,6 +180,7 @@ class ReaderOptions:
             filter_pushdown=parse_bool("filterPushdown", opts.get("filterPushdown", "false")),
             ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
             tls=tls_config(opts),
+            namespace=ns,
         )
 
 
@@ -188,18 +200,18 @@ def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
     return namesrv, endpoints
 
 
-def _topics_and_group(opts: Mapping[str, str], endpoints: str | None
+def _topics_and_group(opts: Mapping[str, str], endpoints: str | None, ns: str = ""
                       ) -> tuple[tuple[str, ...], str | None, bool]:
     """(topics, consumer group, includeRetryTopic): the topics with the group's retry topic when
-    includeRetryTopic asks for it."""
+    includeRetryTopic asks for it; names as they travel (wrapped in namespace ``ns``)."""
     topic_raw = opts.get("topic", "")
-    topics = tuple(topic_name("topic", topic_raw, t.strip()) for t in topic_raw.split(",") if t.strip())
+    topics = tuple(topic_name("topic", topic_raw, t.strip(), ns) for t in topic_raw.split(",") if t.strip())
     if not topics:
         raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
     group_raw = opts.get("consumerGroup")
     group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
     if group is not None:
-        group_name("consumerGroup", group)
+        group = group_name("consumerGroup", group, ns)
     include_retry = parse_bool("includeRetryTopic", opts.get("includeRetryTopic", "false"))
     if include_retry:
         if not group:
@@ -213,7 +225,7 @@ def _topics_and_group(opts: Mapping[str, str], endpoints: str | None
     return topics, group, include_retry
 
 
-def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | None, stream: bool
+def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | None, stream: bool, ns: str = ""
               ) -> tuple[str, Offsets | None]:
     """(startingOffsets: group, earliest, latest or json; the offsets when json). A stream needs
     a consumerGroup (its offsets are kept for it), and so does startingOffsets=group."""
@@ -223,7 +235,7 @@ def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | Non
     if low in ("group", "earliest", "latest"):
         starting = low
     else:
-        starting_json = _offsets_json("startingOffsets", starting_raw, topics, "group, earliest, latest")
+        starting_json = _offsets_json("startingOffsets", starting_raw, topics, "group, earliest, latest", ns)
         starting = "json"
     if stream and not group:
         raise OptionError("consumerGroup", opts.get("consumerGroup") or None,
@@ -233,7 +245,7 @@ def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | Non
     return starting, starting_json
 
 
-def _ending(opts: Mapping[str, str], topics: tuple[str, ...], stream: bool
+def _ending(opts: Mapping[str, str], topics: tuple[str, ...], stream: bool, ns: str = ""
             ) -> tuple[str, Offsets | None]:
     """(endingOffsets: latest or json; the offsets when json): batch reads only."""
     ending_raw = opts.get("endingOffsets", "latest")
@@ -242,7 +254,7 @@ def _ending(opts: Mapping[str, str], topics: tuple[str, ...], stream: bool
                           "ends with its trigger")
     if ending_raw.strip().lower() == "latest":
         return "latest", None
-    return "json", _offsets_json("endingOffsets", ending_raw, topics, "latest")
+    return "json", _offsets_json("endingOffsets", ending_raw, topics, "latest", ns)
 
 
 def asked_columns(asked: StructType, retry_columns: bool = False) -> tuple[str, ...] | None:

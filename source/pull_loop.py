@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult
 from ..names import RETRY_PREFIX
+from ..namespaces import unwrap_columns
 from ..offsets import Mark
 from .context import client_config
 from .marks import iso, store_time_in
@@ -56,7 +57,7 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     errors."""
     own = client is None
     c = client or connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
-                          credentials=part.credentials, tls=part.tls)
+                          credentials=part.credentials, tls=part.tls, namespace=part.namespace)
     if part.broker_addr:
         c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = tag_set(subscribed_tags(part.sub_expression))
@@ -65,6 +66,8 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
             batch = only_subscribed(batch, tags)
             if part.columns is not None and tuple(batch.schema.names) != part.columns:
                 batch = batch.select(list(part.columns))
+            if part.namespace and batch.num_rows:
+                batch = unwrap_columns(batch, part.namespace)
             if batch.num_rows:
                 yield batch
     finally:

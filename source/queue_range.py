@@ -52,3 +52,6 @@ class QueueRange(InputPartition):
     mark: tuple[int, int] | None = None
     #: TLS of the task's connections (paths: the executor reads the files)
     tls: TlsConfig | None = None
+    #: the namespace ``mq`` and ``group`` are wrapped in ("" for none): the task's client names
+    #: it, and the rows it yields name the user's topics (see rocketmq_spark.namespaces)
+    namespace: str = ""

@@ -36,7 +36,7 @@ from ..codec import MessageRecord, decode_record, encode_properties, iter_record
 from ..codec.tags import tag_filter
 from ..errors import ProtocolError
 from ..proto import pb, pb_grpc
-from ..proto.messages import message_to_properties, millis, record_to_message, set_millis
+from ..proto.messages import message_to_properties, millis, name_resource, record_to_message, set_millis
 from ..remoting.acl import verify_grpc_metadata
 from ..remoting.codes import RequestCode, ResponseCode
 from ..tls import ServerTls
@@ -180,7 +180,7 @@ class MessagingServicer(pb_grpc.MessagingServiceServicer):
         kind = _topic_type(self.broker.topics.get(topic))
         accepted = _ACCEPTED_TYPES if kind == "MIXED" else (_TYPE_OF.get(kind, pb.MESSAGE_TYPE_UNSPECIFIED),)
         mq = pb.MessageQueue(id=queue_id, permission=perm, accept_message_types=accepted)
-        mq.topic.name = topic
+        name_resource(mq.topic, topic)
         mq.broker.name = self.broker.config.broker_name
         mq.broker.id = 0
         mq.broker.endpoints.CopyFrom(self._endpoints())

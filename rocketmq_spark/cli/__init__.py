@@ -34,7 +34,17 @@ from ..errors import (
     TopicNotFoundError,
 )
 from . import demo, produce, progress, servers, topic
-from .common import DEFAULT_NAMESRV, PROG, CliError, Parser, client_parent, json_parent, namesrv_arg, namesrv_of
+from .common import (
+    DEFAULT_NAMESRV,
+    PROG,
+    CliError,
+    Parser,
+    apply_namespace,
+    client_parent,
+    json_parent,
+    namesrv_arg,
+    namesrv_of,
+)
 from .common import parse_timestamp as parse_timestamp
 from .produce import ProgressBar as ProgressBar
 from .servers import _acl_table as _acl_table  # the ACL tests call it
@@ -137,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     func: Callable[[argparse.Namespace], int | None] = args.func
     try:
+        apply_namespace(args)
         return int(func(args) or 0)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -126,8 +126,44 @@ def client_parent() -> Parser:
                    help="ACL access key: sign every request (default $ROCKETMQ_ACCESS_KEY)")
     p.add_argument("--secret-key", default=None, metavar="SK",
                    help="ACL secret key (default $ROCKETMQ_SECRET_KEY; the variable keeps it out of `ps`)")
+    p.add_argument("--namespace", type=namespace_arg, default="", metavar="NS",
+                   help="the namespace of the topic and group, as the Java client's setNamespace (and the "
+                        "option namespace) names them: sent as NS%%topic, NS%%group")
     add_tls_client_args(p)
     return p
+
+
+def namespace_arg(value: str) -> str:
+    from ..options import namespace
+
+    try:
+        return namespace(value)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc.accepted}") from None
+
+
+#: the arguments of the client commands that name a topic (``name``: topic create/describe)
+_TOPIC_ARGS = ("topic", "name")
+
+
+def apply_namespace(args: argparse.Namespace) -> None:
+    """With --namespace, the topic and group arguments become the names they travel as (wrapped
+    in the namespace; output then shows those names), once, before a command runs."""
+    from ..options import group_name, topic_name
+
+    space = getattr(args, "namespace", "")
+    if not space:
+        return
+    try:
+        for attr in _TOPIC_ARGS:
+            value = getattr(args, attr, None)
+            if isinstance(value, str) and value:
+                setattr(args, attr, topic_name(attr, value, value, space))
+        group = getattr(args, "group", None)
+        if isinstance(group, str) and group:
+            args.group = group_name("group", group, space)
+    except OptionError as exc:
+        raise CliError(f"{exc.option} {exc.value!r} in namespace {space!r}: {exc.accepted}") from None
 
 
 def add_tls_client_args(p: argparse.ArgumentParser) -> None:

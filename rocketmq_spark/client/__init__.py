@@ -20,15 +20,18 @@ __all__ = ["BrokerClient", "CheckHandler", "ClientConfig", "Credentials", "GrpcC
 
 def connect(namesrv_addr: Sequence[str] | str = (), endpoints: Sequence[str] | str | None = None,
             config: ClientConfig | None = None, credentials: Credentials | None = None,
-            tls: TlsConfig | None = None) -> BrokerClient:
+            tls: TlsConfig | None = None, namespace: str | None = None) -> BrokerClient:
     """A gRPC client when ``endpoints`` are given, else a remoting client of the name servers.
 
     ``credentials`` (ACL access key and secret key) replace ``config.credentials`` when given;
-    so does ``tls`` (:class:`~rocketmq_spark.tls.TlsConfig`) ``config.tls``."""
+    so does ``tls`` (:class:`~rocketmq_spark.tls.TlsConfig`) ``config.tls``, and ``namespace``
+    (the one the names given to the client are wrapped in) ``config.namespace``."""
     if credentials is not None:
         config = (config or ClientConfig()).with_credentials(credentials)
     if tls is not None:
         config = (config or ClientConfig()).with_tls(tls)
+    if namespace:
+        config = (config or ClientConfig()).with_namespace(namespace)
     if endpoints:
         from .grpc_client import GrpcClient
 

@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import Message as ProtoMessage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,6 +63,7 @@ from ..errors import (
     explain,
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
+from ..namespaces import wrap
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata
@@ -227,6 +229,8 @@ class GrpcClient(SequentialManyQueueCalls):
                     creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
                                                          certificate_chain=chain)
                     channel = grpc.secure_channel(address, creds, options=options)
+                if self.config.namespace:
+                    channel = grpc.intercept_channel(channel, _NamespaceStamp(self.config.namespace))
                 entry = self._channels[address] = (channel, pb_grpc.MessagingServiceStub(channel))
             return entry[1]
 
@@ -249,6 +253,8 @@ class GrpcClient(SequentialManyQueueCalls):
             ("x-mq-date-time", date_time),
             ("x-mq-request-id", uuid.uuid4().hex),
         ]
+        if self.config.namespace:
+            out.append(("x-mq-namespace", self.config.namespace))  # as the 5.x Java SDK names it
         creds = getattr(self.config, "credentials", None)
         if creds is not None:
             out.extend(grpc_auth_metadata(creds, date_time))
@@ -311,6 +317,8 @@ class GrpcClient(SequentialManyQueueCalls):
         req.endpoints.addresses.add(host=host.strip("[]"), port=int(port))
         resp = self._access_point("QueryRoute", req, f"route lookup of topic {topic!r}")
         queues = list(resp.message_queues)
+        for q in queues:  # a 5.x proxy names the namespace apart: requests name the queues as brokers do
+            q.topic.name = wire_name(q.topic)
         for q in queues:
             addrs = q.broker.endpoints.addresses
             if addrs:
@@ -876,8 +884,8 @@ class _Telemetry:
         if decision is None:
             return  # still undecided: the server asks again
         try:
-            self.client.end_transaction("", topic=msg.topic.name, msg_id=msg_id, transaction_id=cmd.transaction_id,
-                                        commit=decision, from_check=True)
+            self.client.end_transaction("", topic=wire_name(msg.topic), msg_id=msg_id,
+                                        transaction_id=cmd.transaction_id, commit=decision, from_check=True)
         except RocketMQSparkError as exc:
             log.warning("answering the check-back of transaction %s failed: %s", msg_id, exc)
 
@@ -887,6 +895,55 @@ class _Telemetry:
             self._call.cancel()
         if self._thread is not None:
             self._thread.join(5)
+
+
+def wire_name(resource: pb.Resource) -> str:
+    """The name a resource has on the brokers: a 5.x proxy hands the namespace apart
+    (``resource_namespace``) from the name in it; the Java SDK joins them so."""
+    return wrap(resource.resource_namespace, resource.name)
+
+
+def stamp_namespace(message: Any, namespace: str) -> None:
+    """Name ``namespace`` in every ``Resource`` of a request (its names are wrapped already:
+    a 5.0/5.1 proxy wraps ``name`` in ``resource_namespace`` again, which leaves it as it is;
+    5.2+ proxies read only ``name``)."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        items = (value,) if isinstance(value, ProtoMessage) else value  # else a repeated field
+        if field.message_type.full_name == _RESOURCE:
+            for item in items:
+                item.resource_namespace = namespace
+        elif not field.message_type.GetOptions().map_entry:
+            for item in items:
+                stamp_namespace(item, namespace)
+
+
+_RESOURCE = pb.Resource.DESCRIPTOR.full_name
+
+
+class _NamespaceStamp(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                      grpc.StreamStreamClientInterceptor):
+    """Every request on a channel gets :func:`stamp_namespace`: one place for every call."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        stamp_namespace(request, self.namespace)
+        return continuation(details, request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        stamp_namespace(request, self.namespace)
+        return continuation(details, request)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        def stamped() -> Iterator[Any]:
+            for request in requests:
+                stamp_namespace(request, self.namespace)
+                yield request
+
+        return continuation(details, stamped())
 
 
 def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
@@ -900,7 +957,7 @@ def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
     born, store, bhost, shost = cols["bornTimestamp"], cols["storeTimestamp"], cols["bornHost"], cols["storeHost"]
     for m in messages:
         sp = m.system_properties
-        topic.append(m.topic.name)
+        topic.append(wire_name(m.topic))
         qid.append(sp.queue_id)
         qoff.append(sp.queue_offset)
         mid.append(sp.message_id)

@@ -29,13 +29,16 @@ class ClientConfig:
     makes up to ``retries`` attempts within ``retry_budget_s`` from its first (see
     :func:`retrying`). With ``credentials`` every request the client sends is signed (ACL 1.0, see
     :mod:`rocketmq_spark.remoting.acl`). With ``tls`` every connection (name servers, brokers,
-    gRPC endpoints) is TLS (:class:`~rocketmq_spark.tls.TlsConfig`). The config pickles (Spark
-    ships clients to executors), its repr masks the secret."""
+    gRPC endpoints) is TLS (:class:`~rocketmq_spark.tls.TlsConfig`). ``namespace``: the namespace
+    the names given to the client are already wrapped in (:mod:`rocketmq_spark.namespaces`); the
+    gRPC transport also names it in every ``Resource`` it sends. The config pickles (Spark ships
+    clients to executors), its repr masks the secret."""
 
     __slots__ = (
         "backoff_max_s",
         "connect_timeout_s",
         "credentials",
+        "namespace",
         "request_timeout_s",
         "retries",
         "retry_budget_s",
@@ -45,7 +48,8 @@ class ClientConfig:
 
     def __init__(self, *, request_timeout_s: float = 10.0, connect_timeout_s: float = 3.0, retries: int = 5,
                  retry_budget_s: float = 30.0, route_refresh_s: float = 30.0, backoff_max_s: float = 2.0,
-                 credentials: Credentials | None = None, tls: TlsConfig | None = None) -> None:
+                 credentials: Credentials | None = None, tls: TlsConfig | None = None,
+                 namespace: str = "") -> None:
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
@@ -54,6 +58,7 @@ class ClientConfig:
         self.backoff_max_s = backoff_max_s
         self.credentials = credentials
         self.tls = tls
+        self.namespace = namespace
 
     def with_credentials(self, credentials: Credentials | None) -> ClientConfig:
         """A copy of this config with ``credentials`` instead."""
@@ -67,6 +72,12 @@ class ClientConfig:
         state["tls"] = tls
         return ClientConfig(**state)
 
+    def with_namespace(self, namespace: str) -> ClientConfig:
+        """A copy of this config with ``namespace`` instead."""
+        state = self.__getstate__()
+        state["namespace"] = namespace
+        return ClientConfig(**state)
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
         return f"ClientConfig({fields})"
@@ -77,6 +88,7 @@ class ClientConfig:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.credentials = None  # state pickled before credentials existed
         self.tls = None
+        self.namespace = ""
         for k, v in state.items():
             setattr(self, k, v)
 

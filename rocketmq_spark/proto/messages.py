@@ -20,12 +20,14 @@ from collections.abc import Mapping
 
 from ..codec import SYSTEM_PROPERTY_KEYS, MessageRecord, PropertyKey, SysFlag, TransactionType
 from ..errors import ProtocolError
+from ..namespaces import namespace_of, unwrap
 from . import pb
 
 __all__ = [
     "check_timestamp",
     "crc32_checksum",
     "message_to_properties",
+    "name_resource",
     "millis",
     "properties_to_message",
     "record_to_message",
@@ -120,12 +122,21 @@ def message_to_properties(msg: pb.Message) -> tuple[bytes, dict[str, str], int]:
     return body, props, sys_flag
 
 
+def name_resource(resource: pb.Resource, name: str) -> None:
+    """Fill ``resource`` with a broker's ``name`` as a 5.x proxy hands it to clients: a name
+    wrapped in a namespace (``ns%topic``, see rocketmq_spark.namespaces) as ``resource_namespace``
+    ``ns`` and ``name`` ``topic``. (Requests are read by ``name`` alone, as 5.2+ proxies do.)"""
+    space = namespace_of(name)
+    resource.name = unwrap(space, name)
+    resource.resource_namespace = space
+
+
 def record_to_message(rec: MessageRecord, *, message_id: str | None = None) -> pb.Message:
     """A stored record as a gRPC consumer gets it (body inflated, digest filled in)."""
     props = rec.properties
     body = rec.payload() if rec.sys_flag & SysFlag.COMPRESSED else rec.body
     msg = pb.Message(body=body)
-    msg.topic.name = rec.topic
+    name_resource(msg.topic, rec.topic)
     for k, v in props.items():
         if k not in SYSTEM_PROPERTY_KEYS:
             msg.user_properties[k] = v

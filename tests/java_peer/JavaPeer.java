@@ -7,7 +7,9 @@
 // happens (bad arguments, a client that does not start). A failed send is not fatal: its
 // line is {"status": "EXCEPTION", "error", "errorClass", "responseCode"}.
 //
-// All commands: "namesrv" (required), "topic" (required), "group".
+// All commands: "namesrv" (required), "topic" (required), "group", "namespace" (the client's
+// setNamespace: topics and groups are wrapped as ns%name), "namespaceV2" (setNamespaceV2: the
+// requests carry the ext fields ns and nsd, names are not wrapped).
 //   produce                messages: [{body | bodyB64, tags, keys: [..], props: {..}, queueId,
 //                          brokerName, delayLevel, deliverTimeMs}], compressThreshold (4096),
 //                          sendTimeoutMs (10000), retries (2)
@@ -171,7 +173,20 @@ public final class JavaPeer {
         throw new IllegalArgumentException("no writable queue " + queueId + " of topic " + topic);
     }
 
+    @SuppressWarnings("deprecation")
+    private static void configureNamespace(org.apache.rocketmq.client.ClientConfig client, Map<String, Object> args) {
+        String ns = str(args, "namespace", null);
+        if (ns != null) {
+            client.setNamespace(ns);
+        }
+        String v2 = str(args, "namespaceV2", null);
+        if (v2 != null) {
+            client.setNamespaceV2(v2);
+        }
+    }
+
     private static void configureProducer(DefaultMQProducer producer, Map<String, Object> args, String role) {
+        configureNamespace(producer, args);
         producer.setNamesrvAddr(req(args, "namesrv"));
         producer.setInstanceName(instanceName(role));
         producer.setVipChannelEnabled(false);
@@ -349,6 +364,7 @@ public final class JavaPeer {
         long timeoutMs = num(args, "timeoutMs", 60_000);
         String from = str(args, "from", "first");
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(str(args, "group", "jpeer-consumer"));
+        configureNamespace(consumer, args);
         consumer.setNamesrvAddr(req(args, "namesrv"));
         consumer.setInstanceName(instanceName("consumer"));
         consumer.setVipChannelEnabled(false);
@@ -398,6 +414,7 @@ public final class JavaPeer {
         boolean countOnly = Boolean.TRUE.equals(args.get("countOnly"));
         String fromOffsets = str(args, "fromOffsets", "earliest");
         DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(str(args, "group", "jpeer-pull"));
+        configureNamespace(consumer, args);
         consumer.setNamesrvAddr(req(args, "namesrv"));
         consumer.setInstanceName(instanceName("pull"));
         consumer.setVipChannelEnabled(false);

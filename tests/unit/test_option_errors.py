@@ -109,6 +109,12 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("topic", {"topic": DROP}, True, None, "required"),
     ("topic", {"topic": ""}, True, None, "comma-separated"),
     ("topic", {"topic": " , "}, True, " , ", "comma-separated"),
+    # namespace: RocketMQ's name characters but '%' (it separates the namespace from the name);
+    # a topic that no longer fits once wrapped names its wire name
+    ("namespace", {"namespace": "a%b"}, True, "a%b", "not '%'"),
+    ("namespace", {"namespace": "rmq_sys_x"}, True, "rmq_sys_x", "rmq_sys_"),
+    ("namespace", {"namespace": "n" * 65}, True, "n" * 65, "at most 64"),
+    ("topic", {"namespace": "ns", "topic": "t" * 126}, True, "t" * 126, "'ns%t"),
     # consumerGroup: streams need one; blank is not a group
     ("consumerGroup", {"consumerGroup": DROP}, True, None, "required"),
     ("consumerGroup", {"consumerGroup": "  "}, True, "  ", "required"),
@@ -285,6 +291,7 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
     ("topic", {"topic": DROP}, None, "STRING column named topic"),
     ("topic", {"topic": ""}, None, "STRING column named topic"),
     ("topic", {"topic": "   "}, None, "STRING column named topic"),
+    ("namespace", {"namespace": "bad ns"}, "bad ns", "not '%'"),
     ("producerGroup", {"producerGroup": ""}, "", "non-empty"),
     ("producerGroup", {"producerGroup": "  "}, "  ", "non-empty"),
     ("delivery", {"delivery": "maybe"}, "maybe", "at-least-once, exactly-once, send-back"),

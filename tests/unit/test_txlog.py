@@ -129,13 +129,14 @@ class FakeBroker:
 
 @pytest.fixture()
 def fake(monkeypatch, tmp_path):  # noqa: ANN201
+    import rocketmq_spark.sink.options as sink_options
     import rocketmq_spark.sink.transactional as transactional
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
     broker = FakeBroker()
-    monkeypatch.setattr(writer, "connect", lambda *a, **k: broker)  # the tasks' clients
-    monkeypatch.setattr(transactional, "connect", lambda *a, **k: broker)  # the driver's commit
+    # the tasks' clients and the driver's commit: every writer client comes from WriterOptions.connect
+    monkeypatch.setattr(sink_options, "connect", lambda *a, **k: broker)
     monkeypatch.setattr(transactional, "_SETTLE_S", 0.0)
     opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
@@ -383,10 +384,11 @@ def test_a_retried_tasks_halves_share_ids_and_are_told_apart_by_position_and_non
 
 
 def test_a_streaming_tasks_message_ids_repeat_across_attempts_and_replays(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.options as sink_options
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
-    monkeypatch.setattr(writer, "connect", lambda *a, **k: object())
+    monkeypatch.setattr(sink_options, "connect", lambda *a, **k: object())
     opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
     a, b = writer._Sender(opts, 9), writer._Sender(opts, 9)  # two attempts (or a replay) of one task
@@ -517,11 +519,12 @@ class _HalfClient:
 
 
 def test_a_task_reports_the_same_ids_and_checksums_for_the_same_rows_each_time(tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.options as sink_options
     import rocketmq_spark.sink.transactional as transactional
     import rocketmq_spark.sink.writer as writer
     from rocketmq_spark.sink.options import WriterOptions
 
-    monkeypatch.setattr(writer, "connect", lambda *a, **k: _HalfClient())
+    monkeypatch.setattr(sink_options, "connect", lambda *a, **k: _HalfClient())
     opts = WriterOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "T", "delivery": "exactly-once",
                                 "checkpointLocation": str(tmp_path)})
 
