@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QueueLag", "QueueProgress", "group_progress", "queue_lag", "queue_lags"]
+__all__ = ["QueueLag", "QueueProgress", "StoreTimes", "group_progress", "queue_lag", "queue_lags"]
 
 
-class _StoreTimes:
+class StoreTimes:
     """Store times read by single-message pulls, which pull as the library's own consumer group
     (never the user's: a 5.x broker hands a pending offset reset of a group to its next pull).
     A user without Sub on that group under ACL is refused: the times are then unknown (None) and
@@ -90,7 +90,7 @@ def queue_lags(client: BrokerClient, offsets: Mapping[MessageQueue, int],
     ``messages_behind`` counts from that offset to the queue's max offset; ``ms_behind`` is
     ``now_ms`` (default: now) minus the store time of the oldest unread message (the one at
     the offset, or the queue's first when older ones are gone), 0 when caught up or when
-    that message cannot be read (nor under ACL, see :class:`_StoreTimes`). One pipelined
+    that message cannot be read (nor under ACL, see :class:`StoreTimes`). One pipelined
     min/max request round for all the queues, then one single-message pull per queue that is
     behind. Raises the client's first
     failure (:class:`~rocketmq_spark.errors.RocketMQSparkError`).
@@ -98,7 +98,7 @@ def queue_lags(client: BrokerClient, offsets: Mapping[MessageQueue, int],
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     ranges = client.offset_ranges(list(offsets)) if offsets else {}
     out: dict[MessageQueue, QueueLag] = {}
-    times = _StoreTimes(client)
+    times = StoreTimes(client)
     for mq, offset in offsets.items():
         lo, hi = ranges[mq]
         behind = _behind(offset, lo, hi)
@@ -132,7 +132,7 @@ def group_progress(client: BrokerClient, group: str, topics: Sequence[str]) -> l
     queues = [mq for mq in queues if mq.topic in read]
     ranges = client.offset_ranges(queues) if queues else {}
     rows: list[QueueProgress] = []
-    times = _StoreTimes(client)
+    times = StoreTimes(client)
     for mq in queues:
         (lo, hi), offset = ranges[mq], committed[mq]
         last = times.at(mq, offset - 1) if offset is not None and offset - 1 >= lo else None

@@ -6,6 +6,7 @@ import argparse
 import logging
 from typing import Any
 
+from ..checkpoints.progress import StoreTimes
 from ..errors import BrokerError
 from .common import (
     PROG,
@@ -119,9 +120,10 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         queues = client.message_queues(args.name)
         rows: list[dict[str, Any]] = []  # as --json prints them
         ranges = client.offset_ranges(queues)
+        times = StoreTimes(client)  # a user that may not Sub the library's group: times unknown
         for mq in queues:
             lo, hi = ranges[mq]
-            last = client.store_time_at(mq, hi - 1) if hi > lo else None
+            last = times.at(mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queueId": mq.queue_id, "minOffset": lo, "maxOffset": hi,
                          "messages": hi - lo, "lastStoreTimestamp": last, "lastStoreTime": iso_utc(last)})
         brokers: list[dict[str, Any]] = [
