@@ -288,7 +288,7 @@ def test_errors_carry_the_user_resource_and_action_as_attributes(rmq: RealRocket
 # -- secrets ------------------------------------------------------------------------------
 
 
-def test_secrets_stay_out_of_reprs_and_spark_plans(spark, rmq: RealRocketMQ) -> None:
+def test_secrets_stay_out_of_reprs_and_spark_plans(spark, rmq: RealRocketMQ, admin, tmp_path: Path) -> None:
     opts = _opts(rmq, IN, consumerGroup=GROUP, startingOffsets="earliest")
     creds = Credentials(ALICE, ALICE_SECRET, "T0ken-" + ALICE_SECRET)
     parsed = ReaderOptions.parse(opts, stream=False)
@@ -308,6 +308,16 @@ def test_secrets_stay_out_of_reprs_and_spark_plans(spark, rmq: RealRocketMQ) -> 
     with redirect_stdout(buf):
         stream.explain(True)
     texts.append(buf.getvalue())
+    # a stream into the other topic: the writer's plan and the progress that describes source and sink
+    before = _count(admin, OUT)
+    q = (stream.select("body").writeStream.format("rocketmq").options(**_opts(rmq, OUT))
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    assert q.awaitTermination(120) and q.exception() is None
+    assert _count(admin, OUT) == before + SEEDED
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        q.explain(True)
+    texts += [buf.getvalue(), q.lastProgress.json if q.lastProgress is not None else ""]
     assert all(texts) and ALICE in texts[0]
     leaked = [t for t in texts if any(s in t for s in SECRETS)]
     assert not leaked, leaked
