@@ -6,7 +6,6 @@ import argparse
 import logging
 from typing import Any
 
-from ..checkpoints.progress import StoreTimes
 from ..errors import BrokerError
 from .common import (
     PROG,
@@ -112,6 +111,8 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    from ..checkpoints.progress import StoreTimes  # the server commands load none of the Spark side
+
     ns = namesrv_of(args)
     client = make_client(ns, args)
     try:
