@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..client import connect
-from ..errors import OptionError, RocketMQSparkError
+from ..errors import AccessDeniedError, OptionError, RocketMQSparkError
 from ..model import MessageQueue
 from ..offsets import OffsetsFormatError, split_batch_end
 from ..options import credentials, group_name, tls_config, topic_name
@@ -70,13 +70,14 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
     ``topics`` limits it to those topics (default: every offset that has the rocketmq
     shape); ``query_name`` to one query. Against brokers with ACL on, pass the query's
     ``access_key``/``secret_key`` (and ``security_token``): its commits are signed like the
-    reader's. Against brokers that require TLS, pass the query's TLS options: ``tls=True``,
+    reader's (ACL 2.0: the user needs Sub on the group and the topics, Get on the topics for
+    the lag). Against brokers that require TLS, pass the query's TLS options: ``tls=True``,
     ``tls_ca_file``, ``tls_cert_file``/``tls_key_file`` (mutual TLS), ``tls_verify_hostname``
     (options tls, tlsCaFile, ... of the reader, checked by the same rules). A query reading with
     the option ``namespace`` needs the same ``namespace`` here (``consumer_group`` and ``topics``
     are then the user's names, as in the reader's options; ``group``, ``lag`` and ``committed``
     hold the names as they travel). Commit failures are logged with the queue and offset; they
-    never fail the query.
+    never fail the query (a listener cannot), an ACL refusal is logged as an error and not retried.
     """
 
     def __init__(self, namesrv_addr: str | Sequence[str] | None, consumer_group: str, *,
@@ -162,10 +163,14 @@ class RocketMQOffsetCommitter(StreamingQueryListener):
                 log.info("%s: group %s holds %s, neither the last batch's start (%s) nor its end (%d): a reset, "
                          "left to the next run", mq, self.group, held.get(mq), starts.get(mq), off)
         if todo:  # a store of its own: nothing an earlier run failed to write is retried now
-            self._write(BrokerOffsetStore(self.client, self.group), todo, "at the query's end")
+            try:
+                self._write(BrokerOffsetStore(self.client, self.group), todo, "at the query's end")
+            except AccessDeniedError as exc:  # a listener cannot fail the query: said once, loudly
+                log.error("group %s: offsets of the query's last batch refused: %s", self.group, exc)
 
     def commit(self, offsets: dict[MessageQueue, int]) -> None:
-        """Write ``offsets`` as the group's (failures logged, retried at the next call)."""
+        """Write ``offsets`` as the group's (failures logged, retried at the next call; an ACL
+        refusal is raised: :class:`~rocketmq_spark.errors.AccessDeniedError`)."""
         self._write(self.store, offsets, "by hand")
 
     def _write(self, store: BrokerOffsetStore, offsets: dict[MessageQueue, int], why: str) -> None:

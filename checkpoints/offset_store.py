@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..errors import ConnectionFailedError, OffsetResetPendingError, RocketMQSparkError
+from ..errors import AccessDeniedError, ConnectionFailedError, OffsetResetPendingError, RocketMQSparkError
 from ..model import MessageQueue
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ class BrokerOffsetStore:
 
     :meth:`commit` never raises for a broker fault: failures are logged with the queue
     and offset, kept, and retried on the next commit (a later offset for the same
-    queue supersedes them); with ``retry_after_s``, a broker that could not be reached
+    queue supersedes them). A refusal by the broker's ACL is no fault: it would come again,
+    so it is raised (:class:`~rocketmq_spark.errors.AccessDeniedError`) and not kept. With
+    ``retry_after_s``, a broker that could not be reached
     (a connection fault, none of its queues committed) is asked again only by the first
     commit that long after.
 
@@ -76,7 +78,7 @@ class BrokerOffsetStore:
         whose offset this store already wrote; returns this round's failures (queue -> error;
         a queue of a broker found unreachable less than ``retry_after_s`` ago is not sent and
         has that error), kept for the next commit. Offsets are written as given: nothing stops
-        one moving back."""
+        one moving back. Raises the first ACL refusal (after recording the rest)."""
         todo = dict(self._pending)
         todo.update(offsets)
         changed = {mq: off for mq, off in sorted(todo.items()) if self._written.get(mq) != off}
@@ -112,8 +114,13 @@ class BrokerOffsetStore:
                 del rest[mq]
         if rest:
             failed.update(self._update(rest))
+        denied: AccessDeniedError | None = None
         for mq, offset in changed.items():
             exc = failed.get(mq)
+            if isinstance(exc, AccessDeniedError):  # not kept: the next commit would be refused the same way
+                denied = denied or exc
+                self._pending.pop(mq, None)
+                continue
             if isinstance(exc, OffsetResetPendingError):  # the broker holds a reset: never written over it
                 log.info("commit of offset %d for %s (group %s) ignored by the broker: a reset of the queue waits "
                          "for the group's next pull", offset, mq, self.group)
@@ -127,6 +134,8 @@ class BrokerOffsetStore:
                 continue
             self._written[mq] = offset
             self._pending.pop(mq, None)
+        if denied is not None:
+            raise denied
         return failed
 
     def _update(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, RocketMQSparkError]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import AccessDeniedError
 from ..model import MessageQueue
 
 if TYPE_CHECKING:
@@ -26,7 +27,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QueueLag", "QueueProgress", "group_progress", "queue_lag", "queue_lags"]
+__all__ = ["QueueLag", "QueueProgress", "StoreTimes", "group_progress", "queue_lag", "queue_lags"]
+
+
+class StoreTimes:
+    """Store times read by single-message pulls, which pull as the library's own consumer group
+    (never the user's: a 5.x broker hands a pending offset reset of a group to its next pull).
+    A user without Sub on that group under ACL is refused: the times are then unknown (None) and
+    not asked again in this call, the offsets still count."""
+
+    def __init__(self, client: BrokerClient) -> None:
+        self.client = client
+        self.refused: AccessDeniedError | None = None
+
+    def at(self, mq: MessageQueue, offset: int) -> int | None:
+        if self.refused is not None:
+            return None
+        try:
+            return self.client.store_time_at(mq, offset)
+        except AccessDeniedError as exc:
+            self.refused = exc
+            log.info("store times unknown (the lag in milliseconds is 0): %s", exc)
+            return None
 
 
 def _behind(offset: int | None, min_offset: int, max_offset: int) -> int:
@@ -68,19 +90,21 @@ def queue_lags(client: BrokerClient, offsets: Mapping[MessageQueue, int],
     ``messages_behind`` counts from that offset to the queue's max offset; ``ms_behind`` is
     ``now_ms`` (default: now) minus the store time of the oldest unread message (the one at
     the offset, or the queue's first when older ones are gone), 0 when caught up or when
-    that message cannot be read. One pipelined min/max request round for all the queues,
-    then one single-message pull per queue that is behind. Raises the client's first
+    that message cannot be read (nor under ACL, see :class:`StoreTimes`). One pipelined
+    min/max request round for all the queues, then one single-message pull per queue that is
+    behind. Raises the client's first
     failure (:class:`~rocketmq_spark.errors.RocketMQSparkError`).
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     ranges = client.offset_ranges(list(offsets)) if offsets else {}
     out: dict[MessageQueue, QueueLag] = {}
+    times = StoreTimes(client)
     for mq, offset in offsets.items():
         lo, hi = ranges[mq]
         behind = _behind(offset, lo, hi)
         waited = 0
         if behind:
-            stored = client.store_time_at(mq, max(offset, lo))
+            stored = times.at(mq, max(offset, lo))
             if stored is not None:
                 waited = max(0, now_ms - stored)
         out[mq] = QueueLag(mq, offset, hi, behind, waited)
@@ -108,8 +132,9 @@ def group_progress(client: BrokerClient, group: str, topics: Sequence[str]) -> l
     queues = [mq for mq in queues if mq.topic in read]
     ranges = client.offset_ranges(queues) if queues else {}
     rows: list[QueueProgress] = []
+    times = StoreTimes(client)
     for mq in queues:
         (lo, hi), offset = ranges[mq], committed[mq]
-        last = client.store_time_at(mq, offset - 1) if offset is not None and offset - 1 >= lo else None
+        last = times.at(mq, offset - 1) if offset is not None and offset - 1 >= lo else None
         rows.append(QueueProgress(mq, lo, hi, offset, last))
     return rows

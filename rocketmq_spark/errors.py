@@ -15,6 +15,9 @@ Every error the library raises derives from :class:`RocketMQSparkError`::
     │   ├── GroupNotFoundError          SUBSCRIPTION_GROUP_NOT_EXIST (26)
     │   ├── SystemBusyError             SYSTEM_BUSY (2), retriable
     │   ├── NoPermissionError           NO_PERMISSION (16)
+    │   │   └── AccessDeniedError           refused by ACL: names the user, resource and action
+    │   │       ├── AuthenticationError         the user is unknown, or the signature is wrong or missing
+    │   │       └── AuthorizationError          the user may not do that action on that resource
     │   ├── RequestNotSupportedError    REQUEST_CODE_NOT_SUPPORTED (3)
     │   ├── MessageIllegalError         MESSAGE_ILLEGAL (13)
     │   └── OffsetResetPendingError     a commit ignored: a server-side reset waits (SUCCESS)
@@ -30,8 +33,14 @@ that failed and whether it is ``retriable``. Codes map to classes through
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 __all__ = [
     "BROKER_ERRORS",
+    "AccessDeniedError",
+    "AuthenticationError",
+    "AuthorizationError",
     "BrokerError",
     "BrokerUnavailableError",
     "ConnectionFailedError",
@@ -52,6 +61,7 @@ __all__ = [
     "RocketMQSparkError",
     "SystemBusyError",
     "TopicNotFoundError",
+    "access_denied",
     "broker_error",
     "explain",
 ]
@@ -163,6 +173,33 @@ class NoPermissionError(BrokerError):
     """NO_PERMISSION: the request was refused (ACL or queue permissions)."""
 
 
+class AccessDeniedError(NoPermissionError):
+    """A broker with ACL on refused the request (NO_PERMISSION). ``user`` is the access key the
+    request was signed with (None: unsigned; never the secret), ``resource`` what was refused
+    (``Topic:NAME``, ``Group:NAME``; several joined by " and " when the broker does not say which)
+    and ``action`` what the request needed there (``Pub``, ``Sub``, ``Get``, ...; "Sub or Get"
+    when the broker accepts either). Never retried: the same request gets the same answer until
+    an administrator changes the users or their policies."""
+
+    def __init__(self, code: int, remark: str | None = None, *, address: str = "?", operation: str = "request",
+                 user: str | None = None, resource: str = "", action: str = "", reason: str = "") -> None:
+        self.user = user
+        self.resource = resource
+        self.action = action
+        #: the broker's own words (its remark)
+        self.reason = reason or (remark or "")
+        super().__init__(code, remark, address=address, operation=operation)
+
+
+class AuthenticationError(AccessDeniedError):
+    """The broker could not tell who sent the request: the user is unknown (or disabled), the
+    signature does not match (a wrong secret key), or the request was not signed at all."""
+
+
+class AuthorizationError(AccessDeniedError):
+    """The broker knows the user, whose policies do not allow ``action`` on ``resource``."""
+
+
 class RequestNotSupportedError(BrokerError):
     """REQUEST_CODE_NOT_SUPPORTED: the peer does not implement the request."""
 
@@ -212,12 +249,82 @@ BROKER_ERRORS: dict[int, type[BrokerError]] = {
 }
 
 
+#: what a request asked of the broker's ACL: (resource key, the actions any of which it accepts)
+Needs = Sequence[tuple[str, Sequence[str]]]
+
+
 def broker_error(
-    code: int, remark: str | None, *, address: str, operation: str
+    code: int, remark: str | None, *, address: str, operation: str, user: str | None = None,
+    needs: Needs | None = None,
 ) -> BrokerError:
-    """Build the exception for a non-success response code."""
+    """Build the exception for a non-success response code. For NO_PERMISSION, ``user`` (the
+    access key the request was signed with) and ``needs`` (see :data:`Needs`, from
+    :func:`rocketmq_spark.remoting.acl.request_needs`) make an ACL refusal an
+    :class:`AccessDeniedError` naming the user, the resource and the action."""
+    if code == _NO_PERMISSION and needs is not None:
+        denied = access_denied(code, remark, address=address, operation=operation, user=user, needs=needs)
+        if denied is not None:
+            return denied
     cls = BROKER_ERRORS.get(code, BrokerError)
     return cls(code, explain(remark), address=address, operation=operation)
+
+
+_NO_PERMISSION = 16
+#: an ACL 2.0 broker's remark for a policy refusal (org.apache.rocketmq.auth AclAuthorizationHandler):
+#: "User:alice has no permission to access Topic:T from 127.0.0.1, no matched policies."
+_NO_PERMISSION_TO = re.compile(r"^(?:User:)?(?P<user>.*?) has no permission to access (?P<resource>\S+)"
+                               r"(?: from (?P<ip>\S+?))?,\s*(?P<detail>.*)$", re.S)
+#: remarks of a broker that does not know who asks (ACL 2.0's DefaultAuthenticationHandler and
+#: context builders; ACL 1.0 brokers and the embedded broker) -> what the user can do about it
+_AUTHENTICATION = (
+    ("check signature failed", "is the secret key right?"),
+    ("signature mismatch", ""),  # the embedded broker's remark asks already
+    ("signature-failed", "is the secret key right?"),
+    ("not found", "the broker has no such user: create it (mqadmin createUser) or fix the access key"),
+    ("is unknown", "the broker has no such user: fix the access key"),
+    ("is disabled", "the user is disabled on the broker (mqadmin updateUser -s enable)"),
+    ("username cannot be null", "the broker requires authentication: set the options accessKey and secretKey"),
+    ("is not signed", "the broker requires authentication: set the options accessKey and secretKey"),
+    ("no accesskey", "the broker requires authentication: set the options accessKey and secretKey"),
+    ("authentication", "check the access key and secret key"),
+)
+
+
+def _actions_text(actions: Sequence[str]) -> str:
+    return " or ".join(actions) if actions else "access"
+
+
+def access_denied(code: int, remark: str | None, *, address: str, operation: str, user: str | None,
+                  needs: Needs) -> AccessDeniedError | None:
+    """The :class:`AccessDeniedError` for a NO_PERMISSION answer whose remark is an ACL refusal
+    (None for other refusals, e.g. a topic whose permission forbids writes). The message names
+    the user (the access key only), the resource and the action, then the broker's remark."""
+    text = (remark or "").strip()
+    m = _NO_PERMISSION_TO.match(text)
+    if m is not None:
+        resource = m.group("resource")
+        kind = resource.partition(":")[0] + ":"
+        actions = next((a for r, a in needs if r == resource), None)
+        if actions is None:  # the request named it in a way not given here: its type tells the action
+            actions = next((a for r, a in needs if r == kind), ())
+        who = user or m.group("user")
+        action = _actions_text(actions)
+        why = (f"user {who!r} may not {action} on {resource}: {text} (an administrator grants it with "
+               f"mqadmin createAcl -s User:{who} -r {resource} -a {actions[0] if actions else 'ACTION'} -d Allow)")
+        return AuthorizationError(code, why, address=address, operation=operation, user=who, resource=resource,
+                                  action=action, reason=text)
+    low = text.lower()
+    hint = next((h for key, h in _AUTHENTICATION if key in low), None)
+    if hint is None:
+        return None
+    named = [(r, a) for r, a in needs if not r.endswith(":")]
+    resource = " and ".join(r for r, _ in named)
+    action = " and ".join(dict.fromkeys(_actions_text(a) for _, a in named))
+    wanted = f" for {action} on {resource}" if resource else ""
+    who = f"user {user!r}" if user else "an unsigned request"
+    why = f"the broker did not authenticate {who}{wanted}: {text}" + (f" ({hint})" if hint else "")
+    return AuthenticationError(code, why, address=address, operation=operation, user=user, resource=resource,
+                               action=action, reason=text)
 
 
 def explain(remark: str | None) -> str | None:

@@ -46,6 +46,7 @@ from ..codec import (
     offset_msg_id,
 )
 from ..errors import (
+    AccessDeniedError,
     BrokerError,
     ConnectionFailedError,
     DataLossError,
@@ -431,6 +432,8 @@ class _Sender:
                 # only the outcome here: a half message's transaction is read from an answer
                 # that stored it, below (an answer it cannot be read from is not sent again)
                 self.client.check_sent(send.queue, len(send.entries), resp)
+            except AccessDeniedError:  # the same answer every time: fail the task at once
+                raise
             except Exception as exc:  # retried below with bounds, then reported
                 log.info("send of %d messages to %s failed (%s); retrying", len(send.entries), send.queue, exc)
                 results = self._retry(send, exc)

@@ -44,7 +44,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JavaMissing", "RealRocketMQ", "cache_root", "java_available", "maven_jars", "pom_of", "provision"]
+__all__ = ["JavaMissing", "RealRocketMQ", "acl2_broker_conf", "cache_root", "java_available", "maven_jars", "pom_of",
+           "provision"]
 
 #: the 5.x release the suite runs against (5.3.3 is the newest whose facts the docs were read from)
 VERSION = "5.3.3"
@@ -302,6 +303,12 @@ class RealRocketMQ:
     proxy_config: dict[str, object] = field(default_factory=dict)
     #: the client settings this harness's own remoting clients use (TLS when the servers enforce it)
     client_config: object = None
+    #: more broker.conf lines (key -> value), over the ones written here: e.g. ACL 2.0's
+    #: ``authenticationEnabled``/``authorizationEnabled`` and its providers (see :func:`acl2_broker_conf`)
+    broker_conf: dict[str, object] = field(default_factory=dict)
+    #: (access key, secret key) mqadmin signs with ($ROCKETMQ_HOME/conf/tools.yml): a broker with
+    #: authentication on answers an unsigned admin request NO_PERMISSION
+    admin_credentials: tuple[str, str] | None = None
     _jvms: dict[str, _Jvm] = field(default_factory=dict)
 
     @property
@@ -506,7 +513,12 @@ class RealRocketMQ:
             # a test machine's disk may be fuller than a server's; the broker refuses writes past it
             "diskMaxUsedSpaceRatio": 95,
         }
+        broker.update(self.broker_conf)
         (w / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in broker.items()))
+        if self.admin_credentials is not None:  # MQAdminStartup reads it for every command
+            (w / "conf").mkdir(exist_ok=True)
+            ak, sk = self.admin_credentials
+            (w / "conf" / "tools.yml").write_text(f"accessKey: {json.dumps(ak)}\nsecretKey: {json.dumps(sk)}\n")
         if self.proxy:
             (w / "rmq-proxy.json").write_text(json.dumps({
                 "rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv_addr,
@@ -553,6 +565,28 @@ class RealRocketMQ:
                     time.sleep(0.1)
             finally:
                 c.close()
+
+
+def acl2_broker_conf(admin: tuple[str, str]) -> dict[str, object]:
+    """broker.conf lines that turn ACL 2.0 on (5.4+; keys read from 5.5.0's AuthConfig and
+    AuthenticationFactory): authentication and authorization with the default providers, users and
+    policies kept in the broker's store (the Local*MetadataProvider classes: without a metadata
+    provider every request is refused), and ``admin`` = (user, password) created at start as a
+    super user (``initAuthenticationUser``), which also signs the broker's own requests to its
+    peers (``innerClientAuthenticationCredentials``). The name server checks nothing."""
+    user, password = admin
+    pkg = "org.apache.rocketmq.auth"
+    compact = {"separators": (",", ":")}
+    return {
+        "authenticationEnabled": "true",
+        "authenticationProvider": f"{pkg}.authentication.provider.DefaultAuthenticationProvider",
+        "authenticationMetadataProvider": f"{pkg}.authentication.provider.LocalAuthenticationMetadataProvider",
+        "authorizationEnabled": "true",
+        "authorizationProvider": f"{pkg}.authorization.provider.DefaultAuthorizationProvider",
+        "authorizationMetadataProvider": f"{pkg}.authorization.provider.LocalAuthorizationMetadataProvider",
+        "initAuthenticationUser": json.dumps({"username": user, "password": password}, **compact),
+        "innerClientAuthenticationCredentials": json.dumps({"accessKey": user, "secretKey": password}, **compact),
+    }
 
 
 @contextlib.contextmanager

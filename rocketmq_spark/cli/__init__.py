@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from ..errors import (
+    AccessDeniedError,
     BrokerError,
     ConnectionFailedError,
     NoPermissionError,
@@ -102,6 +103,8 @@ def explain(exc: BaseException, args: argparse.Namespace | None) -> tuple[str, i
     if isinstance(exc, RequestNotSupportedError) and exc.address in namesrvs:
         return (f"{exc.address} does not answer as a name server ({exc.remark or exc}): pass the name server's "
                 f"address to -n (`{PROG} broker` prints it first)"), 2
+    if isinstance(exc, AccessDeniedError) and exc.user:  # names the user, the resource and the action
+        return f"{exc.operation} refused at {exc.address}: {exc.remark}", 2
     if isinstance(exc, NoPermissionError):
         return (f"{exc.operation} refused at {exc.address}: {exc.remark or 'no permission'}: pass --access-key/"
                 "--secret-key (or set ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY)"), 2

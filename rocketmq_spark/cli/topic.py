@@ -111,6 +111,8 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    from ..checkpoints.progress import StoreTimes  # the server commands load none of the Spark side
+
     ns = namesrv_of(args)
     client = make_client(ns, args)
     try:
@@ -119,9 +121,10 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
         queues = client.message_queues(args.name)
         rows: list[dict[str, Any]] = []  # as --json prints them
         ranges = client.offset_ranges(queues)
+        times = StoreTimes(client)  # a user that may not Sub the library's group: times unknown
         for mq in queues:
             lo, hi = ranges[mq]
-            last = client.store_time_at(mq, hi - 1) if hi > lo else None
+            last = times.at(mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queueId": mq.queue_id, "minOffset": lo, "maxOffset": hi,
                          "messages": hi - lo, "lastStoreTimestamp": last, "lastStoreTime": iso_utc(last)})
         brokers: list[dict[str, Any]] = [

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..names import AUTO_CREATE_TOPIC, retry_topic
-from ..remoting.acl import Credentials, sign_request
+from ..remoting.acl import Credentials, request_needs, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
 from ..remoting.route import TopicRouteData, loads_lenient
@@ -292,7 +292,7 @@ class RemotingClient(RemotingAdmin):
                 RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body, ext_json=cmd.ext_json), timeout,
                 operation)
             if resp.code not in ok:
-                raise broker_error(resp.code, resp.remark, address=address, operation=operation)
+                raise self._refused(resp, address, operation, cmd.code, cmd.ext_fields, cmd.body)
             return resp
 
         return retrying(once, self.config, started=started)
@@ -326,6 +326,16 @@ class RemotingClient(RemotingAdmin):
     def _addr_of(self, broker: str) -> str:
         """The address known for ``broker``, "?" when none (for error messages: no lookup)."""
         return self.names.broker_addrs.get(broker, "?")
+
+    def _refused(self, resp: RemotingCommand, address: str, operation: str, code: int,
+                 ext: dict[str, str], body: bytes | None = None) -> BrokerError:
+        """The error of a broker's answer ``resp`` to request ``code`` (``ext``, ``body``): for
+        an ACL refusal, an :class:`~rocketmq_spark.errors.AccessDeniedError` naming the user
+        (the access key), the resource and the action the request needed."""
+        creds = self.config.credentials
+        needs = request_needs(code, ext, body) if resp.code == ResponseCode.NO_PERMISSION else None
+        return broker_error(resp.code, resp.remark, address=address, operation=operation,
+                            user=creds.access_key if creds is not None else None, needs=needs)
 
     # -- broker operations ----------------------------------------------------------
 
@@ -361,7 +371,7 @@ class RemotingClient(RemotingAdmin):
                 if resp.code in ok:
                     out[i] = resp
                     return
-                err: RocketMQSparkError = broker_error(resp.code, resp.remark, address=addr, operation=op)
+                err: RocketMQSparkError = self._refused(resp, addr, op, code, ext)
             except TimeoutError:
                 err = RequestTimeoutError(addr, op, f"no response within {timeout:g}s")
             except RocketMQSparkError as exc:
@@ -541,7 +551,7 @@ class RemotingClient(RemotingAdmin):
             if any(MessageQueue(mq.topic, mq.broker, mq.queue_id) not in table for mq in wanted):
                 if resp.code not in (ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                      ResponseCode.NO_PERMISSION):
-                    raise broker_error(resp.code, resp.remark, address=addr, operation=op)
+                    raise self._refused(resp, addr, op, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
                 lows, highs = self.min_offsets(wanted), self.max_offsets(wanted)
                 out.update({mq: (lows[mq], highs[mq]) for mq in wanted})
                 continue
@@ -642,8 +652,8 @@ class RemotingClient(RemotingAdmin):
             raise ConnectionFailedError(self._addr_of(mq.broker), op,
                                         f"no response within {wait:g}s") from None
         status = _PULL_STATUS.get(resp.code)
-        if status is None:
-            raise broker_error(resp.code, resp.remark, address=self._addr_of(mq.broker), operation=op)
+        if status is None:  # (the consumer group is not known here: the topic is named)
+            raise self._refused(resp, self._addr_of(mq.broker), op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
                           self._answer_int(mq, resp, "minOffset", op, -1),
                           self._answer_int(mq, resp, "maxOffset", op, -1), resp.body)
@@ -759,8 +769,8 @@ class RemotingClient(RemotingAdmin):
 
     def check_sent(self, mq: MessageQueue, count: int, answer: RemotingCommand) -> None:
         if answer.code != ResponseCode.SUCCESS:
-            raise broker_error(answer.code, answer.remark, address=self._addr_of(mq.broker),
-                               operation=f"send to {mq}")
+            raise self._refused(answer, self._addr_of(mq.broker), f"send to {mq}", RequestCode.SEND_MESSAGE_V2,
+                                {"b": mq.topic})
 
     def send_batch(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *,
                    producer_group: str = "rocketmq-spark", sys_flag: int = 0,
@@ -812,9 +822,8 @@ class RemotingClient(RemotingAdmin):
                     gone.append(t)
                     return False
 
-                err: RocketMQSparkError = broker_error(resp.code, resp.remark,
-                                                       address=self._addr_of(t.broker),
-                                                       operation=f"{what} ({t.msg_id})")
+                err: RocketMQSparkError = self._refused(resp, self._addr_of(t.broker), f"{what} ({t.msg_id})",
+                                                        RequestCode.END_TRANSACTION, {})
             except TimeoutError:
                 err = RequestTimeoutError(self._addr_of(t.broker), f"{what} ({t.msg_id})",
                                           f"no response within {self.config.request_timeout_s:g}s")

@@ -22,6 +22,7 @@ from ..errors import (
 )
 from ..model import MessageQueue
 from ..names import AUTO_CREATE_TOPIC
+from ..remoting.acl import request_needs
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
 from ..remoting.route import TopicRouteData, refused_queues_text
@@ -77,8 +78,11 @@ class NameServers:
                 last = exc
                 continue
             self._index = (self._index + i) % n
-            if resp.code not in ok:
-                raise broker_error(resp.code, resp.remark, address=addr, operation=operation)
+            if resp.code not in ok:  # a 5.x proxy serving as name server checks ACL 2.0 on routes
+                creds = self.config.credentials
+                raise broker_error(resp.code, resp.remark, address=addr, operation=operation,
+                                   user=creds.access_key if creds is not None else None,
+                                   needs=request_needs(cmd.code, cmd.ext_fields, cmd.body))
             return resp
         assert last is not None
         raise last

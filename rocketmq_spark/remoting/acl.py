@@ -1,4 +1,10 @@
-"""ACL 1.0 request signing (remoting): credentials, the signature, and its verification.
+"""ACL request signing (remoting): credentials, the signature, and its verification; and what
+an ACL 2.0 broker checks for each request (:func:`request_needs`), for errors that name it.
+
+ACL 2.0 (RocketMQ 5.3+, the only ACL of 5.3.3+) verifies the very signature ACL 1.0 defined
+(5.5.0's ``DefaultAuthenticationContextBuilder`` builds the signed content with
+``AclUtils.combineRequestContent`` over the sorted extFields but ``Signature``), against the
+user's password: the access key is the user name, the secret key its password.
 
 The rule, checked against apache/rocketmq (facts only, our own code):
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -38,6 +45,7 @@ from .frame import RemotingCommand
 
 __all__ = [
     "ACCESS_KEY",
+    "request_needs",
     "SECURITY_TOKEN",
     "SIGNATURE",
     "Credentials",
@@ -125,6 +133,69 @@ def verify_request(cmd: RemotingCommand, secrets: Mapping[str, str]) -> str | No
     if not hmac.compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
         return f"request code {cmd.code}: signature mismatch for AccessKey {ak!r} (wrong secret key?)"
     return None
+
+
+# -- what an ACL 2.0 broker checks --------------------------------------------------------
+# Read from 5.5.0's org.apache.rocketmq.auth DefaultAuthorizationContextBuilder (its switch over
+# request codes, then the @RocketMQAction/@RocketMQResource annotations of the request headers):
+# each request is checked once per resource, and passes when a policy allows any of the listed
+# actions. A retry topic (%RETRY%G) is checked as its group G. Requests with no resource (a
+# producer's heartbeat, END_TRANSACTION without a topic) are not checked.
+
+_RETRY = "%RETRY%"
+_SUB, _PUB, _GET = ("Sub",), ("Pub",), ("Get",)
+#: request code -> (resource type, extField, actions) per resource it names
+_NEEDS: dict[int, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    10: (("Topic", "topic", _PUB),),  # SEND_MESSAGE
+    310: (("Topic", "b", _PUB),),  # SEND_MESSAGE_V2
+    320: (("Topic", "b", _PUB),),  # SEND_BATCH_MESSAGE
+    37: (("Topic", "topic", _PUB),),  # END_TRANSACTION (only when it names a topic)
+    36: (("Group", "group", _SUB),),  # CONSUMER_SEND_MSG_BACK
+    11: (("Topic", "topic", _SUB), ("Group", "consumerGroup", _SUB)),  # PULL_MESSAGE
+    361: (("Topic", "topic", _SUB), ("Group", "consumerGroup", _SUB)),  # LITE_PULL_MESSAGE
+    35: (("Group", "consumerGroup", _SUB),),  # UNREGISTER_CLIENT
+    38: (("Group", "consumerGroup", ("Sub", "Get")),),  # GET_CONSUMER_LIST_BY_GROUP
+    14: (("Topic", "topic", ("Sub", "Get")), ("Group", "consumerGroup", ("Sub", "Get"))),  # QUERY_CONSUMER_OFFSET
+    15: (("Topic", "topic", ("Sub", "Update")), ("Group", "consumerGroup", ("Sub", "Update"))),  # UPDATE_...OFFSET
+    105: (("Topic", "topic", ("Pub", "Sub", "Get")),),  # GET_ROUTEINFO_BY_TOPIC (a proxy; name servers check none)
+    30: (("Topic", "topic", _GET),),  # GET_MAX_OFFSET
+    31: (("Topic", "topic", _GET),),  # GET_MIN_OFFSET
+    29: (("Topic", "topic", _GET),),  # SEARCH_OFFSET_BY_TIMESTAMP
+    32: (("Topic", "topic", _GET),),  # GET_EARLIEST_MSG_STORETIME
+    202: (("Topic", "topic", _GET),),  # GET_TOPIC_STATS_INFO
+    17: (("Topic", "topic", ("Create",)),),  # UPDATE_AND_CREATE_TOPIC
+    222: (("Group", "group", ("Update",)), ("Topic", "topic", ("Update",))),  # INVOKE_BROKER_TO_RESET_OFFSET
+    307: (("Group", "consumerGroup", _GET),),  # GET_CONSUMER_RUNNING_INFO
+    203: (("Group", "consumerGroup", _GET),),  # GET_CONSUMER_CONNECTION_LIST
+}
+_HEART_BEAT = 34
+
+
+def request_needs(code: int, ext_fields: Mapping[str, str] | None = None,
+                  body: bytes | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    """What an ACL 2.0 broker checks for a request: (resource key such as ``Topic:T`` or
+    ``Group:G``, the actions any of which it accepts), per resource; [] for requests it does not
+    check by resource (or that this client does not send). A resource whose field ``ext_fields``
+    lacks comes as its type alone (``Group:``): the caller did not say which."""
+    ext = ext_fields or {}
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if code == _HEART_BEAT:  # every consumer group of the body, and the topics each subscribes
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            return out
+        for consumer in data.get("consumerDataSet") or () if isinstance(data, dict) else ():
+            out.append((f"Group:{consumer.get('groupName', '')}", _SUB))
+            out.extend((f"Topic:{sub.get('topic', '')}", _SUB) for sub in consumer.get("subscriptionDataSet") or ()
+                       if not str(sub.get("topic", "")).startswith(_RETRY))
+        return out
+    for kind, key, actions in _NEEDS.get(code, ()):
+        name = ext.get(key) or ""
+        if name.startswith(_RETRY):  # the broker checks a retry topic as its group, for Sub
+            out.append((f"Group:{name[len(_RETRY):]}", _SUB))
+        else:
+            out.append((f"{kind}:{name}", actions))
+    return list(dict.fromkeys(out))
 
 
 # -- RocketMQ 5 gRPC (apache.rocketmq.v2) ------------------------------------------------

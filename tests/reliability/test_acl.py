@@ -18,7 +18,7 @@ from rocketmq_spark import EmbeddedBroker
 from rocketmq_spark.broker.config import BrokerConfig
 from rocketmq_spark.client import ClientConfig, Credentials, RemotingClient, connect
 from rocketmq_spark.codec import BatchEntry, decode_records
-from rocketmq_spark.errors import NoPermissionError, OptionError
+from rocketmq_spark.errors import AuthenticationError, NoPermissionError, OptionError
 from rocketmq_spark.remoting.acl import sign_request, verify_request
 from rocketmq_spark.remoting.codes import RequestCode
 from rocketmq_spark.remoting.frame import RemotingCommand
@@ -142,14 +142,16 @@ def test_offset_committer_listener_signs_its_commits(acl_broker: EmbeddedBroker,
         assert signed.query_consumer_offsets("g_listener", qs) == {qs[0]: 3, qs[1]: 7}
     finally:
         good.client.close()
-    # a wrong secret: the commit is refused, logged and kept for the next one, never raised or shown
+    # a wrong secret: the commit is refused and raised at once (the next would be refused alike),
+    # not kept for a retry, the secret never shown
     bad = RocketMQOffsetCommitter(acl_broker.namesrv_addr, "g_listener", topics=[topic], measure_lag=False,
                                   access_key=AK, secret_key="wrong-" + SK)
     try:
-        with caplog.at_level(logging.WARNING):
+        with caplog.at_level(logging.WARNING), pytest.raises(AuthenticationError) as ei:
             bad.commit({qs[0]: 9})
-        assert bad.committed == {} and bad.store.pending == {qs[0]: 9}
-        assert "g_listener" in caplog.text and SK not in caplog.text
+        assert bad.committed == {} and bad.store.pending == {}
+        assert ei.value.user == AK and "Group:g_listener" in ei.value.resource and "Update" in ei.value.action
+        assert "signature mismatch" in str(ei.value) and SK not in str(ei.value) + caplog.text
         assert signed.query_consumer_offset("g_listener", qs[0]) == 3
     finally:
         bad.client.close()

@@ -105,3 +105,21 @@ def test_other_send_errors_are_tried_three_times_as_before(clock: Clock) -> None
     with pytest.raises(RocketMQSparkError, match="failed after 4 attempts"):
         s._retry(_ordered_send(MessageQueue("t", "broker-a", 0)), RocketMQSparkError("broker busy"))
     assert len(calls) == 3 and clock.t - 1000.0 < 2.0
+
+
+def test_an_acl_refusal_fails_the_task_at_once_not_retried(clock: Clock) -> None:
+    from concurrent.futures import Future
+
+    from rocketmq_spark.errors import AuthorizationError
+
+    s = _sender(_opts())
+    s.client = client = _Down(clock)
+    mq = MessageQueue("t", "broker-a", 0)
+    refused: Future[Any] = Future()
+    refused.set_exception(AuthorizationError(16, "user 'alice' may not Pub on Topic:t", user="alice",
+                                             resource="Topic:t", action="Pub"))
+    s._inflight.append(writer._Send(refused, mq, [BatchEntry(b"row", "")], 0, "", False, ""))
+    start = clock.t
+    with pytest.raises(AuthorizationError, match="may not Pub on Topic:t"):
+        s._drain(0)
+    assert client.sends == [] and clock.t == start  # no second attempt, no backoff
