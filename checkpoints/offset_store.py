@@ -63,6 +63,8 @@ class BrokerOffsetStore:
         self._written: dict[MessageQueue, int] = {}
         #: broker -> when a commit last found it unreachable, and why
         self._unreachable: dict[str, tuple[float, Exception]] = {}
+        #: broker -> the address its group offsets went to last (see _follow_homes)
+        self._homes: dict[str, str] = {}
 
     def read(self, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq`` on its broker, None when it has none; the
@@ -79,6 +81,7 @@ class BrokerOffsetStore:
         a queue of a broker found unreachable less than ``retry_after_s`` ago is not sent and
         has that error), kept for the next commit. Offsets are written as given: nothing stops
         one moving back. Raises the first ACL refusal (after recording the rest)."""
+        self._follow_homes(offsets)
         todo = dict(self._pending)
         todo.update(offsets)
         changed = {mq: off for mq, off in sorted(todo.items()) if self._written.get(mq) != off}
@@ -137,6 +140,29 @@ class BrokerOffsetStore:
         if denied is not None:
             raise denied
         return failed
+
+    def _follow_homes(self, offsets: dict[MessageQueue, int]) -> None:
+        """Offsets written to a broker group's slave while its master was down are not on the
+        master when it returns (a classic master/slave group does not copy them back: the slave
+        copies the master's), so once the group's commits go to another member (the client's
+        ``offsets_home``) every offset of the group is written again, not only those that moved."""
+        home_of = getattr(self.client, "offsets_home", None)
+        if home_of is None:
+            return
+        for broker in sorted({mq.broker for mq in offsets} | {mq.broker for mq in self._written}):
+            home = home_of(broker)
+            last = self._homes.get(broker)
+            if home is None or home == last:
+                continue
+            self._homes[broker] = home
+            if last is None:
+                continue
+            again = {mq: off for mq, off in self._written.items() if mq.broker == broker}
+            for mq, off in again.items():
+                del self._written[mq]
+                self._pending.setdefault(mq, off)
+            log.info("group %s: the offsets of broker %s go to %s now (went to %s): its %d offsets are written "
+                     "there again", self.group, broker, home, last, len(again))
 
     def _update(self, offsets: dict[MessageQueue, int]) -> dict[MessageQueue, RocketMQSparkError]:
         """One round of commits; notes the brokers it could not reach (none of their queues

@@ -59,6 +59,15 @@ class PullResult:
     body: bytes = b""
     #: gRPC pulls: the messages (``apache.rocketmq.v2.Message``) instead of record bytes.
     messages: tuple[Any, ...] = ()
+    #: the address of the slave that answered ("": a master did); see :meth:`slave_lacks`
+    from_slave: str = ""
+
+    def slave_lacks(self, offset: int) -> bool:
+        """Whether a slave answered a pull at ``offset`` without the message because it does not
+        hold it (yet): the master had it (an ASYNC_MASTER's last messages not sent to the slave
+        when it died), so the answer says nothing about the queue; ask again (the master, once
+        it is back). A slave answers every such pull PULL_RETRY_IMMEDIATELY at the same offset."""
+        return bool(self.from_slave) and self.status != "FOUND" and self.next_offset <= offset
 
     @property
     def size(self) -> int:

@@ -253,6 +253,9 @@ class DataLoss:
         for mq, p in pending:
             try:
                 res = self.ctx.client.pull_result(mq, p)
+                if res.slave_lacks(offsets[mq]):  # the master has it and is down: not now
+                    raise ConnectionFailedError(res.from_slave, f"pull of {mq}",
+                                                f"the slave does not hold offset {offsets[mq]} (its master is down)")
                 out[mq] = store_time_in(self.ctx.client, mq, offsets[mq], res)
             except RocketMQSparkError as exc:
                 failed[mq] = exc

@@ -144,6 +144,8 @@ def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
     retention deleted it); else what it holds instead. Raises the client's errors."""
     off, ts = mark
     res = c.pull_result(mq, c.pull_async(mq, off, 1))
+    if res.slave_lacks(off):
+        raise _slave_lacks(mq, off, res)
     if res.status == "FOUND":
         now = store_time_in(c, mq, off, res)
         if now is None or now == ts:
@@ -154,6 +156,14 @@ def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
         hi = "?" if res.max_offset < 0 else res.max_offset
         return f"offset {off}, stored at {iso(ts)} when the batch was planned, is past the queue's max offset {hi}"
     return None
+
+
+def _slave_lacks(mq: MessageQueue, offset: int, res: PullResult) -> ConnectionFailedError:
+    """A slave answered without the message at ``offset`` (see PullResult.slave_lacks): the
+    broker group cannot serve it now, as a broker that does not answer."""
+    return ConnectionFailedError(res.from_slave, f"pull of {mq}",
+                                 f"the slave holds offsets below {res.max_offset} and offset {offset} only its "
+                                 f"master has, which is down")
 
 
 class _Failed:
@@ -249,6 +259,9 @@ class PullLoop:
                 res = self._answer()
             except ConnectionFailedError as exc:
                 self._wait_for_broker(exc)
+                continue
+            if res.slave_lacks(self.offset):
+                self._wait_for_broker(_slave_lacks(part.mq, self.offset, res))
                 continue
             self._heard_from()
             if _check_pull(part, self.offset, res):

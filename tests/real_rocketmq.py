@@ -44,8 +44,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JavaMissing", "RealRocketMQ", "acl2_broker_conf", "cache_root", "java_available", "maven_jars", "pom_of",
-           "provision"]
+__all__ = ["JavaMissing", "RealCluster", "RealRocketMQ", "acl2_broker_conf", "cache_root", "java_available",
+           "maven_jars", "pom_of", "provision"]
 
 #: the 5.x release the suite runs against (5.3.3 is the newest whose facts the docs were read from)
 VERSION = "5.3.3"
@@ -303,9 +303,16 @@ class RealRocketMQ:
     proxy_config: dict[str, object] = field(default_factory=dict)
     #: the client settings this harness's own remoting clients use (TLS when the servers enforce it)
     client_config: object = None
-    #: more broker.conf lines (key -> value), over the ones written here: e.g. ACL 2.0's
-    #: ``authenticationEnabled``/``authorizationEnabled`` and its providers (see :func:`acl2_broker_conf`)
-    broker_conf: dict[str, object] = field(default_factory=dict)
+    #: the broker's id in its group (brokerId): 0 is the master, a slave has 1 or more (and
+    #: ``broker_role="SLAVE"``; it finds its master through the name server)
+    broker_id: int = 0
+    #: brokerRole: ASYNC_MASTER, SYNC_MASTER (a send is answered once a slave has it) or SLAVE
+    broker_role: str = "ASYNC_MASTER"
+    #: the broker JVM's heap (-Xms/-Xmx)
+    broker_heap: str = "512m"
+    #: more broker.conf keys (they win over the ones written here), e.g. {"slaveReadEnable": "true"},
+    #: or ACL 2.0's ``authenticationEnabled``/``authorizationEnabled`` and providers (:func:`acl2_broker_conf`)
+    broker_config: dict[str, object] = field(default_factory=dict)
     #: (access key, secret key) mqadmin signs with ($ROCKETMQ_HOME/conf/tools.yml): a broker with
     #: authentication on answers an unsigned admin request NO_PERMISSION
     admin_credentials: tuple[str, str] | None = None
@@ -454,12 +461,13 @@ class RealRocketMQ:
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
-                    if c.cluster_brokers().get(self.broker_name) == self.broker_addr:
+                    if c.cluster_members().get(self.broker_name, {}).get(self.broker_id) == self.broker_addr:
                         return
                 time.sleep(0.1)
         finally:
             c.close()
-        raise RuntimeError(f"broker {self.broker_name} did not register with the name server {self.namesrv_addr}")
+        raise RuntimeError(f"broker {self.broker_name} (id {self.broker_id}) did not register with the name server "
+                           f"{self.namesrv_addr}")
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -479,7 +487,8 @@ class RealRocketMQ:
                                   "-c", str(w / "namesrv.conf"))
             ready = "The Name Server boot success"
         elif role == "broker":
-            argv = [*self.broker_launcher, *self._jvm_argv(role, "512m", "org.apache.rocketmq.broker.BrokerStartup",
+            argv = [*self.broker_launcher, *self._jvm_argv(role, self.broker_heap,
+                                                           "org.apache.rocketmq.broker.BrokerStartup",
                                                            "-c", str(w / "broker.conf"))]
             ready = "boot success"
         else:
@@ -496,8 +505,8 @@ class RealRocketMQ:
         (w / "namesrv.conf").write_text(
             f"listenPort={self.namesrv_port}\nbindAddress={self.namesrv_host}\nkvConfigPath={w / 'namesrv-kv.json'}\n")
         broker = {
-            "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": "0",
-            "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+            "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": self.broker_id,
+            "brokerRole": self.broker_role, "flushDiskType": "ASYNC_FLUSH",
             "namesrvAddr": self.namesrv_addr, "listenPort": self.broker_port, "haListenPort": self.ha_port,
             "bindAddress": self.broker_bind, "brokerIP1": self.broker_ip, "brokerIP2": self.broker_ip,
             "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
@@ -512,8 +521,8 @@ class RealRocketMQ:
             "transactionOpBatchInterval": 200,
             # a test machine's disk may be fuller than a server's; the broker refuses writes past it
             "diskMaxUsedSpaceRatio": 95,
+            **self.broker_config,
         }
-        broker.update(self.broker_conf)
         (w / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in broker.items()))
         if self.admin_credentials is not None:  # MQAdminStartup reads it for every command
             (w / "conf").mkdir(exist_ok=True)
@@ -587,6 +596,141 @@ def acl2_broker_conf(admin: tuple[str, str]) -> dict[str, object]:
         "initAuthenticationUser": json.dumps({"username": user, "password": password}, **compact),
         "innerClientAuthenticationCredentials": json.dumps({"accessKey": user, "secretKey": password}, **compact),
     }
+
+
+@dataclass
+class RealCluster:
+    """One name server and several broker groups of Apache RocketMQ on 127.0.0.1, no proxy: a
+    master per group in ``groups`` and a slave (brokerId 1) for each group in ``slaves``.
+
+        with RealCluster(provision(NEWEST), workdir, slaves=("broker-a",)) as cluster:
+            cluster.namesrv_addr, cluster.addr("broker-a"), cluster.addr("broker-a", 1)
+            cluster.kill("broker-a")          # SIGKILL the master
+            cluster.start_member("broker-a")  # back on its ports, with its store
+
+    Each member is a :class:`RealRocketMQ` (``member(name, broker_id)``), the first one runs the
+    name server. A group with a slave is a SYNC_MASTER (a send is answered once the slave has
+    it, so a slave read after the master's crash misses nothing the producer was told is
+    stored); the others are ASYNC_MASTERs. Every member has ``slaveReadEnable=true`` (a slave
+    refuses pulls without it; a master suggests its slave to a consumer that lags past its
+    memory) and registers every 10 s (the floor the broker takes), so a slave learns that its
+    master is back within 10 s."""
+
+    lib: Path
+    workdir: Path
+    version: str = NEWEST
+    groups: tuple[str, ...] = ("broker-a", "broker-b")
+    slaves: tuple[str, ...] = ()
+    broker_heap: str = "256m"
+    #: more broker.conf keys for every member
+    broker_config: dict[str, object] = field(default_factory=dict)
+    members: dict[tuple[str, int], RealRocketMQ] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.slaves) - set(self.groups))
+        if unknown:
+            raise ValueError(f"slaves {unknown} name no group of {list(self.groups)}")
+        for name in self.groups:
+            ids = (0, 1) if name in self.slaves else (0,)
+            for broker_id in ids:
+                role = "SLAVE" if broker_id else "SYNC_MASTER" if name in self.slaves else "ASYNC_MASTER"
+                self.members[(name, broker_id)] = RealRocketMQ(
+                    self.lib, self.workdir / f"{name}-{broker_id}", version=self.version, proxy=False,
+                    broker_name=name, broker_id=broker_id, broker_role=role, broker_heap=self.broker_heap,
+                    register_period_ms=10_000, broker_config={"slaveReadEnable": "true", **self.broker_config})
+
+    @property
+    def first(self) -> RealRocketMQ:
+        return self.members[(self.groups[0], 0)]
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.first.namesrv_addr
+
+    def member(self, name: str, broker_id: int = 0) -> RealRocketMQ:
+        return self.members[(name, broker_id)]
+
+    def addr(self, name: str, broker_id: int = 0) -> str:
+        """The address member ``broker_id`` of group ``name`` registers (0: the master)."""
+        return self.member(name, broker_id).broker_addr
+
+    def __enter__(self) -> RealCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 180) -> None:
+        """The name server with the first master, then the other members (masters before their
+        slaves); returns once every one is registered."""
+        try:
+            self.first.start(timeout_s)
+            for rmq in self.members.values():
+                if rmq is not self.first:
+                    rmq.external_namesrv = self.namesrv_addr
+                    rmq.start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stops every member, slaves first, the name server last."""
+        for rmq in sorted(self.members.values(), key=lambda r: (r is self.first, -r.broker_id)):
+            rmq.stop(grace_s=5.0)
+
+    def kill(self, name: str, broker_id: int = 0) -> None:
+        """SIGKILL one member (a crash: its connections close, the name server drops it at once)."""
+        self.member(name, broker_id).stop_broker(kill=True)
+
+    def start_member(self, name: str, broker_id: int = 0, timeout_s: float = 90) -> None:
+        """Starts a stopped member again on its ports, with its store; returns once registered."""
+        self.member(name, broker_id).start_broker(timeout_s)
+
+    def mqadmin(self, *args: str, timeout_s: float = 120) -> str:
+        """``mqadmin <args>`` against the cluster's name server (see :meth:`RealRocketMQ.mqadmin`)."""
+        return self.first.mqadmin(*args, timeout_s=timeout_s)
+
+    def create_topic(self, topic: str, queues: int = 2) -> None:
+        """``topic`` with ``queues`` read and write queues on every group's master, routed when this returns."""
+        for name in self.groups:
+            self.mqadmin("updateTopic", "-b", self.addr(name), "-t", topic, "-r", str(queues), "-w", str(queues))
+        self.first.topic_route_ready(topic)
+
+    def wait_slaves_synced(self, topic: str, group: str | None = None, timeout_s: float = 40) -> None:
+        """Until every slave serves ``topic`` and, with ``group``, knows the consumer group. A
+        slave copies its master's topics and groups every 10 s (SlaveSynchronize): before that it
+        answers pulls with "topic not exist" and refuses the group's commits, a Java consumer's
+        as ours. (Its copy of the master's consumer offsets fails on 5.5.0: fastjson2 refuses the
+        master's unquoted integer keys, "not support unquoted name"; a slave holds only the
+        offsets committed to it.)"""
+        from rocketmq_spark.client import RemotingClient
+        from rocketmq_spark.remoting.codes import ResponseCode
+        from rocketmq_spark.remoting.frame import RemotingCommand
+        from rocketmq_spark.remoting.route import loads_lenient
+
+        get_max_offset, get_all_groups = 30, 201  # RequestCode.GET_MAX_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+        deadline = time.monotonic() + timeout_s
+        c = RemotingClient(self.namesrv_addr)
+        try:
+            for name in self.slaves:
+                slave = self.addr(name, 1)
+                while True:
+                    op = f"sync check of {topic} at {slave}"
+                    done = c.invoke(slave, RemotingCommand(get_max_offset, ext_fields={"topic": topic, "queueId": "0"}),
+                                    op, ok=tuple(ResponseCode)).code == ResponseCode.SUCCESS
+                    if done and group is not None:
+                        body = c.invoke(slave, RemotingCommand(get_all_groups), op).body or b"{}"
+                        done = group in (loads_lenient(body).get("subscriptionGroupTable") or {})
+                    if done:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the slave of {name} ({slave}) did not copy topic {topic!r}"
+                                           f"{'' if group is None else f' and group {group!r}'} from its master "
+                                           f"in {timeout_s:g}s")
+                    time.sleep(0.5)
+        finally:
+            c.close()
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ from ..names import AUTO_CREATE_TOPIC, retry_topic
 from ..remoting.acl import Credentials, request_needs, sign_request
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import FLAG_ONEWAY, RemotingCommand, plain_json
-from ..remoting.route import TopicRouteData, loads_lenient
+from ..remoting.route import MASTER_ID, TopicRouteData, loads_lenient
 from .admin import RemotingAdmin
 from .connection import RemotingConnection, Reply
 from .contract import CheckHandler, GroupPresence, QueueStatus
@@ -67,6 +67,11 @@ _V5_0_0 = 413
 
 #: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
 _RESET_WAITS = "Offset has been previously reset"
+#: per-queue requests a slave serves, sent where reads go (:meth:`.NameServers.read_addr`): the
+#: Java consumer reads, and commits and queries its offsets, on a slave while the master is down
+_READ_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+                         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.QUERY_CONSUMER_OFFSET,
+                         RequestCode.UPDATE_CONSUMER_OFFSET})
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -185,6 +190,8 @@ class RemotingClient(RemotingAdmin):
         self._opened: dict[str, int] = {}  # address -> connections opened to it (see connection_epoch)
         #: broker -> (the connection epoch it answered over, its boot time or None), see broker_boot_ms
         self._boots: dict[str, tuple[tuple[str, int] | None, int | None]] = {}
+        #: queue -> the broker id its last pull's answer suggested for the next one (not the master)
+        self._pull_from: dict[MessageQueue, int] = {}
         #: route lookups and broker addresses
         self.names = NameServers(self.namesrv_addrs, self.config, self._conn)
 
@@ -221,8 +228,9 @@ class RemotingClient(RemotingAdmin):
             return conn
 
     def connection_epoch(self, broker: str) -> tuple[str, int] | None:
-        """(address, connections opened to it) of ``broker``; None before the first one."""
-        addr = self.names.broker_addrs.get(broker)
+        """(address, connections opened to it) of ``broker`` (the member its reads go to, see
+        :meth:`.NameServers.read_addr`); None before the first one."""
+        addr = self.names.read_addrs.get(broker) or self.names.broker_addrs.get(broker)
         with self._conn_lock:
             n = self._opened.get(addr, 0) if addr is not None else 0
         return (addr, n) if addr is not None and n else None
@@ -266,6 +274,7 @@ class RemotingClient(RemotingAdmin):
         try:
             return self.connection(address)
         except ConnectionFailedError as exc:
+            self.names.note_failed(address)
             raise ConnectionFailedError(address, operation, exc.args[0]) from None
 
     def close(self) -> None:
@@ -287,15 +296,23 @@ class RemotingClient(RemotingAdmin):
         counts from then, see :func:`~.retry.retrying`)."""
         timeout = timeout_s or self.config.request_timeout_s
 
-        def once() -> RemotingCommand:
+        return retrying(lambda: self._invoke_once(address, cmd, operation, timeout, ok), self.config, started=started)
+
+    def _invoke_once(self, address: str, cmd: RemotingCommand, operation: str, timeout: float,
+                     ok: tuple[int, ...]) -> RemotingCommand:
+        """One attempt of :meth:`invoke`; an address that does not answer is noted (reads of its
+        group go to another member meanwhile, see :meth:`.NameServers.read_addr`)."""
+        try:
             resp = self._conn(address, operation).invoke(
                 RemotingCommand(cmd.code, ext_fields=cmd.ext_fields, body=cmd.body, ext_json=cmd.ext_json), timeout,
                 operation)
-            if resp.code not in ok:
-                raise self._refused(resp, address, operation, cmd.code, cmd.ext_fields, cmd.body)
-            return resp
-
-        return retrying(once, self.config, started=started)
+        except (ConnectionFailedError, RequestTimeoutError):
+            self.names.note_failed(address)
+            raise
+        self.names.note_answered(address)
+        if resp.code not in ok:
+            raise self._refused(resp, address, operation, cmd.code, cmd.ext_fields, cmd.body)
+        return resp
 
     # -- name server (see :mod:`.routes`) ---------------------------------------------
 
@@ -311,6 +328,10 @@ class RemotingClient(RemotingAdmin):
         """Broker name -> master address of every broker the name servers know."""
         return self.names.cluster_brokers()
 
+    def cluster_members(self) -> dict[str, dict[int, str]]:
+        """See :meth:`.NameServers.cluster_members`."""
+        return self.names.cluster_members()
+
     def remember_broker_addr(self, broker: str, addr: str) -> None:
         """See :meth:`.NameServers.remember_broker_addr`."""
         self.names.remember_broker_addr(broker, addr)
@@ -322,6 +343,15 @@ class RemotingClient(RemotingAdmin):
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         """See :meth:`.NameServers.broker_addr`."""
         return self.names.broker_addr(broker, topic)
+
+    def read_addr(self, broker: str, topic: str | None = None) -> str:
+        """See :meth:`.NameServers.read_addr`: where reads of ``broker`` and its group's offsets go."""
+        return self.names.read_addr(broker, topic)
+
+    def offsets_home(self, broker: str) -> str | None:
+        """The address the group offsets of ``broker``'s queues went to last (its master, or a
+        slave while the master is down); None before any."""
+        return self.names.read_addrs.get(broker)
 
     def _addr_of(self, broker: str) -> str:
         """The address known for ``broker``, "?" when none (for error messages: no lookup)."""
@@ -337,13 +367,28 @@ class RemotingClient(RemotingAdmin):
         return broker_error(resp.code, resp.remark, address=address, operation=operation,
                             user=creds.access_key if creds is not None else None, needs=needs)
 
+    def _read_addr_of(self, mq: MessageQueue) -> str:
+        """Where the last read of ``mq``'s broker went (for error messages and failure notes: no lookup)."""
+        return self.names.read_addrs.get(mq.broker) or self._addr_of(mq.broker)
+
     # -- broker operations ----------------------------------------------------------
+
+    def _queue_addr(self, mq: MessageQueue, code: int) -> str:
+        """Where a per-queue request goes: reads and the group's offsets to :meth:`read_addr`
+        (a slave while the master is down), the rest to the master."""
+        if code in _READ_CODES:
+            return self.names.read_addr(mq.broker, mq.topic)
+        return self.broker_addr(mq.broker, mq.topic)
 
     def _mq_call(self, mq: MessageQueue, code: int, ext: dict[str, str], operation: str,
                  ok: tuple[int, ...] = (ResponseCode.SUCCESS,), started: float | None = None) -> RemotingCommand:
-        addr = self.broker_addr(mq.broker, mq.topic)
-        return self.invoke(addr, RemotingCommand(code, ext_fields={**ext, "bname": mq.broker}),
-                           f"{operation} of {mq}", ok=ok, started=started)
+        """One per-queue request, retried (bounded); each attempt asks where it goes again, so a
+        read whose master stopped answering goes on to a slave."""
+        cmd = RemotingCommand(code, ext_fields={**ext, "bname": mq.broker})
+        op = f"{operation} of {mq}"
+        timeout = self.config.request_timeout_s
+        return retrying(lambda: self._invoke_once(self._queue_addr(mq, code), cmd, op, timeout, ok), self.config,
+                        started=started)
 
     def _mq_calls(self, calls: Sequence[tuple[MessageQueue, int, dict[str, str]]], operation: str,
                   ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> list[RemotingCommand | RocketMQSparkError]:
@@ -379,6 +424,8 @@ class RemotingClient(RemotingAdmin):
             if addr in dead:
                 out[i] = dead[addr] if err.retriable else err
                 return
+            if isinstance(err, (ConnectionFailedError, RequestTimeoutError)):
+                self.names.note_failed(addr)
             if not may_retry(err, self.config, sent):
                 out[i] = err
                 if isinstance(err, ConnectionFailedError):
@@ -394,9 +441,9 @@ class RemotingClient(RemotingAdmin):
         # requests go out per broker in chunks of _WINDOW frames, one write each; the previous
         # chunk's answers are settled while the next one is on the wire
         by_addr: dict[str, list[int]] = {}
-        for i, (mq, _code, _ext) in enumerate(calls):
+        for i, (mq, code, _ext) in enumerate(calls):
             try:
-                by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(i)
+                by_addr.setdefault(self._queue_addr(mq, code), []).append(i)
             except RocketMQSparkError as exc:
                 out[i] = exc
         for addr, idx in by_addr.items():
@@ -421,7 +468,7 @@ class RemotingClient(RemotingAdmin):
         for item in inflight:
             settle(*item)
         return _every_answer(out, lambda i: (f"{operation} of {calls[i][0]}",
-                                             self._addr_of(calls[i][0].broker)))
+                                             self._read_addr_of(calls[i][0])))
 
     @staticmethod
     def _raise_first(results: list[RemotingCommand | RocketMQSparkError]) -> list[RemotingCommand]:
@@ -491,7 +538,7 @@ class RemotingClient(RemotingAdmin):
         empty): its offset table (GET_ALL_CONSUMER_OFFSET) tells a committed 0 from none."""
         by_addr: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
-            by_addr.setdefault(self.broker_addr(mq.broker, mq.topic), []).append(mq)
+            by_addr.setdefault(self.read_addr(mq.broker, mq.topic), []).append(mq)
         for addr, queues in by_addr.items():
             resp = self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET),
                                f"consumer offset table (group {group!r})")
@@ -518,7 +565,7 @@ class RemotingClient(RemotingAdmin):
             if isinstance(r, RocketMQSparkError):
                 out[mq] = r
             elif r.remark == _RESET_WAITS:  # answered SUCCESS, not stored (see OffsetResetPendingError)
-                out[mq] = OffsetResetPendingError(r.code, r.remark, address=self.broker_addr(mq.broker, mq.topic),
+                out[mq] = OffsetResetPendingError(r.code, r.remark, address=self._read_addr_of(mq),
                                                   operation=f"update offset of group {group!r} on {mq}")
         return out
 
@@ -533,7 +580,7 @@ class RemotingClient(RemotingAdmin):
         keys = list(groups)
         sent: list[tuple[str, Future[RemotingCommand]]] = []
         for broker, topic in keys:
-            addr = self.broker_addr(broker, topic)
+            addr = self.read_addr(broker, topic)
             sent.append((addr, self._conn(addr, f"topic stats of {topic!r}").send(
                 RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))))
         deadline = time.monotonic() + self.config.request_timeout_s  # they went out together
@@ -626,10 +673,15 @@ class RemotingClient(RemotingAdmin):
             "bname": mq.broker,
         })
 
+    def _pull_addr(self, mq: MessageQueue) -> str:
+        """Where a pull of ``mq`` goes: the member of its group the last answer suggested (the
+        master unless the broker said otherwise), see :meth:`.NameServers.read_addr`."""
+        return self.names.read_addr(mq.broker, mq.topic, self._pull_from.get(mq, MASTER_ID))
+
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
                    subscription: str = "*", suspend_ms: int = 0) -> Future[RemotingCommand]:
         """Send a pull without waiting; resolve it with :meth:`pull_result`."""
-        addr = self.broker_addr(mq.broker, mq.topic)
+        addr = self._pull_addr(mq)
         fut = self._conn(addr, f"pull of {mq}").send(
             self.pull_request(mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms))
         fut.hold_s = suspend_ms / 1000.0  # type: ignore[attr-defined]  # the broker may hold it that long
@@ -638,7 +690,7 @@ class RemotingClient(RemotingAdmin):
     def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
                         subscription: str = "*") -> list[Reply]:
         """Pulls at ``offsets`` written to the broker with one ``sendall``."""
-        addr = self.broker_addr(mq.broker, mq.topic)
+        addr = self._pull_addr(mq)
         return self._conn(addr, f"pull of {mq}").send_many(
             [self.pull_request(mq, off, max_nums, group=group, subscription=subscription) for off in offsets])
 
@@ -646,17 +698,39 @@ class RemotingClient(RemotingAdmin):
         """Wait for a pull: the request timeout, plus the time a long-polling pull may be held."""
         op = f"pull of {mq}"
         wait = self.config.request_timeout_s + getattr(pending, "hold_s", 0.0)
+        addr = self._read_addr_of(mq)
         try:
             resp = pending.result(wait)
         except TimeoutError:
-            raise ConnectionFailedError(self._addr_of(mq.broker), op,
-                                        f"no response within {wait:g}s") from None
+            self.names.note_failed(addr)
+            raise ConnectionFailedError(addr, op, f"no response within {wait:g}s") from None
+        except ConnectionFailedError:
+            self.names.note_failed(addr)
+            raise
+        self.names.note_answered(addr)
+        self._follow_suggestion(mq, resp)
         status = _PULL_STATUS.get(resp.code)
         if status is None:  # (the consumer group is not known here: the topic is named)
-            raise self._refused(resp, self._addr_of(mq.broker), op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
+            raise self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
+        master = self.names.members.get(mq.broker, {}).get(MASTER_ID) or self.names.broker_addrs.get(mq.broker)
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
                           self._answer_int(mq, resp, "minOffset", op, -1),
-                          self._answer_int(mq, resp, "maxOffset", op, -1), resp.body)
+                          self._answer_int(mq, resp, "maxOffset", op, -1), resp.body,
+                          from_slave="" if addr == master else addr)
+
+    def _follow_suggestion(self, mq: MessageQueue, resp: RemotingCommand) -> None:
+        """The broker id a pull's answer suggests for the queue's next pull (suggestWhichBrokerId:
+        a master whose consumer lags past its memory suggests a slave when slaveReadEnable is
+        on; a slave suggests the master), kept as the Java client's PullAPIWrapper keeps it."""
+        raw = resp.ext_fields.get("suggestWhichBrokerId")
+        try:
+            suggested = int(raw) if raw else MASTER_ID
+        except ValueError:
+            return
+        if suggested == MASTER_ID:
+            self._pull_from.pop(mq, None)
+        elif 0 < suggested < 1 << 20:
+            self._pull_from[mq] = suggested
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
              subscription: str = "*", suspend_ms: int = 0) -> PullResult:

@@ -1,7 +1,19 @@
 """The name servers a remoting client asks: route lookups (cached for ``route_refresh_s``; while
 the name servers do not answer, a known route serves, as the Java client does), the broker
 addresses the routes give, the cluster's brokers. One name server down is tolerated: they are
-asked in turn from a random one."""
+asked in turn from a random one.
+
+Masters and slaves: a broker group (one broker name) has a master (brokerId 0) and may have
+slaves (brokerId 1, 2, ...). Sends go to the master only (the Java client's
+findBrokerAddressInPublish). Reads and the group's offsets go where the Java consumer sends
+them (findBrokerAddressInSubscribe with onlyThisBroker=false): to the broker id the last pull's
+answer suggested (suggestWhichBrokerId; the master unless the broker says otherwise), else to the
+master, else, when the route has no master (the name server drops a master whose connection
+closed: a crash, a stop), to a slave. Unlike the Java client, which learns of a dead master only
+at its next route poll (every 30 s), a master whose connection just failed is passed over for
+:data:`FAILOVER_S` and the route is asked again at once (at most every :data:`RECHECK_S`), and
+while reads go to a slave the route is asked again every :data:`RECHECK_S`, so they move back
+to the master within seconds of its return."""
 
 from __future__ import annotations
 
@@ -25,7 +37,7 @@ from ..names import AUTO_CREATE_TOPIC
 from ..remoting.acl import request_needs
 from ..remoting.codes import RequestCode, ResponseCode
 from ..remoting.frame import RemotingCommand
-from ..remoting.route import TopicRouteData, refused_queues_text
+from ..remoting.route import MASTER_ID, TopicRouteData, refused_queues_text
 from .connection import RemotingConnection
 from .retry import ClientConfig, bounded, retrying
 from .tables import object_body
@@ -36,6 +48,12 @@ __all__ = ["NameServers"]
 
 #: queues a topic created on send gets (the send's defaultTopicQueueNums)
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+#: a broker address whose connection failed is passed over for reads this long (seconds) when
+#: its group has another member to read from
+FAILOVER_S = 5.0
+#: the route of a topic whose reads go to a slave (or whose master just failed) is asked again
+#: at most this often (seconds)
+RECHECK_S = 2.0
 
 
 class NameServers:
@@ -50,6 +68,14 @@ class NameServers:
         self.routes: dict[str, tuple[float, TopicRouteData]] = {}
         #: broker name -> master address, as the latest listing or route gave it
         self.broker_addrs: dict[str, str] = {}
+        #: broker name -> {broker id: address} of its group, as the latest route of it gave it
+        self.members: dict[str, dict[int, str]] = {}
+        #: address -> when a connection to it or a request over one last failed (monotonic)
+        self._failed: dict[str, float] = {}
+        #: topic -> when its route was last asked for because of a failover (monotonic)
+        self._rechecked: dict[str, float] = {}
+        #: broker name -> the address reads of it went to last (see read_addr)
+        self.read_addrs: dict[str, str] = {}
         self._index = random.randrange(len(self.addrs))
         #: (since when, until when) the name servers are not asked while a known route serves
         self._down: tuple[float, float] | None = None
@@ -133,26 +159,44 @@ class NameServers:
         route = TopicRouteData.from_json(resp.body)
         self.routes[topic] = (now, route)
         for b in route.broker_datas:
+            if b.broker_addrs:
+                self.members[b.broker_name] = dict(b.broker_addrs)
             if b.master_addr:
                 self.broker_addrs[b.broker_name] = b.master_addr
+            elif b.broker_addrs:  # its master is gone (a slave is left): sends cannot go there now
+                self.broker_addrs.pop(b.broker_name, None)
         return route
 
     def cluster_brokers(self) -> dict[str, str]:
-        """Broker name -> master address of every broker the name servers know."""
+        """Broker name -> master address of every broker group the name servers know with a master."""
+        out: dict[str, str] = {}
+        for name, members in self.cluster_members().items():
+            addr = members.get(MASTER_ID)
+            if addr:
+                self.broker_addrs[name] = addr
+                out[name] = addr
+        return out
+
+    def cluster_members(self) -> dict[str, dict[int, str]]:
+        """Broker name -> {broker id: address} of every broker group the name servers know (the
+        master has id 0; a group whose master is down lists only its slaves)."""
         resp = retrying(lambda: self.invoke(
             RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"), self.config)
         table = object_body(resp.body, "cluster info").get("brokerAddrTable", {}) if resp.body else {}
         if not isinstance(table, dict):
             raise ProtocolError("cluster info: brokerAddrTable is not an object")
-        out: dict[str, str] = {}
+        out: dict[str, dict[int, str]] = {}
         for name, data in sorted(table.items()):
             addrs = (data.get("brokerAddrs") or {}) if isinstance(data, dict) else None
             if not isinstance(addrs, dict):
                 raise ProtocolError(f"cluster info: broker {name!r} has no brokerAddrs object")
-            addr = addrs.get("0")
-            if addr:
-                self.broker_addrs[name] = str(addr)
-                out[name] = str(addr)
+            try:
+                members = {int(k): str(v) for k, v in addrs.items() if v}
+            except ValueError:
+                raise ProtocolError(f"cluster info: broker {name!r} has a broker id that is not a number: "
+                                    f"{sorted(addrs)!r}") from None
+            if members:
+                out[str(name)] = members
         return out
 
     def _lists_no_broker(self) -> bool:
@@ -204,7 +248,8 @@ class NameServers:
         out: list[MessageQueue] = []
         refused: set[int] = set()
         for q in route.queue_datas:
-            if route.broker_addr(q.broker_name) is None:
+            # a producer sends to masters only; a consumer reads a group that has a slave left
+            if (route.broker_addr(q.broker_name) if writable else route.any_addr(q.broker_name)) is None:
                 continue
             if writable:
                 if q.writable:
@@ -257,3 +302,78 @@ class NameServers:
             raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
                                         "it is in no route the name servers give now (stopped or restarting?)")
         return addr
+
+    # -- reads: master or slave ------------------------------------------------------------
+
+    def note_failed(self, addr: str) -> None:
+        """A connection to ``addr`` could not be opened, or a request over it got no answer."""
+        self._failed[addr] = time.monotonic()
+
+    def note_answered(self, addr: str) -> None:
+        """``addr`` answered a request."""
+        if self._failed.pop(addr, None) is not None:
+            log.info("%s answers again", addr)
+
+    def _failing(self, addr: str) -> bool:
+        since = self._failed.get(addr)
+        return since is not None and time.monotonic() - since < FAILOVER_S
+
+    def read_addr(self, broker: str, topic: str | None = None, broker_id: int = MASTER_ID) -> str:
+        """Where a read of ``broker``'s queues (a pull, offsets, the group's offsets) goes now:
+        member ``broker_id`` of its group (a slave id that is not there: the next one, as the Java
+        client does), else the master, else the slave with the lowest id; a member whose
+        connection failed less than :data:`FAILOVER_S` ago is passed over while the group has
+        another. While the pick is not the master, ``topic``'s route is asked again (at most
+        every :data:`RECHECK_S`), so reads move back once the master is in it again.
+
+        A group whose route is not known here (a read task given its address by the planner)
+        reads from that address until it fails. Raises ConnectionFailedError when no member of
+        the group is in a route (see :meth:`broker_addr`)."""
+        members = self.members.get(broker)
+        if members is None:
+            addr = self.broker_addrs.get(broker)
+            if addr is not None and (topic is None or not self._failing(addr)):
+                return addr
+            if topic is not None:
+                self._recheck(topic)
+            members = self.members.get(broker)
+            if members is None:
+                return self.broker_addr(broker, topic)
+        addr = self._pick(members, broker_id)
+        if topic is not None and (addr is None or addr != members.get(MASTER_ID) or self._failing(addr)):
+            self._recheck(topic)
+            addr = self._pick(self.members.get(broker, {}), broker_id)
+        if addr is None:
+            raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
+                                        "no member of its group is in the routes the name servers give now "
+                                        "(stopped or restarting?)")
+        last = self.read_addrs.get(broker)
+        if last != addr:
+            self.read_addrs[broker] = addr
+            if last is not None:
+                kind = "master" if addr == self.members.get(broker, {}).get(MASTER_ID) else "slave"
+                log.warning("reads of broker %s go to its %s %s now (were going to %s)", broker, kind, addr, last)
+        return addr
+
+    def _pick(self, members: dict[int, str], broker_id: int) -> str | None:
+        """findBrokerAddressInSubscribe(broker_id, onlyThisBroker=false), members that just failed last."""
+        order: list[int] = []
+        if broker_id in members:
+            order.append(broker_id)
+        elif broker_id != MASTER_ID and broker_id + 1 in members:
+            order.append(broker_id + 1)
+        order += sorted(k for k in members if k not in order)  # the master (0) first
+        alive = [members[k] for k in order if not self._failing(members[k])]
+        return alive[0] if alive else (members[order[0]] if order else None)
+
+    def _recheck(self, topic: str) -> None:
+        """``topic``'s route asked again, at most every :data:`RECHECK_S` (faults: the known one serves)."""
+        now = time.monotonic()
+        if now - self._rechecked.get(topic, 0.0) < RECHECK_S:
+            return
+        self._rechecked[topic] = now
+        try:
+            with bounded(0.0):
+                self.route(topic, refresh=True)
+        except RocketMQSparkError as exc:
+            log.debug("route of topic %s not asked again: %s", topic, exc)

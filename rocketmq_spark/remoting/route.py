@@ -137,9 +137,17 @@ class TopicRouteData:
     filter_server_table: dict[str, Any] = field(default_factory=dict)
 
     def broker_addr(self, broker_name: str) -> str | None:
+        """The master's address of group ``broker_name`` (None: not in the route, or its master is not)."""
         for b in self.broker_datas:
             if b.broker_name == broker_name:
                 return b.master_addr
+        return None
+
+    def any_addr(self, broker_name: str) -> str | None:
+        """The address of the master of group ``broker_name``, else of its slave with the lowest id."""
+        for b in self.broker_datas:
+            if b.broker_name == broker_name and b.broker_addrs:
+                return b.broker_addrs[min(b.broker_addrs)]
         return None
 
     def to_json(self) -> bytes:

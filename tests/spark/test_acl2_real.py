@@ -50,7 +50,7 @@ def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
     if missing:
         skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
     rmq = RealRocketMQ(provision(NEWEST), tmp_path_factory.mktemp("rocketmq-acl2"), version=NEWEST, proxy=False,
-                       auto_create_topics=False, broker_conf=acl2_broker_conf(ADMIN), admin_credentials=ADMIN)
+                       auto_create_topics=False, broker_config=acl2_broker_conf(ADMIN), admin_credentials=ADMIN)
     rmq.start()
     try:
         # the user with the admin tool (it signs with $ROCKETMQ_HOME/conf/tools.yml: the harness's

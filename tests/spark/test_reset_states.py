@@ -293,8 +293,8 @@ def test_queues_added_to_the_topic_are_read_and_reset_with_the_others(spark, bro
 
 class _TwoBrokers:
     """A cluster of two broker groups, ``broker-a`` and ``broker-b``: the embedded one (in this
-    process) or Apache RocketMQ (a name server and two broker JVMs, no proxy; a cluster of its
-    own, so no other test's routes see a broker killed here)."""
+    process) or Apache RocketMQ (:class:`RealCluster`: a name server and two broker JVMs, no
+    proxy; a cluster of its own, so no other test's routes see a broker killed here)."""
 
     def __init__(self, kind: str, tmp: Path) -> None:
         self.kind = kind
@@ -305,43 +305,34 @@ class _TwoBrokers:
             self.addrs = dict(self.embedded.broker_addrs)
             return
         from brokers import skip_or_fail
-        from real_rocketmq import RealRocketMQ, java_available, provision
+        from real_rocketmq import VERSION, RealCluster, java_available, provision
 
         missing = java_available()
         if missing:
             skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
         self.embedded = None
-        lib = provision()
-        self.a = RealRocketMQ(lib, tmp / "a", proxy=False)
-        self.a.start()
-        self.b = RealRocketMQ(lib, tmp / "b", proxy=False, external_namesrv=self.a.namesrv_addr,
-                              broker_name="broker-b")
-        try:
-            self.b.start()
-        except BaseException:
-            self.a.stop(grace_s=5)
-            raise
-        self.namesrv_addr = self.a.namesrv_addr
-        self.addrs = {"broker-a": self.a.broker_addr, "broker-b": self.b.broker_addr}
+        self.real = RealCluster(provision(), tmp, version=VERSION)
+        self.real.start()
+        self.namesrv_addr = self.real.namesrv_addr
+        self.addrs = {name: self.real.addr(name) for name in self.real.groups}
 
     def crash_b(self) -> None:
         if self.embedded is not None:
             self.embedded.stop_broker("broker-b", unregister=False)  # still in the routes
         else:
-            self.b.stop_broker(kill=True)
+            self.real.kill("broker-b")
 
     def start_b(self) -> None:
         if self.embedded is not None:
             self.embedded.start_broker("broker-b")
         else:
-            self.b.start_broker()
+            self.real.start_member("broker-b")
 
     def close(self) -> None:
         if self.embedded is not None:
             self.embedded.__exit__(None, None, None)
         else:
-            self.b.stop(grace_s=5)
-            self.a.stop(grace_s=5)
+            self.real.stop()
 
 
 @pytest.fixture(params=["embedded", "real"])

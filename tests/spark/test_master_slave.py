@@ -1,0 +1,236 @@
+"""Master/slave on Apache RocketMQ (issue 32): a real cluster of two broker groups, ``broker-a``
+with a slave (brokerId 1, slaveReadEnable), ``broker-b`` without. When broker-a's master is
+killed mid-stream the query reads on from the slave and commits the group's offsets there, as
+the Java consumer does; when the master returns, reads and commits move back to it. A checker
+counts every id the producer was told is stored: none lost, none read twice, and the group's
+offsets on the masters are exact at the end. A batch write while the master is down lands on
+broker-b. One cluster for the module (four JVMs, 256 MB heaps)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_offset_reset import _wait_for
+
+from brokers import skip_or_fail, wait_until
+from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.codec import BatchEntry
+from rocketmq_spark.errors import RocketMQSparkError
+from rocketmq_spark.model import MessageQueue
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from real_rocketmq import NEWEST, RealCluster, java_available, provision
+
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
+    cluster = RealCluster(provision(NEWEST), tmp_path_factory.mktemp("ha"), slaves=("broker-a",))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class _Producer(threading.Thread):
+    """Sends unique ids ``p0, p1, ...`` round-robin over the topic's writable queues until
+    stopped; a send that fails is tried on the next queue (the Java producer skips the broker
+    that failed on its retry). ``acked``: the ids a broker said it stored; ``unsure``: ids
+    whose send failed (a broker may have stored one all the same)."""
+
+    def __init__(self, namesrv: str, topic: str, pause_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.client = RemotingClient(namesrv)
+        self.topic, self.pause_s = topic, pause_s
+        self.acked: set[str] = set()
+        self.unsure: set[str] = set()
+        self.failures = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.done.is_set():
+            msg = f"p{i}"
+            for attempt in range(4):
+                try:
+                    queues = self.client.message_queues(self.topic, writable=True, refresh=attempt > 0)
+                    self.client.send_batch(queues[(i + attempt) % len(queues)], [BatchEntry(msg.encode())])
+                    self.acked.add(msg)
+                    break
+                except RocketMQSparkError:
+                    self.failures += 1
+                    self.unsure.add(msg)
+            i += 1
+            time.sleep(self.pause_s)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+        self.client.close()
+
+
+class _Sink:
+    """foreachBatch: every body the query wrote, counted."""
+
+    def __init__(self) -> None:
+        self.rows: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, df, _batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        got = [r.body for r in df.selectExpr("CAST(body AS STRING) AS body").collect()]
+        with self._lock:
+            self.rows.update(got)
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.rows)
+
+
+def _check(sink: _Sink, acked: set[str], unsure: set[str]) -> tuple[set[str], dict[str, int], set[str]]:
+    """(lost: acked and never read, read twice or more, read but neither acked nor unsure)."""
+    rows = sink.counts()
+    lost = acked - set(rows)
+    dups = {m: n for m, n in rows.items() if n > 1}
+    strange = {m for m in rows if m not in acked and m not in unsure}
+    return lost, dups, strange
+
+
+@pytest.mark.timeout(480)  # a master killed and started again, the query catching up on a busy machine
+def test_a_query_reads_on_from_the_slave_when_the_master_dies_and_moves_back(spark, ha_cluster,
+                                                                             tmp_path: Path) -> None:
+    cl = ha_cluster
+    topic, group = "HA_READ", "g_ha_read"
+    cl.create_topic(topic, queues=2)
+    # (the group is created by the query's first pull on each member: autoCreateSubscriptionGroup)
+    cl.wait_slaves_synced(topic)
+    c = RemotingClient(cl.namesrv_addr)
+    a_queues = [MessageQueue(topic, "broker-a", i) for i in range(2)]
+    # a backlog on broker-a the query reads 40 messages per trigger at most: it is still reading
+    # it when the master dies (a SYNC_MASTER: each of these is on the slave once acknowledged)
+    for i in range(240):
+        c.send_batch(a_queues[i % 2], [BatchEntry(f"a{i}".encode())])
+    backlog = {f"a{i}" for i in range(240)}
+    producer = _Producer(cl.namesrv_addr, topic)
+    sink = _Sink()
+    q = None
+    try:
+        producer.start()
+        q = (spark.readStream.format("rocketmq").option("namesrvAddr", cl.namesrv_addr).option("topic", topic)
+             .option("consumerGroup", group).option("startingOffsets", "earliest")
+             .option("maxMessagesPerTrigger", "40").option("brokerDownTimeoutMs", "120000").load()
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="300 milliseconds").start())
+        _wait_for(q, lambda: len(backlog & set(sink.counts())) >= 40, "the first batches")
+        cl.kill("broker-a")
+        read_at_kill = len(backlog & set(sink.counts()))
+        assert read_at_kill < len(backlog), "the backlog was read before the master died: nothing read from the slave"
+        # only the slave holds broker-a's messages now: the rest of the backlog comes from it
+        _wait_for(q, lambda: backlog <= set(sink.counts()),
+                  lambda: f"the backlog from the slave: {len(backlog - set(sink.counts()))} of it unread",
+                  timeout_s=120)
+        assert cl.member("broker-a").pid("broker") is None, "the master came back by itself"
+        sent_while_down = len(producer.acked)
+        assert wait_until(lambda: len(producer.acked) > sent_while_down + 20, 30), \
+            f"the producer stopped while broker-a's master is down ({producer.failures} failed sends)"
+        cl.start_member("broker-a")
+        after = len(producer.acked)
+        assert wait_until(lambda: any(m.broker == "broker-a" for m in c.message_queues(topic, writable=True,
+                                                                                          refresh=True)), 30)
+        assert wait_until(lambda: len(producer.acked) > after + 30, 60), "the producer after the master's return"
+        producer.stop()
+        everything = producer.acked | backlog
+        _wait_for(q, lambda: everything <= set(sink.counts()),
+                  lambda: f"all acknowledged ids: {len(everything - set(sink.counts()))} unread", timeout_s=120)
+        # the group's offsets on each master: every queue's end (the ones written to the slave
+        # while the master was down are written to the master again)
+        queues = sorted(c.message_queues(topic, refresh=True))
+        fresh = RemotingClient(cl.namesrv_addr)
+        try:
+            _wait_for(q, lambda: fresh.query_consumer_offsets(group, queues) == fresh.max_offsets(queues),
+                      lambda: f"the group's offsets {fresh.query_consumer_offsets(group, queues)} "
+                              f"against the queues' ends {fresh.max_offsets(queues)}", timeout_s=60)
+            assert {fresh.read_addr(m.broker, topic) for m in queues} == {cl.addr("broker-a"), cl.addr("broker-b")}
+        finally:
+            fresh.close()
+        lost, dups, strange = _check(sink, everything, producer.unsure)
+        rows = sink.counts()
+        assert not lost and not dups and not strange, (
+            f"{len(lost)} lost (e.g. {sorted(lost)[:5]}), {len(dups)} read twice (e.g. {sorted(dups)[:5]}), "
+            f"{len(strange)} never sent (e.g. {sorted(strange)[:5]})")
+        assert sum(rows.values()) >= len(everything)
+    finally:
+        producer.done.set()
+        if q is not None:
+            q.stop()
+        c.close()
+        if cl.member("broker-a").pid("broker") is None:
+            cl.start_member("broker-a")
+
+
+def test_a_batch_write_lands_on_the_other_group_while_a_master_is_down(spark, ha_cluster) -> None:
+    cl = ha_cluster
+    topic = "HA_WRITE"
+    cl.create_topic(topic, queues=2)
+    cl.wait_slaves_synced(topic)
+    c = RemotingClient(cl.namesrv_addr)
+    try:
+        cl.kill("broker-a")
+        assert wait_until(lambda: "broker-a" not in c.cluster_brokers(), 30), "the name server still lists the master"
+        rows = [(f"w{i}",) for i in range(200)]
+        spark.createDataFrame(rows, "body STRING").write.mode("append").format("rocketmq") \
+            .option("namesrvAddr", cl.namesrv_addr).option("topic", topic).save()
+        queues = c.message_queues(topic, refresh=True)  # broker-a's read from its slave
+        ends = c.max_offsets(queues)
+        assert sum(n for m, n in ends.items() if m.broker == "broker-b") == 200, ends
+        assert sum(n for m, n in ends.items() if m.broker == "broker-a") == 0, ends
+        got = (spark.read.format("rocketmq").option("namesrvAddr", cl.namesrv_addr).option("topic", topic).load()
+               .selectExpr("CAST(body AS STRING) AS body").collect())
+        assert sorted(r.body for r in got) == sorted(r[0] for r in rows)
+    finally:
+        c.close()
+        if cl.member("broker-a").pid("broker") is None:
+            cl.start_member("broker-a")
+
+
+# -- the cluster shape of tests/spark/test_cluster.py, on Apache RocketMQ ------------------
+
+
+def test_a_topic_on_both_groups_is_written_read_and_committed_per_group(spark, ha_cluster, tmp_path: Path) -> None:
+    # queue ids repeat per group: (broker, queueId, queueOffset) names a message, and each group
+    # holds the group's offsets of its own queues
+    cl = ha_cluster
+    topic, group = "HA_SHAPE", "g_ha_shape"
+    cl.create_topic(topic, queues=4)
+    opts = {"namesrvAddr": cl.namesrv_addr, "topic": topic}
+    rows = [(f"w{i}",) for i in range(64)]
+    spark.createDataFrame(rows, "body STRING").write.mode("append").format("rocketmq").options(**opts) \
+        .option("maxBatchMessages", "4").save()
+    c = RemotingClient(cl.namesrv_addr)
+    try:
+        qs = c.message_queues(topic)
+        assert {q.broker for q in qs} == {"broker-a", "broker-b"} and len(qs) == 8
+        ends = c.max_offsets(qs)
+        assert sum(ends.values()) == 64 and all(sum(n for m, n in ends.items() if m.broker == b) > 0
+                                                for b in ("broker-a", "broker-b")), ends
+        got = spark.read.format("rocketmq").options(**opts).load() \
+            .selectExpr("CAST(body AS STRING) AS b", "broker", "queueId", "queueOffset").collect()
+        assert sorted(r.b for r in got) == sorted(r[0] for r in rows)
+        assert len({(r.broker, r.queueId, r.queueOffset) for r in got}) == 64
+        q = (spark.readStream.format("rocketmq").options(**opts).option("consumerGroup", group)
+             .option("startingOffsets", "earliest").load().writeStream.format("memory").queryName("q_ha_shape")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+        assert wait_until(lambda: c.query_consumer_offsets(group, qs) == ends, 30), \
+            f"the group's offsets {c.query_consumer_offsets(group, qs)} against the queues' ends {ends}"
+    finally:
+        c.close()

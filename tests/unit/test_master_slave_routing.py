@@ -1,0 +1,140 @@
+"""Where reads, offsets and sends go in a broker group with a slave (issue 32), without a broker:
+the member choice of the Java client's findBrokerAddressInSubscribe / InPublish, the failover past
+a master that just failed, the route rules (a group whose master is gone is still read, not
+written), and the offset store writing a group's offsets again once they go to another member."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketmq_spark.checkpoints import BrokerOffsetStore
+from rocketmq_spark.client import routes
+from rocketmq_spark.client.retry import ClientConfig
+from rocketmq_spark.client.routes import NameServers
+from rocketmq_spark.errors import ConnectionFailedError
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.remoting.route import BrokerData, QueueData, TopicRouteData
+
+MASTER, SLAVE, OTHER = "127.0.0.1:1000", "127.0.0.1:1001", "127.0.0.1:2000"
+
+
+def _route(a_members: dict[int, str]) -> TopicRouteData:
+    return TopicRouteData(queue_datas=(QueueData("a", 2, 2), QueueData("b", 2, 2)),
+                          broker_datas=(BrokerData("a", a_members), BrokerData("b", {0: OTHER})))
+
+
+class _Names(NameServers):
+    """Name servers whose route lookups answer ``self.now`` (counted), no sockets."""
+
+    def __init__(self, route: TopicRouteData) -> None:
+        super().__init__(["127.0.0.1:9876"], ClientConfig(), lambda addr, op: None)  # type: ignore[arg-type,return-value]
+        self.now = route
+        self.lookups = 0
+
+    def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData:
+        self.lookups += 1
+        route = self.now
+        self.routes[topic] = (0.0, route)
+        for b in route.broker_datas:
+            self.members[b.broker_name] = dict(b.broker_addrs)
+            if b.master_addr:
+                self.broker_addrs[b.broker_name] = b.master_addr
+            else:
+                self.broker_addrs.pop(b.broker_name, None)
+        return route
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(routes.time, "monotonic", lambda: now[0])
+    return now
+
+
+def test_reads_go_to_the_master_then_to_the_slave_once_the_route_has_no_master_and_back(clock) -> None:
+    names = _Names(_route({0: MASTER, 1: SLAVE}))
+    names.route("T")
+    assert names.read_addr("a", "T") == MASTER
+    names.now = _route({1: SLAVE})  # the name server dropped the crashed master
+    names.note_failed(MASTER)
+    assert names.read_addr("a", "T") == SLAVE
+    with pytest.raises(ConnectionFailedError, match="no route"):
+        names.broker_addr("a")  # sends: masters only
+    names.now = _route({0: MASTER, 1: SLAVE})  # it is back
+    lookups = names.lookups
+    clock[0] += routes.RECHECK_S / 2
+    assert names.read_addr("a", "T") == SLAVE and names.lookups == lookups  # asked again every RECHECK_S
+    clock[0] += routes.FAILOVER_S
+    assert names.read_addr("a", "T") == MASTER
+    assert names.broker_addr("a") == MASTER
+
+
+def test_a_master_that_just_failed_is_passed_over_while_still_in_the_route(clock) -> None:
+    names = _Names(_route({0: MASTER, 1: SLAVE}))
+    names.route("T")
+    names.note_failed(MASTER)
+    assert names.read_addr("a", "T") == SLAVE
+    lookups = names.lookups
+    assert names.read_addr("a", "T") == SLAVE and names.lookups == lookups  # not a lookup per read
+    clock[0] += routes.FAILOVER_S
+    assert names.read_addr("a", "T") == MASTER
+    names.note_failed(SLAVE)
+    names.note_failed(MASTER)
+    assert names.read_addr("a", "T") == MASTER  # every member failed: the master is asked again
+
+
+def test_a_suggested_slave_id_is_followed_and_a_missing_one_falls_back() -> None:
+    names = _Names(_route({0: MASTER, 1: SLAVE}))
+    names.route("T")
+    assert names.read_addr("a", "T", broker_id=1) == SLAVE
+    assert names.read_addr("a", "T", broker_id=7) == MASTER  # neither 7 nor 8: the master
+    names.now = _route({0: MASTER, 2: "127.0.0.1:1002"})
+    names.route("T")
+    assert names.read_addr("a", "T", broker_id=1) == "127.0.0.1:1002"  # id+1, as the Java client
+
+
+def test_a_group_without_its_master_is_read_but_not_written() -> None:
+    names = _Names(_route({1: SLAVE}))
+    readable = names.message_queues("T")
+    writable = names.message_queues("T", writable=True)
+    assert {m.broker for m in readable} == {"a", "b"}
+    assert {m.broker for m in writable} == {"b"}
+    assert _route({1: SLAVE}).any_addr("a") == SLAVE and _route({1: SLAVE}).broker_addr("a") is None
+
+
+class _Homes:
+    """An offset client that records what was written, and where the group's offsets go."""
+
+    def __init__(self) -> None:
+        self.home = {"a": MASTER}
+        self.writes: list[dict[MessageQueue, int]] = []
+
+    def offsets_home(self, broker: str) -> str | None:
+        return self.home.get(broker)
+
+    def query_consumer_offset(self, group, mq):  # type: ignore[no-untyped-def]
+        return None
+
+    def query_consumer_offsets(self, group, mqs):  # type: ignore[no-untyped-def]
+        return dict.fromkeys(mqs)
+
+    def update_consumer_offsets(self, group, offsets):  # type: ignore[no-untyped-def]
+        self.writes.append(dict(offsets))
+        return {}
+
+
+def test_the_offset_store_writes_a_groups_offsets_again_once_they_go_to_another_member() -> None:
+    client = _Homes()
+    store = BrokerOffsetStore(client, "g")
+    a0, a1 = MessageQueue("t", "a", 0), MessageQueue("t", "a", 1)
+    store.commit({a0: 5, a1: 7})
+    client.writes.clear()
+    client.home["a"] = SLAVE  # the master died: commits go to the slave
+    store.commit({a0: 6, a1: 7})
+    assert {k: v for w in client.writes for k, v in w.items()} == {a0: 6, a1: 7}  # a1 too: the slave lacks it
+    client.writes.clear()
+    store.commit({a0: 6, a1: 7})
+    assert client.writes == []  # nothing moved, same member
+    client.home["a"] = MASTER  # back: the master still holds what it had before it died
+    store.commit({a0: 6, a1: 7})
+    assert {k: v for w in client.writes for k, v in w.items()} == {a0: 6, a1: 7}
