@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import random
 import re
@@ -83,6 +84,7 @@ VERSION = release_from_env(os.environ)
 #: the older releases of the matrix: each runs the parity subset
 PARITY_RELEASES = parity_releases(VERSION)
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+_log = logging.getLogger(__name__)
 
 
 class JavaMissing(RuntimeError):
@@ -416,11 +418,27 @@ class RealRocketMQ:
             self._jvms["broker"].wait_ready(deadline)
             self._wait_registered(deadline)
             if self.proxy:  # it creates system topics on the cluster as it starts: after the broker
-                self._jvm("proxy").start(env)
-                self._jvms["proxy"].wait_ready(deadline)
+                self._start_proxy(env, deadline)
         except BaseException:
             self.stop()
             raise
+
+    def _start_proxy(self, env: dict[str, str], deadline: float, attempts: int = 3) -> None:
+        """Starts the proxy, again (up to ``attempts`` in all) when it exits before it is ready:
+        it creates its system topics on the broker as it starts, each request with what is left
+        of a 3 s budget, and exits when one times out (seen on a loaded machine); the topics it
+        did create stay, and a deterministic failure fails every attempt with the same log."""
+        for attempt in range(1, attempts + 1):
+            jvm = self._jvm("proxy")
+            jvm.start(env)
+            try:
+                jvm.wait_ready(deadline)
+                return
+            except RuntimeError:
+                if attempt == attempts or jvm.proc is None or jvm.proc.poll() is None:
+                    raise  # the last attempt, or not ready in time (not an exit)
+                _log.warning("the %s proxy exited before it was ready (attempt %d of %d); starting it again",
+                             self.version, attempt, attempts)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Stops every JVM (proxy, broker, name server): SIGTERM to all at once, SIGKILL to those
