@@ -20,7 +20,7 @@ runs ``--repeat`` times and the median is reported; appends run once.
 The broker runs in a child process (``python -m rocketmq_spark.cli broker``, or
 EmbeddedBroker in a multiprocessing child when the CLI is missing), as users run it, and
 in a thread of this process (client and broker share one GIL); and, where java and mvn are
-there, Apache RocketMQ 5.3.3's own broker (tests/real_rocketmq.py) gets the same appends
+there, Apache RocketMQ's own broker (tests/real_rocketmq.py: its VERSION, 5.5.0) gets the same appends
 (async flush) and pulls, which it caps at 32 messages each: the embedded broker's cost is
 then a printed ratio per scenario (real / process). A full run measures all three.
 

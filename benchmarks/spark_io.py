@@ -26,7 +26,8 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
 
   the real peers (full run, default launcher, when java and mvn are there; ``--peers``):
     rocketmq -> noop on     the same full-schema reads (2M x 100 B, 200k x 4 KiB, 8 queues) from
-      Apache RocketMQ       Apache RocketMQ 5.3.3's broker (tests/real_rocketmq.py), in the same
+      Apache RocketMQ       Apache RocketMQ's broker (tests/real_rocketmq.py VERSION, 5.5.0; the JSON
+                            records the release measured, "versions"."rocketmq"), in the same
                             Spark session, next to the embedded broker's figures above
     Java client vs ours     rocketmq-client's lite pull and our reader's partition path
                             (read_range: pulls in flight, decoded to Arrow) over the 100-byte
@@ -214,8 +215,8 @@ def topic_count(c: RemotingClient, topic: str, expect: int | None = None, wait_s
 
 
 def java_pull(ns: str, topic: str, n: int, body_size: int) -> Row | None:
-    """The Apache RocketMQ Java client (rocketmq-client 5.3.3, DefaultLitePullConsumer in assign
-    mode, 32 per pull, messages decoded to MessageExt and counted) reading the whole topic,
+    """The Apache RocketMQ Java client (rocketmq-client of real_rocketmq.VERSION, DefaultLitePullConsumer
+    in assign mode, 32 per pull, messages decoded to MessageExt and counted) reading the whole topic,
     pinned to one core with taskset; timed by the client from assign to the last message.
     None when java, mvn or taskset is missing (the peer is built from the Maven Central jars
     the test suite provisions)."""

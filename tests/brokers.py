@@ -5,6 +5,12 @@ RocketMQ from Maven Central (one JVM cluster per test session, see real_rocketmq
 module opts in to both by setting ``BROKERS = ("embedded", "real")``; its ``broker`` fixture
 is then a :class:`Target` parametrized over them, and its ``transport`` fixture over the
 transports each broker serves (``TRANSPORTS``, overridable per module).
+
+``real`` is the release the whole suite runs on (real_rocketmq.VERSION). The older releases
+of the matrix (PARITY_RELEASES) are kinds of their own, ``real-5.3.3`` and ``real-4.9.7``
+(:data:`PARITY_KINDS`): a module naming them in BROKERS starts each once, a name server and
+a broker without a proxy, and runs on them only its tests marked ``parity`` (or whose
+``brokers`` marker names the kind), over remoting.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from real_rocketmq import RealRocketMQ
+from real_rocketmq import PARITY_RELEASES, RealRocketMQ
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 
@@ -30,6 +36,13 @@ WRITE_TRANSPORTS: dict[str, tuple[str, ...]] = {"embedded": ("remoting", "grpc")
                                                "real": ("remoting", "grpc", "proxy")}
 #: every transport name: ``proxy`` is remoting through the 5.x proxy's remoting port (real only)
 ALL_TRANSPORTS = ("remoting", "grpc", "proxy")
+#: the broker kinds of the parity releases: ``real-<release>``
+PARITY_KINDS = tuple(f"real-{release}" for release in PARITY_RELEASES)
+
+
+def parity_release(kind: str) -> str | None:
+    """The release a parity kind (``real-4.9.7``) names, else None (``embedded``, ``real``)."""
+    return kind.removeprefix("real-") if kind.startswith("real-") else None
 
 
 @dataclass
@@ -56,6 +69,11 @@ class Target:
     @property
     def is_real(self) -> bool:
         return self.kind == "real"
+
+    @property
+    def release(self) -> str | None:
+        """The Apache RocketMQ release behind a real target (``5.5.0``, ``4.9.7``), else None."""
+        return self.real.version if self.real is not None else None
 
     def create_topic(self, topic: str, queues: int = 4, *, perm: int = 6, message_type: str | None = None) -> str:
         """Creates ``topic`` (the real name server routes only topics that exist; the embedded

@@ -1,7 +1,8 @@
 """Shared fixtures: the brokers (embedded, and the real Apache RocketMQ), transports, clients.
 
 A module runs its tests on both brokers by setting ``BROKERS = ("embedded", "real")`` (see
-brokers.py); without it ``broker`` is an EmbeddedBroker as before.
+brokers.py); without it ``broker`` is an EmbeddedBroker as before. Naming the parity kinds
+too (``*PARITY_KINDS``) runs the tests marked ``parity`` on the older releases of the matrix.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, skip_or_fail
+from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, parity_release, skip_or_fail
 from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
@@ -52,6 +53,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("transport", list(ALL_TRANSPORTS), indirect=True)
 
 
+def _runs_on(item: pytest.Item, kind: str) -> bool:
+    """Whether ``item`` runs on the broker ``kind``: a ``brokers`` marker naming the kind says
+    yes; a parity kind (``real-4.9.7``) runs the tests marked ``parity`` only, and a ``brokers``
+    marker narrows those as it narrows ``real``."""
+    only = item.get_closest_marker("brokers")  # @pytest.mark.brokers("embedded")
+    if only is not None and kind in only.args:
+        return True
+    if parity_release(kind) is not None:
+        if item.get_closest_marker("parity") is None:
+            return False
+        kind = "real"
+    return only is None or kind in only.args
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep, drop = [], []
     for item in items:
@@ -62,9 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("transports")  # @pytest.mark.transports(real=("remoting",))
         if marker is not None:
             table = {**table, **marker.kwargs}
-        only = item.get_closest_marker("brokers")  # @pytest.mark.brokers("embedded")
-        wrong_kind = spec is not None and "broker" in spec.params and only is not None and kind not in only.args
-        (drop if wrong_kind or (name is not None and name not in table.get(kind, ())) else keep).append(item)
+        wrong_kind = spec is not None and "broker" in spec.params and not _runs_on(item, kind)
+        # a parity release runs without a proxy: remoting only
+        served = ("remoting",) if parity_release(kind) is not None else table.get(kind, ())
+        (drop if wrong_kind or (name is not None and name not in served) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -87,10 +103,24 @@ def real_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRock
 @pytest.fixture(scope="module")
 def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker | Target]:
     """One embedded broker per test module (temp data dir, ephemeral ports); in a module with
-    BROKERS, a :class:`Target`: that embedded broker or the session's real one."""
+    BROKERS, a :class:`Target`: that embedded broker, the session's real one, or a parity
+    release (``real-4.9.7``: a name server and a broker, no proxy) started for this module."""
     kind = getattr(request, "param", None)
     if kind == "real":
         yield Target.of_real(request.getfixturevalue("real_rocketmq"))
+        return
+    release = parity_release(kind) if kind is not None else None
+    if release is not None:
+        missing = java_available()
+        if missing:
+            skip_or_fail(f"Apache RocketMQ {release} cannot run here: {missing}")
+        workdir = request.getfixturevalue("tmp_path_factory").mktemp(f"rocketmq-{release}")
+        rmq = RealRocketMQ(provision(release), workdir, version=release, proxy=False)
+        rmq.start()
+        try:
+            yield Target.of_real(rmq)
+        finally:
+            rmq.stop(grace_s=3)  # a throw-away store: no need to wait for a clean shutdown
         return
     with EmbeddedBroker() as mq:
         yield mq if kind is None else Target.of_embedded(mq)

@@ -1,6 +1,6 @@
 """Apache RocketMQ itself, from Maven Central, on loopback: the reference the tests compare with.
 
-    lib = provision("5.3.3")               # jars cached outside the repo (see cache_root)
+    lib = provision(VERSION)               # jars cached outside the repo (see cache_root)
     with RealRocketMQ(lib, workdir) as rmq:  # name server + broker (+ 5.x proxy, cluster mode)
         rmq.namesrv_addr, rmq.broker_addr, rmq.grpc_endpoint, rmq.proxy_remoting_addr
         rmq.mqadmin("consumerProgress", "-g", "G")
@@ -32,28 +32,59 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import random
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JavaMissing", "RealCluster", "RealRocketMQ", "acl2_broker_conf", "cache_root", "java_available",
-           "maven_jars", "pom_of", "provision"]
+__all__ = ["NEWEST", "PARITY_RELEASES", "VERSION", "VERSION_4", "VERSION_ENV", "JavaMissing", "RealCluster",
+           "RealRocketMQ", "acl2_broker_conf", "cache_root", "java_available", "maven_jars", "parity_releases",
+           "pom_of", "provision", "release_from_env"]
 
-#: the 5.x release the suite runs against (5.3.3 is the newest whose facts the docs were read from)
-VERSION = "5.3.3"
-#: the 4.9 line's newest release on Maven Central with namesrv and broker jars (4.9.8 has none)
-VERSION_4 = "4.9.7"
 #: the newest release that resolves on Maven Central (5.5.1 does not yet): ACL 2.0, TLS and HA run on it
 NEWEST = "5.5.0"
+#: the 4.9 line's newest release on Maven Central with namesrv and broker jars (4.9.8 has none)
+VERSION_4 = "4.9.7"
+#: names another 5.x release for the whole real-broker suite (the JVMs never see it: ``_env``)
+VERSION_ENV = "ROCKETMQ_SPARK_REAL_VERSION"
+
+
+def release_from_env(environ: Mapping[str, str]) -> str:
+    """The release the whole real-broker suite runs against: ``$ROCKETMQ_SPARK_REAL_VERSION``
+    when set and not empty, else :data:`NEWEST`. ValueError for anything but a 5.x release
+    written MAJOR.MINOR.PATCH: the suite needs the 5.x proxy (gRPC), which 4.x does not have."""
+    value = environ.get(VERSION_ENV, "").strip()
+    if not value:
+        return NEWEST
+    if not re.fullmatch(r"5\.\d+\.\d+", value):
+        raise ValueError(f"{VERSION_ENV}={value!r} is not a release the real-broker suite can run on: give a "
+                         f"5.x release as MAJOR.MINOR.PATCH, e.g. {NEWEST} or 5.3.3 (4.x has no proxy; "
+                         f"{VERSION_4} runs the parity subset of tests/spark/test_real_parity.py)")
+    return value
+
+
+def parity_releases(version: str) -> tuple[str, ...]:
+    """The releases the parity subset (the tests marked ``parity`` in
+    tests/spark/test_real_parity.py) runs on besides ``version``, the full suite's: 5.3.3 (the
+    last release before 5.4) and VERSION_4, newest first, ``version`` left out."""
+    return tuple(v for v in ("5.3.3", VERSION_4) if v != version)
+
+
+#: the 5.x release the whole real-broker suite runs against
+VERSION = release_from_env(os.environ)
+#: the older releases of the matrix: each runs the parity subset
+PARITY_RELEASES = parity_releases(VERSION)
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+_log = logging.getLogger(__name__)
 
 
 class JavaMissing(RuntimeError):
@@ -233,13 +264,22 @@ class _Jvm:
             return f.read().decode(errors="replace")
 
     def stop(self, grace_s: float = 15.0) -> None:
+        self.terminate()
+        self.reap(time.monotonic() + grace_s)
+
+    def terminate(self) -> None:
+        """SIGTERM to the JVM (its shutdown hooks run); :meth:`reap` waits for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def reap(self, deadline: float) -> None:
+        """Waits for the JVM to end until ``deadline`` (time.monotonic()), then SIGKILLs it."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(grace_s)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -398,19 +438,38 @@ class RealRocketMQ:
             self._jvms["broker"].wait_ready(deadline)
             self._wait_registered(deadline)
             if self.proxy:  # it creates system topics on the cluster as it starts: after the broker
-                self._jvm("proxy").start(env)
-                self._jvms["proxy"].wait_ready(deadline)
+                self._start_proxy(env, deadline)
         except BaseException:
             self.stop()
             raise
 
+    def _start_proxy(self, env: dict[str, str], deadline: float, attempts: int = 3) -> None:
+        """Starts the proxy, again (up to ``attempts`` in all) when it exits before it is ready:
+        it creates its system topics on the broker as it starts, each request with what is left
+        of a 3 s budget, and exits when one times out (seen on a loaded machine); the topics it
+        did create stay, and a deterministic failure fails every attempt with the same log."""
+        for attempt in range(1, attempts + 1):
+            jvm = self._jvm("proxy")
+            jvm.start(env)
+            try:
+                jvm.wait_ready(deadline)
+                return
+            except RuntimeError:
+                if attempt == attempts or jvm.proc is None or jvm.proc.poll() is None:
+                    raise  # the last attempt, or not ready in time (not an exit)
+                _log.warning("the %s proxy exited before it was ready (attempt %d of %d); starting it again",
+                             self.version, attempt, attempts)
+
     def stop(self, grace_s: float = 15.0) -> None:
-        """Stops every JVM (proxy, broker, name server): SIGTERM, SIGKILL after ``grace_s``
-        (a clean broker shutdown takes ~10 s here; a throw-away store need not wait for it)."""
-        for role in ("proxy", "broker", "namesrv"):
-            jvm = self._jvms.get(role)
-            if jvm is not None:
-                jvm.stop(grace_s)
+        """Stops every JVM (proxy, broker, name server): SIGTERM to all at once, SIGKILL to those
+        still running ``grace_s`` later (a clean broker shutdown takes ~10 s here, the name
+        server's ~5 s; a throw-away store need not wait for them)."""
+        jvms = [self._jvms[role] for role in ("proxy", "broker", "namesrv") if role in self._jvms]
+        for jvm in jvms:
+            jvm.terminate()
+        deadline = time.monotonic() + grace_s
+        for jvm in jvms:
+            jvm.reap(deadline)
 
     def _stop_jvm(self, role: str, kill: bool) -> None:
         jvm = self._jvms[role]

@@ -62,8 +62,11 @@ T = TypeVar("T")
 #: per-queue requests in flight at once in the pipelined calls (max/min offsets, group offsets)
 _WINDOW = 256
 #: the ``version`` a 5.0.0 broker puts in its responses (MQVersion.Version.V5_0_0's ordinal;
-#: 4.9.7 answers 407, 5.3.3 answers 479)
+#: 4.9.7 answers 407, 5.3.3 answers 479, 5.5.0 answers 513)
 _V5_0_0 = 413
+#: V5_1_1's: the first release whose search by time answers the first message stored at or
+#: after the time (BoundaryType.LOWER); the ones before answer the nearest message
+_V5_1_1 = 435
 
 #: the remark of a broker that ignored a commit because a server-side reset waits (5.x and ours)
 _RESET_WAITS = "Offset has been previously reset"
@@ -616,11 +619,54 @@ class RemotingClient(RemotingAdmin):
         return self._answer_int(mq, resp, "offset", "min offset")
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """First offset whose store time >= ``timestamp_ms`` (max offset when none)."""
+        """First offset whose store time >= ``timestamp_ms`` (max offset when none).
+
+        Brokers before 5.1.1 (4.x, 5.0.x, 5.1.0) answer the offset of the message stored
+        nearest to the time instead: one before it when that is closer, any one of several
+        stored in the same millisecond, the last message rather than the max offset when all
+        are older. Their answer is only a start here: :meth:`_first_stored_since` reads store
+        times around it (a pull of one message each, a few for a typical answer)."""
         resp = self._mq_call(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                              {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)},
                              "search offset by timestamp")
-        return self._answer_int(mq, resp, "offset", "search offset by timestamp")
+        found = self._answer_int(mq, resp, "offset", "search offset by timestamp")
+        return found if resp.version >= _V5_1_1 else self._first_stored_since(mq, timestamp_ms, found)
+
+    def _first_stored_since(self, mq: MessageQueue, timestamp_ms: int, guess: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms`` (its max offset when
+        none), searched from ``guess``: galloping away from it until the answer is bracketed,
+        then halving. Store times never decrease along a queue (the broker stamps appends in
+        order)."""
+        lo, hi = self.min_offset(mq), self.max_offset(mq)
+
+        def since(offset: int) -> bool:  # offset in [lo, hi); a message gone meanwhile counts as later
+            stored = self.store_time_at(mq, offset)
+            return stored is None or stored >= timestamp_ms
+
+        # invariants: below == lo - 1 or not since(below); above == hi or since(above)
+        start = min(max(guess, lo), hi)
+        below, above, step = lo - 1, hi, 1
+        if start < hi and not since(start):
+            below = start
+            while below + step < hi:
+                if since(below + step):
+                    above = below + step
+                    break
+                below, step = below + step, step * 2
+        else:
+            above = start
+            while above - step >= lo:
+                if not since(above - step):
+                    below = above - step
+                    break
+                above, step = above - step, step * 2
+        while above - below > 1:
+            mid = (below + above) // 2
+            if since(mid):
+                above = mid
+            else:
+                below = mid
+        return above
 
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed (next-to-consume) offset, or None when it never committed one.

@@ -59,6 +59,9 @@ SYSTEM_PROPERTY_KEYS = frozenset(
         "ARRIVE_TIME", "BORN_TIMESTAMP", "DLQ_ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_TOPIC", "EXTEND_UNIQ_INFO",
         "MQ2_FLAG", "POP_CK_OFFSET", "PUSH_REPLY_TIME", "TIMER_DELAY_LEVEL", "TRANSFER_FLAG",
         "TRAN_PREPARED_QUEUE_OFFSET", "__CRC32#",
+        # added to the set by 5.5.0: the group a POP retry came from (the broker sets it when it
+        # revives a message), a priority message's priority, and a Lite Topic message's lite topic
+        "ORIGIN_GROUP", "_SYS_MSG_PRIORITY_", "__LITE_TOPIC",
     }
 )
 

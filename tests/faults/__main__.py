@@ -19,6 +19,8 @@ import random
 import sys
 from pathlib import Path
 
+from real_rocketmq import VERSION
+
 from .nemesis import FAULTS
 from .suite import DEFAULT_FAULTS, SuiteConfig, check_workdir, output_lines, run_suite, verdict
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("workdir", type=Path, help="a run's directory, <out>/run-<broker>-seed<seed>")
     r = sub.add_parser("run", help="run the suite")
     r.add_argument("--brokers", default="embedded,real",
-                   help="comma-separated broker kinds: embedded, real (Apache RocketMQ 5.3.3) (default both)")
+                   help=f"comma-separated broker kinds: embedded, real (Apache RocketMQ {VERSION}) (default both)")
     r.add_argument("--minutes", type=float, default=5.0, help="minutes of faults per broker (default 5)")
     r.add_argument("--seed", type=int, default=None, help="random seed of the schedule (default: a random one, "
                                                           "printed)")

@@ -11,8 +11,8 @@ that each can be killed, paused, restarted or wiped alone.
   namespace can reach) or 127.0.0.1.
 
 :class:`EmbeddedProcesses`: ``rocketmq-spark namesrv`` and two ``rocketmq-spark broker
---namesrv ...`` processes. :class:`RealProcesses`: Apache RocketMQ 5.3.3, a name server and two
-broker JVMs (two :class:`~real_rocketmq.RealRocketMQ` groups under one name server). Both
+--namesrv ...`` processes. :class:`RealProcesses`: Apache RocketMQ (``real_rocketmq.VERSION``,
+5.5.0), a name server and two broker JVMs (two :class:`~real_rocketmq.RealRocketMQ` groups under one name server). Both
 create topics explicitly on each broker (auto-creation off, as production clusters run).
 """
 

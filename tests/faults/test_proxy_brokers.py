@@ -1,7 +1,7 @@
 """A broker behind the fault proxy: it binds 127.0.0.2:P and advertises 127.0.0.1:P, where
 the proxy listens, so every client that learns the broker from the name server goes through
-the proxy. Run on the embedded broker (``advertise_host``) and on Apache RocketMQ 5.3.3
-(``bindAddress`` 127.0.0.2, ``brokerIP1`` 127.0.0.1)."""
+the proxy. Run on the embedded broker (``advertise_host``) and on Apache RocketMQ (5.5.0,
+``real_rocketmq.VERSION``: ``bindAddress`` 127.0.0.2, ``brokerIP1`` 127.0.0.1)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Interop with the Apache RocketMQ Java client (rocketmq-client 5.3.3, classic remoting) as a
-peer, on the embedded broker and on the real Apache RocketMQ: the Java producer (plain and
+"""Interop with the Apache RocketMQ Java client (rocketmq-client of real_rocketmq.VERSION, 5.5.0,
+classic remoting) as a peer, on the embedded broker and on the real Apache RocketMQ: the Java producer (plain and
 transactional) feeds our Spark reader, and our Spark writer feeds the Java push consumer and
 lite pull consumer. The peer is tests/java_peer/JavaPeer.java (see tests/java_peer.py); each
 command is one JVM, so every test starts exactly one."""

@@ -86,7 +86,7 @@ def test_delivery_timestamp_sets_the_timer_property(spark, broker, client) -> No
     assert int(rec.properties["TIMER_DELIVER_MS"]) == int(due.timestamp() * 1000)
 
 
-#: a 5.3.3 proxy's remoting port completes END_TRANSACTION only for transactions it relayed a check-back
+#: a 5.x proxy's remoting port (5.3.3, 5.5.0) completes END_TRANSACTION only for transactions it relayed a check-back
 #: for (it drops the others, answering SUCCESS): exactly-once there waits for check-backs (docs/production.md)
 EOS_TRANSPORTS = pytest.mark.transports(real=("remoting", "grpc"))
 

@@ -314,6 +314,15 @@ def test_properties_quirks() -> None:
     assert batch.column("messageId")[6].as_py() == ""
 
 
+def test_the_system_keys_5_5_added_are_not_user_properties() -> None:
+    # Java's MessageConst.STRING_HASH_SET of 5.5.0: ORIGIN_GROUP (a revived POP retry),
+    # _SYS_MSG_PRIORITY_ (a priority message), __LITE_TOPIC (a Lite Topic message)
+    props = "ORIGIN_GROUP\x01g\x02_SYS_MSG_PRIORITY_\x013\x02__LITE_TOPIC\x01lt\x02user\x01u\x02"
+    batch = assert_same([record(0, properties=props)])
+    assert batch.column("properties").to_pylist() == [[("user", "u")]]
+    assert decode_records(record(0, properties=props))[0].user_properties() == {"user": "u"}
+
+
 def test_many_hosts_and_topics() -> None:
     recs = [record(i, born_host=f"10.1.{i % 7}.{i % 5}:{i}", store_host=f"10.2.0.{i % 3}:10911",
                    topic=f"T{i % 4}") for i in range(50)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from real_rocketmq import RealRocketMQ, _bindable, _ephemeral_low
+from real_rocketmq import VERSION, VERSION_4, RealRocketMQ, _bindable, _ephemeral_low
 
 
 def _ports(version: str) -> RealRocketMQ:
@@ -17,14 +17,14 @@ def _ports(version: str) -> RealRocketMQ:
 
 def test_a_4_9_broker_gets_its_ha_port_next_to_its_listen_port() -> None:
     for _ in range(20):
-        rmq = _ports("4.9.7")
+        rmq = _ports(VERSION_4)
         assert rmq.ha_port == rmq.broker_port + 1
         for port in (rmq.broker_port - 2, rmq.broker_port, rmq.ha_port):
             assert _bindable(port), port
 
 
 def test_every_port_a_broker_binds_is_free_and_none_is_shared() -> None:
-    for version in ("5.3.3", "4.9.7"):
+    for version in (VERSION, VERSION_4):
         rmq = _ports(version)
         bound = [rmq.namesrv_port, rmq.broker_port - 2, rmq.broker_port, rmq.ha_port]
         if version.startswith("5."):
@@ -34,7 +34,7 @@ def test_every_port_a_broker_binds_is_free_and_none_is_shared() -> None:
 
 
 def test_ports_are_picked_below_the_range_outgoing_connections_take() -> None:
-    rmq = _ports("5.3.3")
+    rmq = _ports(VERSION)
     low = _ephemeral_low()
     for port in (rmq.namesrv_port, rmq.broker_port, rmq.ha_port, rmq.grpc_port, rmq.proxy_remoting_port):
         assert 1024 < port < low, port
