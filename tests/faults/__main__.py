@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                                                            "(the partition fault is then skipped)")
     r.add_argument("--out", type=Path, default=Path("fault-results"), help="output directory (default "
                                                                             "./fault-results)")
+    r.add_argument("--release", default=None, metavar="X.Y.Z",
+                   help=f"the Apache RocketMQ release of broker kind real (default {VERSION}), fetched from Maven "
+                        "Central on first use")
     r.add_argument("-v", "--verbose", action="store_true", help="log every event as it happens")
     args = p.parse_args(argv)
     if args.command == "list":
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     for broker in brokers:
         cfg = SuiteConfig(broker=broker, seed=seed, minutes=args.minutes, faults=args.faults, out=args.out,
                           rate=args.rate, queues=args.queues, out_queues=args.queues, concurrency=args.concurrency,
-                          hold_s=args.hold, gap_s=args.gap, use_netns=not args.no_netns)
+                          hold_s=args.hold, gap_s=args.gap, use_netns=not args.no_netns,
+                          release=args.release)
         result = run_suite(cfg)
         print(result.table, flush=True)
         print(f"results written to {args.out / f'faults-{broker}.json'}\n", flush=True)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from real_rocketmq import RealRocketMQ, provision
+from real_rocketmq import VERSION, RealRocketMQ, provision
 from rocketmq_spark.client import ClientConfig, RemotingClient
 
 from .netns import Netns, available
@@ -315,14 +315,17 @@ def _wait_registered(namesrv: str, broker: str, addr: str, timeout_s: float) -> 
 class RealProcesses(Cluster):
     kind = "real"
 
-    def __init__(self, workdir: Path, *, use_netns: bool = True) -> None:
+    def __init__(self, workdir: Path, *, use_netns: bool = True, release: str | None = None) -> None:
         self._groups: dict[str, RealRocketMQ] = {}
+        #: the Apache RocketMQ release (None: real_rocketmq.VERSION)
+        self.release = release or VERSION
         super().__init__(workdir, use_netns=use_netns)
 
     def _start_all(self) -> None:
-        lib = provision()
+        lib = provision(self.release)
         ns = self.netns
-        common: dict[str, Any] = {"proxy": False, "auto_create_topics": False, "register_period_ms": 10_000}
+        common: dict[str, Any] = {"proxy": False, "auto_create_topics": False, "register_period_ms": 10_000,
+                                  "version": self.release}
         a = RealRocketMQ(lib, self.workdir / "broker-a", broker_bind="127.0.0.2",
                          namesrv_host=ns.host_addr if ns is not None else "127.0.0.1", **common)
         a.assign_ports()
@@ -390,9 +393,10 @@ class RealProcesses(Cluster):
             self.netns.cleanup()
 
 
-def start_cluster(kind: str, workdir: Path, *, use_netns: bool = True) -> Cluster:
+def start_cluster(kind: str, workdir: Path, *, use_netns: bool = True, release: str | None = None) -> Cluster:
+    """The cluster of broker ``kind``; ``release``: the Apache RocketMQ release of kind real."""
     if kind == "embedded":
         return EmbeddedProcesses(workdir, use_netns=use_netns)
     if kind == "real":
-        return RealProcesses(workdir, use_netns=use_netns)
+        return RealProcesses(workdir, use_netns=use_netns, release=release)
     raise ValueError(f"broker kind {kind!r}: expected embedded or real")

@@ -74,6 +74,8 @@ class SuiteConfig:
     hold_s: tuple[float, float] = (3.0, 10.0)
     gap_s: tuple[float, float] = (2.0, 6.0)
     use_netns: bool = True
+    #: the Apache RocketMQ release of broker kind real (None: real_rocketmq.VERSION)
+    release: str | None = None
     #: the queries' failOnDataLoss; None: false when wipe-broker is injected (the queues of a
     #: wiped broker start again at offset 0: with false the reader reads them again from there,
     #: with true it fails naming them, and so would every restart), else true
@@ -87,6 +89,8 @@ class SuiteConfig:
                 "--hold", f"{self.hold_s[0]:g},{self.hold_s[1]:g}", "--gap", f"{self.gap_s[0]:g},{self.gap_s[1]:g}"]
         if not self.use_netns:
             args.append("--no-netns")
+        if self.release is not None and self.broker == "real":
+            args += ["--release", self.release]
         return " ".join(shlex.quote(a) for a in args)
 
 
@@ -198,7 +202,8 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
     producer = None
     driver = None
     try:
-        cluster = run.cluster = start_cluster(cfg.broker, workdir / "cluster", use_netns=cfg.use_netns)
+        cluster = run.cluster = start_cluster(cfg.broker, workdir / "cluster", use_netns=cfg.use_netns,
+                                              release=cfg.release)
         phase("cluster started")
         kinds = []
         for k in cfg.faults:

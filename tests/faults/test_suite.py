@@ -28,6 +28,12 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark, py
 #: in a seeded order, then kinds at random, for MINUTES.
 SEEDS = {"embedded": 2911, "real": 2912}
 MINUTES = 1.5
+#: the short run's Apache RocketMQ release: 5.3.3, not the suite's 5.5.0, until an open difference
+#: is explained: on 5.5.0 this seed lands 4 faults in its 1.5 minutes (5.3.3: 13), the queries'
+#: batches taking 30-60 s after a driver restart, a refused and a partitioned link, with nothing
+#: lost or doubled (docs/production.md, "Releases"). `python -m tests.faults run --release 5.5.0`
+#: runs it there.
+REAL_RELEASE = "5.3.3"
 
 
 @pytest.mark.timeout(900)
@@ -40,7 +46,8 @@ def test_nothing_is_lost_or_duplicated_under_faults(kind: str, tmp_path: Path, s
     # hold faults shorter than the reader's brokerDownTimeoutMs (30 s) and the name server's
     # broker timeout (120 s): these faults must be ridden out, not fail the query
     cfg = SuiteConfig(broker=kind, seed=SEEDS[kind], minutes=MINUTES * (6 if soak else 1), faults=DEFAULT_FAULTS,
-                      out=tmp_path, rate=100, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2)
+                      out=tmp_path, rate=100, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2,
+                      release=REAL_RELEASE if kind == "real" else None)
     print(f"fault suite on {kind}: seed {cfg.seed}; replay: {cfg.command()}")
     result = run_suite(cfg)
     print(result.table)
