@@ -181,12 +181,15 @@ class RemotingConnection:
                                + _CLIENT_CERT_HINT) from None
             raise TlsError(self.address, "TLS handshake", f"the server does not speak TLS ({reason}): set tls=false "
                            "if it serves plaintext, or check the port") from None
+        # No answer, or a hang-up, is what a paused or restarting broker gives as well: a fault
+        # retried with bounds as any lost connection (reported with the hint if it persists).
         except TimeoutError:
-            raise TlsError(self.address, "TLS handshake", f"no TLS answer within {self._connect_timeout_s:g}s: the "
-                           "server does not seem to speak TLS (set tls=false if it serves plaintext)") from None
+            raise ConnectionFailedError(self.address, "TLS handshake", f"no TLS answer within "
+                                        f"{self._connect_timeout_s:g}s (if the server serves plaintext, set "
+                                        "tls=false)") from None
         except OSError as exc:
-            raise TlsError(self.address, "TLS handshake", f"the server hung up during the handshake ({exc}): it does "
-                           "not seem to speak TLS (set tls=false if it serves plaintext)") from None
+            raise ConnectionFailedError(self.address, "TLS handshake", f"the server hung up during the handshake "
+                                        f"({exc}; if it serves plaintext, set tls=false)") from None
         self._tls_obj = obj
 
     def _write(self, data: bytes) -> None:
