@@ -760,15 +760,15 @@ class RealCluster:
         """Until every slave serves ``topic`` and, with ``group``, knows the consumer group. A
         slave copies its master's topics and groups every 10 s (SlaveSynchronize): before that it
         answers pulls with "topic not exist" and refuses the group's commits, a Java consumer's
-        as ours. (Its copy of the master's consumer offsets fails on 5.5.0: fastjson2 refuses the
-        master's unquoted integer keys, "not support unquoted name"; a slave holds only the
-        offsets committed to it.)"""
+        as ours. The check reads the slave's topic table (GET_ALL_TOPIC_CONFIG): GET_MAX_OFFSET
+        answers SUCCESS (0) for a topic the broker does not know. (Its copy of the master's
+        consumer offsets fails on 5.5.0: fastjson2 refuses the master's unquoted integer keys,
+        "not support unquoted name"; a slave holds only the offsets committed to it.)"""
         from rocketmq_spark.client import RemotingClient
-        from rocketmq_spark.remoting.codes import ResponseCode
         from rocketmq_spark.remoting.frame import RemotingCommand
         from rocketmq_spark.remoting.route import loads_lenient
 
-        get_max_offset, get_all_groups = 30, 201  # RequestCode.GET_MAX_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+        get_all_topics, get_all_groups = 21, 201  # RequestCode.GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG
         deadline = time.monotonic() + timeout_s
         c = RemotingClient(self.namesrv_addr)
         try:
@@ -776,8 +776,8 @@ class RealCluster:
                 slave = self.addr(name, 1)
                 while True:
                     op = f"sync check of {topic} at {slave}"
-                    done = c.invoke(slave, RemotingCommand(get_max_offset, ext_fields={"topic": topic, "queueId": "0"}),
-                                    op, ok=tuple(ResponseCode)).code == ResponseCode.SUCCESS
+                    body = c.invoke(slave, RemotingCommand(get_all_topics), op).body or b"{}"
+                    done = topic in (loads_lenient(body).get("topicConfigTable") or {})
                     if done and group is not None:
                         body = c.invoke(slave, RemotingCommand(get_all_groups), op).body or b"{}"
                         done = group in (loads_lenient(body).get("subscriptionGroupTable") or {})

@@ -756,9 +756,15 @@ class RemotingClient(RemotingAdmin):
         self.names.note_answered(addr)
         self._follow_suggestion(mq, resp)
         status = _PULL_STATUS.get(resp.code)
+        master = self.names.members.get(mq.broker, {}).get(MASTER_ID) or self.names.broker_addrs.get(mq.broker)
+        if status is None and resp.code == ResponseCode.TOPIC_NOT_EXIST and addr != master:
+            # a slave copies its master's topics every 10 s: one that does not know the topic yet
+            # cannot serve it now, as a broker that is down cannot (ridden out within
+            # brokerDownTimeoutMs, until the master is back or the slave has the topic)
+            raise ConnectionFailedError(addr, op, f"the slave does not know topic {mq.topic!r} yet (a slave copies "
+                                        "its master's topics every 10 s); waiting for it or the master")
         if status is None:  # (the consumer group is not known here: the topic is named)
             raise self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
-        master = self.names.members.get(mq.broker, {}).get(MASTER_ID) or self.names.broker_addrs.get(mq.broker)
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
                           self._answer_int(mq, resp, "minOffset", op, -1),
                           self._answer_int(mq, resp, "maxOffset", op, -1), resp.body,

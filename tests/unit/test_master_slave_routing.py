@@ -138,3 +138,36 @@ def test_the_offset_store_writes_a_groups_offsets_again_once_they_go_to_another_
     client.home["a"] = MASTER  # back: the master still holds what it had before it died
     store.commit({a0: 6, a1: 7})
     assert {k: v for w in client.writes for k, v in w.items()} == {a0: 6, a1: 7}
+
+
+def test_a_slave_that_does_not_know_the_topic_yet_is_waited_for_not_a_missing_topic() -> None:
+    """A slave copies its master's topics every 10 s: its TOPIC_NOT_EXIST while the master is down
+    is a member that cannot serve yet (ridden out as a broker that is down), where the same
+    answer from a master is a topic that is not there."""
+    from concurrent.futures import Future
+
+    from rocketmq_spark.client.remoting import RemotingClient
+    from rocketmq_spark.errors import TopicNotFoundError
+    from rocketmq_spark.remoting.codes import ResponseCode
+    from rocketmq_spark.remoting.frame import RemotingCommand
+
+    def answer() -> Future[RemotingCommand]:
+        fut: Future[RemotingCommand] = Future()
+        fut.set_result(RemotingCommand(ResponseCode.TOPIC_NOT_EXIST, remark="topic[T] not exist, apply first please!"))
+        return fut
+
+    c = RemotingClient("127.0.0.1:9876")
+    try:
+        mq = MessageQueue("T", "a", 0)
+        c.names.members["a"] = {1: SLAVE}  # the master is gone from the route
+        c.names.read_addrs["a"] = SLAVE
+        with pytest.raises(ConnectionFailedError, match="slave does not know topic 'T' yet") as info:
+            c.pull_result(mq, answer())
+        assert not isinstance(info.value, TopicNotFoundError)
+        c.names.members["a"] = {0: MASTER, 1: SLAVE}
+        c.names.broker_addrs["a"] = MASTER
+        c.names.read_addrs["a"] = MASTER
+        with pytest.raises(TopicNotFoundError):
+            c.pull_result(mq, answer())
+    finally:
+        c.close()
