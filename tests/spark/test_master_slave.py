@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_offset_reset import _wait_for
+from test_reset_states import _Sink  # every body a foreachBatch query wrote, counted
 
 from brokers import skip_or_fail, wait_until
 from rocketmq_spark.client import RemotingClient
@@ -76,23 +76,6 @@ class _Producer(threading.Thread):
         self.done.set()
         self.join(30)
         self.client.close()
-
-
-class _Sink:
-    """foreachBatch: every body the query wrote, counted."""
-
-    def __init__(self) -> None:
-        self.rows: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def __call__(self, df, _batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        got = [r.body for r in df.selectExpr("CAST(body AS STRING) AS body").collect()]
-        with self._lock:
-            self.rows.update(got)
-
-    def counts(self) -> Counter[str]:
-        with self._lock:
-            return Counter(self.rows)
 
 
 def _check(sink: _Sink, acked: set[str], unsure: set[str]) -> tuple[set[str], dict[str, int], set[str]]:
