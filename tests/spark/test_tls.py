@@ -105,6 +105,15 @@ def _bodies(df) -> list[str]:  # type: ignore[no-untyped-def]
 # -- Spark over TLS -------------------------------------------------------------------------
 
 
+def _refused(client, call, error: type[Exception], match: str) -> None:  # type: ignore[no-untyped-def]
+    """``call(client)`` raises ``error`` matching ``match``; the client is closed either way."""
+    try:
+        with pytest.raises(error, match=match):
+            call(client)
+    finally:
+        client.close()
+
+
 def test_spark_batch_write_and_read_over_remoting_tls(spark, cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
     topic = cluster.create_topic(f"TLS_RT_{cluster.kind.upper()}", TlsConfig(ca_file=pki.ca))
     opts = {"namesrvAddr": cluster.namesrv_addr, "topic": topic, **_tls_opts(pki)}
@@ -160,12 +169,9 @@ def test_plaintext_client_is_refused_at_once_saying_tls_is_required(spark, clust
     finally:
         c.close()
     assert cluster.namesrv_addr in str(ei.value)
-    g = connect((), endpoints=cluster.grpc_endpoint)
-    try:
-        with pytest.raises(TlsError, match=r"requires TLS.*set tls=true"):
-            g.message_queues("TLS_ANY")
-    finally:
-        g.close()
+    _refused(connect((), endpoints=cluster.grpc_endpoint),
+             lambda c: c.message_queues("TLS_ANY"), TlsError,
+             r"requires TLS.*set tls=true")
     assert time.monotonic() - t0 < FAST_S
     with pytest.raises(Exception, match=r"requires TLS") as ei:
         spark.read.format("rocketmq").options(namesrvAddr=cluster.namesrv_addr, topic="TLS_ANY").load().collect()
@@ -175,36 +181,24 @@ def test_plaintext_client_is_refused_at_once_saying_tls_is_required(spark, clust
 def test_untrusted_certificate_fails_verification_naming_tls_ca_file(cluster: Cluster, pki: Pki) -> None:
     for tls in (TlsConfig(ca_file=pki.other_ca), TlsConfig()):  # another CA; the system's (knows no test CA)
         t0 = time.monotonic()
-        c = RemotingClient(cluster.namesrv_addr, ClientConfig(tls=tls))
-        try:
-            with pytest.raises(TlsError, match=r"certificate verify failed.*set tlsCaFile"):
-                c.topic_list()
-        finally:
-            c.close()
+        _refused(RemotingClient(cluster.namesrv_addr, ClientConfig(tls=tls)),
+                 lambda c: c.topic_list(), TlsError,
+                 r"certificate verify failed.*set tlsCaFile")
         assert time.monotonic() - t0 < FAST_S
-    g = connect((), endpoints=cluster.grpc_endpoint, tls=TlsConfig(ca_file=pki.other_ca))
-    try:
-        with pytest.raises(TlsError, match=r"certificate verify failed.*tlsCaFile"):
-            g.message_queues("TLS_ANY")
-    finally:
-        g.close()
+    _refused(connect((), endpoints=cluster.grpc_endpoint, tls=TlsConfig(ca_file=pki.other_ca)),
+             lambda c: c.message_queues("TLS_ANY"), TlsError,
+             r"certificate verify failed.*tlsCaFile")
 
 
 def test_a_certificate_for_another_name_fails_hostname_verification(pki: Pki) -> None:
     with EmbeddedBroker(tls=ServerTls(pki.wrong_name_cert, pki.wrong_name_key)) as mq:
         assert mq.grpc_endpoint is not None
-        c = RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
-        try:
-            with pytest.raises(TlsError, match=r"does not name the host.*tlsVerifyHostname=false"):
-                c.topic_list()
-        finally:
-            c.close()
-        g = connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca))
-        try:
-            with pytest.raises(TlsError, match=r"certificate verify failed"):
-                g.message_queues("TLS_ANY")
-        finally:
-            g.close()
+        _refused(RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca))),
+                 lambda c: c.topic_list(), TlsError,
+                 r"does not name the host.*tlsVerifyHostname=false")
+        _refused(connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca)),
+                 lambda c: c.message_queues("TLS_ANY"), TlsError,
+                 r"certificate verify failed")
         # the operator's way out over remoting: the CA still verifies the chain
         lax = RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca, verify_hostname=False)))
         try:
@@ -219,36 +213,24 @@ def test_tls_client_against_a_plaintext_broker_says_it_does_not_speak_tls(pki: P
     with EmbeddedBroker() as mq:
         assert mq.grpc_endpoint is not None
         t0 = time.monotonic()
-        c = RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
-        try:
-            with pytest.raises(TlsError, match=r"does not speak TLS.*set tls=false"):
-                c.topic_list()
-        finally:
-            c.close()
-        g = connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca))
-        try:
-            with pytest.raises(TlsError, match=r"TLS handshake failed.*set tls=false"):
-                g.message_queues("TLS_ANY")
-        finally:
-            g.close()
+        _refused(RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca))),
+                 lambda c: c.topic_list(), TlsError,
+                 r"does not speak TLS.*set tls=false")
+        _refused(connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca)),
+                 lambda c: c.message_queues("TLS_ANY"), TlsError,
+                 r"TLS handshake failed.*set tls=false")
         assert time.monotonic() - t0 < FAST_S
 
 
 def test_mutual_tls_on_the_embedded_broker(spark, pki: Pki) -> None:
     with EmbeddedBroker(tls=ServerTls(pki.server_cert, pki.server_key, client_ca_file=pki.ca)) as mq:
         assert mq.grpc_endpoint is not None
-        anonymous = RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca)))
-        try:
-            with pytest.raises(TlsError, match=r"tlsCertFile and tlsKeyFile"):
-                anonymous.topic_list()
-        finally:
-            anonymous.close()
-        g = connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca))
-        try:
-            with pytest.raises(TlsError, match=r"tlsCertFile"):
-                g.message_queues("TLS_ANY")
-        finally:
-            g.close()
+        _refused(RemotingClient(mq.namesrv_addr, ClientConfig(tls=TlsConfig(ca_file=pki.ca))),
+                 lambda c: c.topic_list(), TlsError,
+                 r"tlsCertFile and tlsKeyFile")
+        _refused(connect((), endpoints=mq.grpc_endpoint, tls=TlsConfig(ca_file=pki.ca)),
+                 lambda c: c.message_queues("TLS_ANY"), TlsError,
+                 r"tlsCertFile")
         mine = TlsConfig(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
         g = connect((), endpoints=mq.grpc_endpoint, tls=mine)
         try:
