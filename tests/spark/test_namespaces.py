@@ -1,5 +1,5 @@
 """Namespaces with the Apache RocketMQ Java client as the peer, on the embedded broker and on
-Apache RocketMQ 5.5.0 (one start for this module): the option ``namespace`` names topics and
+Apache RocketMQ 5.5.0 (the suite's shared broker): the option ``namespace`` names topics and
 groups as the Java client's ``setNamespace`` does (``ns%topic``, ``%RETRY%ns%group``), so a
 Spark query and a Java client of one namespace share topics and consumer offsets, and two
 namespaces on one cluster do not see each other's topics. The peer is
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from brokers import Target, wait_until
-from real_rocketmq import NEWEST, RealRocketMQ
+from real_rocketmq import NEWEST
 from rocketmq_spark.checkpoints import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
@@ -28,25 +28,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.interop]
 BROKERS = ("embedded", "real")
 
 Peer = Callable[..., list[dict[str, Any]]]
-
-
-@pytest.fixture(scope="module")
-def real_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
-    """Apache RocketMQ 5.5.0 (name server, broker) for this module (the conftest's session
-    broker is another release)."""
-    from brokers import skip_or_fail
-    from real_rocketmq import java_available, provision
-
-    missing = java_available()
-    if missing:
-        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
-    # no proxy: nothing here goes through it (a JVM fewer to start)
-    rmq = RealRocketMQ(provision(NEWEST), tmp_path_factory.mktemp("rocketmq-ns"), version=NEWEST, proxy=False)
-    rmq.start()
-    try:
-        yield rmq
-    finally:
-        rmq.stop(grace_s=5)
 
 
 @pytest.fixture(scope="module")
