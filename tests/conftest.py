@@ -18,7 +18,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from brokers import ALL_TRANSPORTS, READ_TRANSPORTS, Target, Transport, parity_release, skip_or_fail
-from real_rocketmq import RealRocketMQ, java_available, provision
+from real_rocketmq import VERSION, RealCluster, RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from tls_support import Pki, make_pki
@@ -98,6 +98,24 @@ def real_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRock
         yield rmq
     finally:
         rmq.stop(grace_s=5)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """Apache RocketMQ (the suite's release) as a production cluster: one name server, broker
+    groups ``broker-a`` (a SYNC_MASTER with a slave) and ``broker-b``, no proxy; one per session
+    (four JVMs), shared by the cluster tests (test_cluster.py) and the master/slave tests. A
+    test that kills a member starts it again before it ends."""
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
+    cluster = RealCluster(provision(VERSION), tmp_path_factory.mktemp("rocketmq-cluster"), version=VERSION,
+                          slaves=("broker-a",))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="module")

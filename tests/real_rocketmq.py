@@ -762,43 +762,31 @@ class RealCluster:
         return self.first.mqadmin(*args, timeout_s=timeout_s)
 
     def create_topic(self, topic: str, queues: int = 2) -> None:
-        """``topic`` with ``queues`` read and write queues on every group's master, routed when this returns."""
-        for name in self.groups:
-            self.mqadmin("updateTopic", "-b", self.addr(name), "-t", topic, "-r", str(queues), "-w", str(queues))
-        self.first.topic_route_ready(topic)
-
-    def wait_slaves_synced(self, topic: str, group: str | None = None, timeout_s: float = 40) -> None:
-        """Until every slave serves ``topic`` and, with ``group``, knows the consumer group. A
-        slave copies its master's topics and groups every 10 s (SlaveSynchronize): before that it
-        answers pulls with "topic not exist" and refuses the group's commits, a Java consumer's
-        as ours. The check reads the slave's topic table (GET_ALL_TOPIC_CONFIG): GET_MAX_OFFSET
-        answers SUCCESS (0) for a topic the broker does not know. (Its copy of the master's
-        consumer offsets fails on 5.5.0: fastjson2 refuses the master's unquoted integer keys,
-        "not support unquoted name"; a slave holds only the offsets committed to it.)"""
+        """``topic`` with ``queues`` read and write queues on every member of every group (masters
+        and slaves alike, UPDATE_AND_CREATE_TOPIC as mqadmin sends it), routed when this
+        returns. A slave would copy the topic from its master by itself, but only once a
+        minute (BrokerController schedules SlaveSynchronize.syncAll at most every 60 s since
+        5.1): until then it answers pulls with "topic not exist". Creating it there too is what
+        an operator's script does and keeps the tests from waiting for that minute."""
         from rocketmq_spark.client import RemotingClient
-        from rocketmq_spark.remoting.frame import RemotingCommand
-        from rocketmq_spark.remoting.route import loads_lenient
 
-        get_all_topics, get_all_groups = 21, 201  # RequestCode.GET_ALL_TOPIC_CONFIG, GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-        deadline = time.monotonic() + timeout_s
         c = RemotingClient(self.namesrv_addr)
         try:
-            for name in self.slaves:
-                slave = self.addr(name, 1)
-                while True:
-                    op = f"sync check of {topic} at {slave}"
-                    body = c.invoke(slave, RemotingCommand(get_all_topics), op).body or b"{}"
-                    done = topic in (loads_lenient(body).get("topicConfigTable") or {})
-                    if done and group is not None:
-                        body = c.invoke(slave, RemotingCommand(get_all_groups), op).body or b"{}"
-                        done = group in (loads_lenient(body).get("subscriptionGroupTable") or {})
-                    if done:
-                        break
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"the slave of {name} ({slave}) did not copy topic {topic!r}"
-                                           f"{'' if group is None else f' and group {group!r}'} from its master "
-                                           f"in {timeout_s:g}s")
-                    time.sleep(0.5)
+            for rmq in self.members.values():
+                c.create_topic(topic, queues, broker_addr=rmq.broker_addr)
+        finally:
+            c.close()
+        self.first.topic_route_ready(topic)
+
+    def create_group(self, group: str) -> None:
+        """Consumer group ``group`` on every member (a slave refuses commits of a group it does
+        not know, and copies its master's groups only once a minute, as topics)."""
+        from rocketmq_spark.client import RemotingClient
+
+        c = RemotingClient(self.namesrv_addr)
+        try:
+            for rmq in self.members.values():
+                c.create_group(group, broker_addr=rmq.broker_addr)
         finally:
             c.close()
 

@@ -758,11 +758,11 @@ class RemotingClient(RemotingAdmin):
         status = _PULL_STATUS.get(resp.code)
         master = self.names.members.get(mq.broker, {}).get(MASTER_ID) or self.names.broker_addrs.get(mq.broker)
         if status is None and resp.code == ResponseCode.TOPIC_NOT_EXIST and addr != master:
-            # a slave copies its master's topics every 10 s: one that does not know the topic yet
+            # a slave copies its master's topics once a minute: one that does not know the topic yet
             # cannot serve it now, as a broker that is down cannot (ridden out within
             # brokerDownTimeoutMs, until the master is back or the slave has the topic)
             raise ConnectionFailedError(addr, op, f"the slave does not know topic {mq.topic!r} yet (a slave copies "
-                                        "its master's topics every 10 s); waiting for it or the master")
+                                        "its master's topics once a minute); waiting for it or the master")
         if status is None:  # (the consumer group is not known here: the topic is named)
             raise self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),

@@ -4,41 +4,25 @@ killed mid-stream the query reads on from the slave and commits the group's offs
 the Java consumer does; when the master returns, reads and commits move back to it. A checker
 counts every id the producer was told is stored: none lost, none read twice, and the group's
 offsets on the masters are exact at the end. A batch write while the master is down lands on
-broker-b. One cluster for the module (four JVMs, 256 MB heaps)."""
+broker-b. The cluster is the session's ``real_cluster`` (conftest.py), which test_cluster.py shares."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_offset_reset import _wait_for
 from test_reset_states import _Sink  # every body a foreachBatch query wrote, counted
 
-from brokers import skip_or_fail, wait_until
+from brokers import wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import RocketMQSparkError
 from rocketmq_spark.model import MessageQueue
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from real_rocketmq import NEWEST, RealCluster, java_available, provision
-
-    missing = java_available()
-    if missing:
-        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
-    cluster = RealCluster(provision(NEWEST), tmp_path_factory.mktemp("ha"), slaves=("broker-a",))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 class _Producer(threading.Thread):
@@ -88,13 +72,12 @@ def _check(sink: _Sink, acked: set[str], unsure: set[str]) -> tuple[set[str], di
 
 
 @pytest.mark.timeout(480)  # a master killed and started again, the query catching up on a busy machine
-def test_a_query_reads_on_from_the_slave_when_the_master_dies_and_moves_back(spark, ha_cluster,
+def test_a_query_reads_on_from_the_slave_when_the_master_dies_and_moves_back(spark, real_cluster,
                                                                              tmp_path: Path) -> None:
-    cl = ha_cluster
+    cl = real_cluster
     topic, group = "HA_READ", "g_ha_read"
-    cl.create_topic(topic, queues=2)
-    # (the group is created by the query's first pull on each member: autoCreateSubscriptionGroup)
-    cl.wait_slaves_synced(topic)
+    cl.create_topic(topic, queues=2)  # on the slave too
+    cl.create_group(group)
     c = RemotingClient(cl.namesrv_addr)
     a_queues = [MessageQueue(topic, "broker-a", i) for i in range(2)]
     # a backlog on broker-a the query reads 40 messages per trigger at most: it is still reading
@@ -159,11 +142,10 @@ def test_a_query_reads_on_from_the_slave_when_the_master_dies_and_moves_back(spa
             cl.start_member("broker-a")
 
 
-def test_a_batch_write_lands_on_the_other_group_while_a_master_is_down(spark, ha_cluster) -> None:
-    cl = ha_cluster
+def test_a_batch_write_lands_on_the_other_group_while_a_master_is_down(spark, real_cluster) -> None:
+    cl = real_cluster
     topic = "HA_WRITE"
     cl.create_topic(topic, queues=2)
-    cl.wait_slaves_synced(topic)
     c = RemotingClient(cl.namesrv_addr)
     try:
         cl.kill("broker-a")
@@ -182,38 +164,3 @@ def test_a_batch_write_lands_on_the_other_group_while_a_master_is_down(spark, ha
         c.close()
         if cl.member("broker-a").pid("broker") is None:
             cl.start_member("broker-a")
-
-
-# -- the cluster shape of tests/spark/test_cluster.py, on Apache RocketMQ ------------------
-
-
-def test_a_topic_on_both_groups_is_written_read_and_committed_per_group(spark, ha_cluster, tmp_path: Path) -> None:
-    # queue ids repeat per group: (broker, queueId, queueOffset) names a message, and each group
-    # holds the group's offsets of its own queues
-    cl = ha_cluster
-    topic, group = "HA_SHAPE", "g_ha_shape"
-    cl.create_topic(topic, queues=4)
-    opts = {"namesrvAddr": cl.namesrv_addr, "topic": topic}
-    rows = [(f"w{i}",) for i in range(64)]
-    spark.createDataFrame(rows, "body STRING").write.mode("append").format("rocketmq").options(**opts) \
-        .option("maxBatchMessages", "4").save()
-    c = RemotingClient(cl.namesrv_addr)
-    try:
-        qs = c.message_queues(topic)
-        assert {q.broker for q in qs} == {"broker-a", "broker-b"} and len(qs) == 8
-        ends = c.max_offsets(qs)
-        assert sum(ends.values()) == 64 and all(sum(n for m, n in ends.items() if m.broker == b) > 0
-                                                for b in ("broker-a", "broker-b")), ends
-        got = spark.read.format("rocketmq").options(**opts).load() \
-            .selectExpr("CAST(body AS STRING) AS b", "broker", "queueId", "queueOffset").collect()
-        assert sorted(r.b for r in got) == sorted(r[0] for r in rows)
-        assert len({(r.broker, r.queueId, r.queueOffset) for r in got}) == 64
-        q = (spark.readStream.format("rocketmq").options(**opts).option("consumerGroup", group)
-             .option("startingOffsets", "earliest").load().writeStream.format("memory").queryName("q_ha_shape")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-        q.awaitTermination(120)
-        assert q.exception() is None, q.exception()
-        assert wait_until(lambda: c.query_consumer_offsets(group, qs) == ends, 30), \
-            f"the group's offsets {c.query_consumer_offsets(group, qs)} against the queues' ends {ends}"
-    finally:
-        c.close()

@@ -141,7 +141,7 @@ def test_the_offset_store_writes_a_groups_offsets_again_once_they_go_to_another_
 
 
 def test_a_slave_that_does_not_know_the_topic_yet_is_waited_for_not_a_missing_topic() -> None:
-    """A slave copies its master's topics every 10 s: its TOPIC_NOT_EXIST while the master is down
+    """A slave copies its master's topics once a minute: its TOPIC_NOT_EXIST while the master is down
     is a member that cannot serve yet (ridden out as a broker that is down), where the same
     answer from a master is a topic that is not there."""
     from concurrent.futures import Future
