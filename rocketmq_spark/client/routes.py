@@ -295,11 +295,11 @@ class NameServers:
             try:
                 self.route(topic, refresh=True)
             except TopicNotFoundError as exc:
-                raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker} of topic {topic!r}",
+                raise ConnectionFailedError(broker, f"routing topic {topic!r}",
                                             f"the topic has no route now: {exc.remark}") from None
             addr = self.broker_addrs.get(broker)
         if addr is None:
-            raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
+            raise ConnectionFailedError(broker, "routing",
                                         "it is in no route the name servers give now (stopped or restarting?)")
         return addr
 
@@ -344,7 +344,7 @@ class NameServers:
             self._recheck(topic)
             addr = self._pick(self.members.get(broker, {}), broker_id)
         if addr is None:
-            raise ConnectionFailedError(f"broker {broker}", f"finding broker {broker}",
+            raise ConnectionFailedError(broker, "routing",
                                         "no member of its group is in the routes the name servers give now "
                                         "(stopped or restarting?)")
         last = self.read_addrs.get(broker)
