@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from rocketmq_spark.client.routes import NameServers
-from rocketmq_spark.errors import DataLossError, RequestTimeoutError
+from rocketmq_spark.errors import ConnectionFailedError, DataLossError, RequestTimeoutError
 from rocketmq_spark.model import MessageQueue, PullResult, Txn
 from rocketmq_spark.sink.txlog import TxLog
 
@@ -73,6 +73,9 @@ class FakeBroker:
         self.ended: list[tuple[Txn, bool]] = []  # every END sent: the transaction, commit or not
         self.lose_after: int | None = None
         self.gone: set[Txn] = set()  # half messages the broker no longer holds
+        #: route lookups (an END starts with one) that find no route for the broker: it is
+        #: restarting and has not registered yet, though it answers reads at its old address
+        self.unrouted = 0
 
     def lose_store(self, halves) -> None:  # noqa: ANN001
         self.stored = {mq: [] for mq in self.stored}
@@ -99,8 +102,16 @@ class FakeBroker:
     def rows(self, mq, results, end, columns):  # noqa: ANN001
         return pa.RecordBatch.from_pydict({"messageId": [m for r in results for m in r.messages]})
 
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        if self.unrouted:
+            self.unrouted -= 1
+            raise ConnectionFailedError(broker, "routing", "it is in no route the name servers give now")
+        return "127.0.0.1:10911"
+
     def end_transactions(self, txns, *, commit, producer_group, on_progress=None, retry_failed=True):  # noqa: ANN001
         txns = list(txns)
+        if txns:
+            self.broker_addr(txns[0].broker, txns[0].topic)
         self.ends.append([t.msg_id for t in txns])
         self.ended += [(t, commit) for t in txns]
         gone = [t for t in txns if t in self.gone]
@@ -176,6 +187,20 @@ def test_an_end_whose_answer_was_lost_is_looked_up_not_sent_again(fake, tmp_path
     assert broker.ends == [[f"ID-{i}" for i in range(6)], ["ID-4", "ID-5"]]
     assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(6)]  # each once
     assert TxLog(str(tmp_path)).ended(4)
+
+
+def test_a_commit_waits_for_a_restarting_broker_to_be_routed_not_only_to_answer(fake, tmp_path, monkeypatch) -> None:
+    # a broker killed during the commit: at its old address it answers reads again before it is
+    # back in the routes, where an END's address comes from; the commit's rounds wait for both
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    broker, opts, writer = fake
+    broker.unrouted = 8  # more lookups than the commit makes rounds
+    writer.commit_batch(opts, _txns(4), 5)
+    assert broker.unrouted == 0
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(4)]  # each once
+    assert TxLog(str(tmp_path)).ended(5)
 
 
 def test_a_replay_of_an_earlier_versions_record_leaves_out_what_its_check_backs_committed(fake, tmp_path) -> None:
