@@ -9,6 +9,7 @@ broker's check-back (:func:`check_decision`). The tasks' half sends are
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import zlib
@@ -236,7 +237,7 @@ def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> Non
     if queues:
         riding_out(lambda: client.max_offsets(list(queues)), "reading the destination's offsets")
         for broker, topic in sorted({(mq.broker, mq.topic) for mq in queues}):
-            riding_out(lambda b=broker, t=topic: client.broker_addr(b, t), f"finding broker {broker} in the routes")
+            riding_out(functools.partial(client.broker_addr, broker, topic), f"finding broker {broker} in the routes")
     time.sleep(_SETTLE_S)
 
 
