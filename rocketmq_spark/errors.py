@@ -295,10 +295,12 @@ def _actions_text(actions: Sequence[str]) -> str:
 
 
 def access_denied(code: int, remark: str | None, *, address: str, operation: str, user: str | None,
-                  needs: Needs) -> AccessDeniedError | None:
+                  needs: Needs, peer: str = "broker") -> AccessDeniedError | None:
     """The :class:`AccessDeniedError` for a NO_PERMISSION answer whose remark is an ACL refusal
     (None for other refusals, e.g. a topic whose permission forbids writes). The message names
-    the user (the access key only), the resource and the action, then the broker's remark."""
+    the user (the access key only), the resource and the action, then the broker's remark.
+    ``peer`` names who refused in the text (a 5.x ``proxy`` checks gRPC calls itself, answering
+    UNAUTHORIZED with the same words an ACL 2.0 broker's remark has)."""
     text = (remark or "").strip()
     m = _NO_PERMISSION_TO.match(text)
     if m is not None:
@@ -322,7 +324,7 @@ def access_denied(code: int, remark: str | None, *, address: str, operation: str
     action = " and ".join(dict.fromkeys(_actions_text(a) for _, a in named))
     wanted = f" for {action} on {resource}" if resource else ""
     who = f"user {user!r}" if user else "an unsigned request"
-    why = f"the broker did not authenticate {who}{wanted}: {text}" + (f" ({hint})" if hint else "")
+    why = f"the {peer} did not authenticate {who}{wanted}: {text}" + (f" ({hint})" if hint else "")
     return AuthenticationError(code, why, address=address, operation=operation, user=user, resource=resource,
                                action=action, reason=text)
 

@@ -668,6 +668,29 @@ def acl2_broker_conf(admin: tuple[str, str]) -> dict[str, object]:
     }
 
 
+def acl2_proxy_conf(admin: tuple[str, str]) -> dict[str, object]:
+    """rmq-proxy.json entries that turn ACL 2.0 on in a cluster-mode proxy (keys read from 5.5.0's
+    AuthConfig, ProxyConfig and DefaultMessagingProcessor): the proxy authenticates and authorizes
+    every gRPC call (and remoting request) itself, with the default providers, asking the broker
+    for users and policies (the Proxy*MetadataProvider classes: no copy of them in the proxy); and
+    it signs its own requests to the broker as ``admin`` (``innerClientAuthenticationCredentials``,
+    used only with ``enableAclRpcHookForClusterMode``): unsigned, the broker refuses even the
+    system topics the proxy creates as it starts."""
+    user, password = admin
+    auth, proxy = "org.apache.rocketmq.auth", "org.apache.rocketmq.proxy.auth"
+    return {
+        "authenticationEnabled": True,
+        "authenticationProvider": f"{auth}.authentication.provider.DefaultAuthenticationProvider",
+        "authenticationMetadataProvider": f"{proxy}.ProxyAuthenticationMetadataProvider",
+        "authorizationEnabled": True,
+        "authorizationProvider": f"{auth}.authorization.provider.DefaultAuthorizationProvider",
+        "authorizationMetadataProvider": f"{proxy}.ProxyAuthorizationMetadataProvider",
+        "enableAclRpcHookForClusterMode": True,
+        "innerClientAuthenticationCredentials": json.dumps({"accessKey": user, "secretKey": password},
+                                                           separators=(",", ":")),
+    }
+
+
 @dataclass
 class RealCluster:
     """One name server and several broker groups of Apache RocketMQ on 127.0.0.1, no proxy: a

@@ -60,13 +60,14 @@ from ..errors import (
     SystemBusyError,
     TlsError,
     TopicNotFoundError,
+    access_denied,
     explain,
 )
 from ..model import MessageQueue, PullResult, SendResult, Txn
 from ..namespaces import wrap
 from ..proto import pb, pb_grpc
 from ..proto.messages import millis, properties_to_message, set_millis
-from ..remoting.acl import grpc_auth_metadata
+from ..remoting.acl import grpc_auth_metadata, grpc_needs
 from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
 from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
@@ -81,7 +82,9 @@ log = logging.getLogger(__name__)
 __all__ = ["STATUS_ERRORS", "GrpcClient", "parse_endpoints"]
 
 
-#: gRPC status code (``apache.rocketmq.v2.Code``) -> exception class; others: BrokerError.
+#: gRPC status code (``apache.rocketmq.v2.Code``) -> exception class; others: BrokerError. An
+#: UNAUTHORIZED or FORBIDDEN status whose message is an ACL refusal becomes an
+#: AuthenticationError or AuthorizationError instead (see :func:`_status_error`).
 STATUS_ERRORS: dict[int, type[BrokerError]] = {
     pb.TOPIC_NOT_FOUND: TopicNotFoundError,
     pb.OFFSET_NOT_FOUND: OffsetNotFoundError,
@@ -110,8 +113,26 @@ def parse_endpoints(value: str | Sequence[str]) -> list[str]:
     return parse_namesrv_addr(value)
 
 
-def _status_error(status: pb.Status, *, address: str, operation: str) -> BrokerError:
+#: what a call asked of the ACL: (resource key, the actions any of which it accepts), see
+#: :func:`rocketmq_spark.remoting.acl.grpc_needs`
+Needs = Sequence[tuple[str, Sequence[str]]]
+#: statuses a 5.x proxy refuses a call with: UNAUTHORIZED for every ACL 2.0 refusal (its
+#: ResponseBuilder maps both AuthenticationException and AuthorizationException there, with the
+#: exception's message), FORBIDDEN for a topic's queue permissions ("no writable queue")
+_REFUSED = (pb.UNAUTHORIZED, pb.FORBIDDEN)
+
+
+def _status_error(status: pb.Status, *, address: str, operation: str, user: str | None = None,
+                  needs: Needs | None = None) -> BrokerError:
+    """The exception for a non-OK status; a refusal by ACL (``needs`` given: what the call asked,
+    ``user`` its access key) is an :class:`~rocketmq_spark.errors.AccessDeniedError` naming the
+    user, the resource and the action, never retried."""
     name = pb.Code.Name(status.code) if status.code in pb.Code.values() else status.code
+    if status.code in _REFUSED and needs is not None:
+        denied = access_denied(int(status.code), status.message, address=address, operation=operation, user=user,
+                               needs=needs, peer="proxy")
+        if denied is not None:
+            return denied
     cls = STATUS_ERRORS.get(status.code, BrokerError)
     return cls(int(status.code), explain(f"{name}: {status.message}"), address=address, operation=operation)
 
@@ -151,7 +172,8 @@ def _tls_fault(detail: str, address: str, operation: str, tls: TlsConfig | None)
 
 
 def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str,
-               tls: TlsConfig | None = None) -> RocketMQSparkError:
+               tls: TlsConfig | None = None, user: str | None = None, needs: Needs | None = None
+               ) -> RocketMQSparkError:
     code = exc.code() if isinstance(exc, grpc.Call) else None
     detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -167,7 +189,9 @@ def _rpc_error(exc: grpc.RpcError, *, address: str, operation: str, rpc: str,
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimeoutError(address, operation, f"no answer in time ({detail})")
     if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-        return NoPermissionError(16, f"{code.name}: {detail}", address=address, operation=operation)
+        denied = access_denied(16, str(detail or ""), address=address, operation=operation, user=user,
+                               needs=needs or (), peer="gRPC endpoint")
+        return denied or NoPermissionError(16, f"{code.name}: {detail}", address=address, operation=operation)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
         return ConnectionFailedError(address, operation, detail)
     return BrokerError(code.value[0], f"{code.name}: {detail}", address=address, operation=operation)
@@ -260,6 +284,11 @@ class GrpcClient(SequentialManyQueueCalls):
             out.extend(grpc_auth_metadata(creds, date_time))
         return out
 
+    def _user(self) -> str | None:
+        """The access key calls are signed with (None: unsigned); never the secret."""
+        creds = getattr(self.config, "credentials", None)
+        return creds.access_key if creds is not None else None
+
     def close(self) -> None:
         tele, self._telemetry = self._telemetry, None
         if tele is not None:
@@ -274,15 +303,17 @@ class GrpcClient(SequentialManyQueueCalls):
               ok: tuple[int, ...] = (pb.OK,), timeout_s: float | None = None) -> Any:
         """One unary call with bounded retries on transient faults; a non-OK status raises."""
         timeout = timeout_s or self.config.request_timeout_s
+        user, needs = self._user(), grpc_needs(rpc, request)
 
         def once() -> Any:
             method = getattr(self.stub(address), rpc)
             try:
                 resp = method(request, timeout=timeout, metadata=self.metadata())
             except grpc.RpcError as exc:
-                raise _rpc_error(exc, address=address, operation=operation, rpc=rpc, tls=self.config.tls) from None
+                raise _rpc_error(exc, address=address, operation=operation, rpc=rpc, tls=self.config.tls,
+                                 user=user, needs=needs) from None
             if resp.status.code not in ok:
-                raise _status_error(resp.status, address=address, operation=operation)
+                raise _status_error(resp.status, address=address, operation=operation, user=user, needs=needs)
             return resp
 
         return retrying(once, self.config)
@@ -408,7 +439,7 @@ class GrpcClient(SequentialManyQueueCalls):
     # -- pulls ----------------------------------------------------------------------
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
-                   subscription: str = "*", suspend_ms: int = 0) -> tuple[Any, int]:
+                   subscription: str = "*", suspend_ms: int = 0) -> tuple[Any, int, str]:
         """Start a pull (the stream runs while the caller does other work); resolve it with
         :meth:`pull_result`."""
         req = pb.PullMessageRequest(offset=offset, batch_size=max_nums)
@@ -420,16 +451,17 @@ class GrpcClient(SequentialManyQueueCalls):
         addr = self.broker_addr(mq.broker, mq.topic)
         call = self.stub(addr).PullMessage(req, timeout=self.config.request_timeout_s + suspend_ms / 1000.0,
                                            metadata=self.metadata())
-        return call, offset
+        return call, offset, req.group.name
 
     def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
-                        subscription: str = "*") -> list[tuple[Any, int]]:
+                        subscription: str = "*") -> list[tuple[Any, int, str]]:
         """One PullMessage stream per offset (streams are not written together)."""
         return [self.pull_async(mq, off, max_nums, group=group, subscription=subscription) for off in offsets]
 
-    def pull_result(self, mq: MessageQueue, pending: tuple[Any, int]) -> PullResult:
-        call, offset = pending
+    def pull_result(self, mq: MessageQueue, pending: tuple[Any, int, str]) -> PullResult:
+        call, offset, group = pending
         addr = self._broker_endpoints.get(mq.broker, self.endpoints[self._index])
+        needs = [(f"Group:{group}", ("Sub",)), (f"Topic:{mq.topic}", ("Sub",))]
         status: pb.Status | None = None
         messages: list[pb.Message] = []
         next_offset = -1
@@ -444,7 +476,7 @@ class GrpcClient(SequentialManyQueueCalls):
                     next_offset = item.next_offset
         except grpc.RpcError as exc:
             raise _rpc_error(exc, address=addr, operation=f"pull of {mq}", rpc="PullMessage",
-                             tls=self.config.tls) from None
+                             tls=self.config.tls, user=self._user(), needs=needs) from None
         code = status.code if status is not None else pb.OK
         if code == pb.OK:
             state = "FOUND" if messages else ("NO_MATCHED_MSG" if next_offset > offset else "NO_NEW_MSG")
@@ -454,7 +486,7 @@ class GrpcClient(SequentialManyQueueCalls):
             state = "OFFSET_ILLEGAL"
         else:
             assert status is not None
-            raise _status_error(status, address=addr, operation=f"pull of {mq}")
+            raise _status_error(status, address=addr, operation=f"pull of {mq}", user=self._user(), needs=needs)
         if next_offset < 0:
             next_offset = messages[-1].system_properties.queue_offset + 1 if messages else offset
         low = high = -1
@@ -595,7 +627,8 @@ class GrpcClient(SequentialManyQueueCalls):
                 mapped.set_result(f.result())
             except grpc.RpcError as exc:
                 mapped.set_exception(_rpc_error(exc, address=addr, operation=f"send to {mq}", rpc="SendMessage",
-                                                tls=self.config.tls))
+                                                tls=self.config.tls, user=self._user(),
+                                                needs=[(f"Topic:{mq.topic}", ("Pub",))]))
             except BaseException as exc:
                 mapped.set_exception(exc)
 
@@ -659,12 +692,13 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def send_results(self, mq: MessageQueue, count: int, resp: Any) -> list[SendResult]:
         addr = self._broker_endpoints.get(mq.broker, "?")
+        user, needs = self._user(), [(f"Topic:{mq.topic}", ("Pub",))]
         if resp.status.code != pb.OK:
-            raise _status_error(resp.status, address=addr, operation=f"send to {mq}")
+            raise _status_error(resp.status, address=addr, operation=f"send to {mq}", user=user, needs=needs)
         out = []
         for e in resp.entries:
             if e.status.code != pb.OK:
-                raise _status_error(e.status, address=addr, operation=f"send to {mq}")
+                raise _status_error(e.status, address=addr, operation=f"send to {mq}", user=user, needs=needs)
             out.append(SendResult(e.message_id, mq, int(e.offset), e.transaction_id))
         if len(out) != count:
             raise BrokerError(-1, f"{count} messages sent, {len(out)} results", address=addr,
@@ -736,10 +770,11 @@ class GrpcClient(SequentialManyQueueCalls):
                 if resp.status.code == pb.INVALID_TRANSACTION_ID:
                     gone.append(t)
                     return False
-                err: RocketMQSparkError = _status_error(resp.status, address=addr, operation=f"{what} {t.msg_id}")
+                err: RocketMQSparkError = _status_error(resp.status, address=addr, operation=f"{what} {t.msg_id}",
+                                                        user=self._user(), needs=[(f"Topic:{t.topic}", ("Pub",))])
             except grpc.RpcError as exc:
                 err = _rpc_error(exc, address=addr, operation=f"{what} {t.msg_id}", rpc="EndTransaction",
-                                 tls=self.config.tls)
+                                 tls=self.config.tls, user=self._user(), needs=[(f"Topic:{t.topic}", ("Pub",))])
             except TimeoutError:
                 err = RequestTimeoutError(addr, f"{what} {t.msg_id}",
                                           f"no answer within {self.config.request_timeout_s:g}s")

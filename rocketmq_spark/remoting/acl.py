@@ -45,6 +45,7 @@ from .frame import RemotingCommand
 
 __all__ = [
     "ACCESS_KEY",
+    "grpc_needs",
     "request_needs",
     "SECURITY_TOKEN",
     "SIGNATURE",
@@ -195,6 +196,67 @@ def request_needs(code: int, ext_fields: Mapping[str, str] | None = None,
             out.append((f"Group:{name[len(_RETRY):]}", _SUB))
         else:
             out.append((f"{kind}:{name}", actions))
+    return list(dict.fromkeys(out))
+
+
+# What a 5.x proxy with ACL 2.0 checks for a gRPC call, read from 5.5.0's
+# DefaultAuthorizationContextBuilder.build(Metadata, GeneratedMessageV3): a send, a recall and an
+# EndTransaction need Pub on their topic; QueryRoute Pub or Sub on its topic; ReceiveMessage,
+# AckMessage, ForwardMessageToDeadLetterQueue and QueryAssignment Sub on the group and the topic;
+# a consumer's Heartbeat, ChangeInvisibleDuration and NotifyClientTermination (when it names a
+# group) Sub on the group; Telemetry's settings Pub on each published topic, Sub on the group and
+# each subscribed topic. Released proxies do not serve PullMessage, QueryOffset, GetOffset or
+# UpdateOffset: for them the actions are those of the remoting requests that do the same
+# (PULL_MESSAGE, GET_MAX_OFFSET, QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET).
+
+_PUB_OR_SUB = ("Pub", "Sub")
+_CONSUMER_TYPES = (2, 3, 4)  # apache.rocketmq.v2.ClientType PUSH_CONSUMER, SIMPLE_CONSUMER, PULL_CONSUMER
+
+
+def _name(resource: object) -> str:
+    return str(getattr(resource, "name", "") or "")
+
+
+def grpc_needs(rpc: str, request: object) -> list[tuple[str, tuple[str, ...]]]:
+    """What a 5.x proxy with ACL 2.0 checks for the gRPC call ``rpc`` (the method name, e.g.
+    ``SendMessage``) carrying ``request`` (its protobuf message): (resource key, the actions any
+    of which it accepts) per resource, as :func:`request_needs` gives them for remoting; [] for a
+    call the proxy checks by no resource."""
+    topic = _name(getattr(request, "topic", None))
+    group = _name(getattr(request, "group", None))
+    mq_topic = _name(getattr(getattr(request, "message_queue", None), "topic", None))
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if rpc == "SendMessage":
+        messages = getattr(request, "messages", ())
+        if messages:
+            out.append((f"Topic:{_name(messages[0].topic)}", _PUB))
+    elif rpc in ("EndTransaction", "RecallMessage"):
+        out.append((f"Topic:{topic}", _PUB))
+    elif rpc == "QueryRoute":
+        out.append((f"Topic:{topic}", _PUB_OR_SUB))
+    elif rpc in ("AckMessage", "ForwardMessageToDeadLetterQueue", "QueryAssignment"):
+        out += [(f"Group:{group}", _SUB), (f"Topic:{topic}", _SUB)]
+    elif rpc in ("ReceiveMessage", "PullMessage"):
+        out += [(f"Group:{group}", _SUB), (f"Topic:{mq_topic}", _SUB)]
+    elif rpc == "Heartbeat":
+        if getattr(request, "client_type", 0) in _CONSUMER_TYPES:
+            out.append((f"Group:{group}", _SUB))
+    elif rpc in ("ChangeInvisibleDuration", "NotifyClientTermination"):
+        if group:
+            out.append((f"Group:{group}", _SUB))
+    elif rpc == "Telemetry":
+        settings = getattr(request, "settings", None)
+        out += [(f"Topic:{_name(t)}", _PUB) for t in getattr(getattr(settings, "publishing", None), "topics", ())]
+        subscription = getattr(settings, "subscription", None)
+        if subscription is not None and _name(getattr(subscription, "group", None)):
+            out.append((f"Group:{_name(subscription.group)}", _SUB))
+            out += [(f"Topic:{_name(e.topic)}", _SUB) for e in getattr(subscription, "subscriptions", ())]
+    elif rpc == "QueryOffset":
+        out.append((f"Topic:{mq_topic}", _GET))
+    elif rpc == "GetOffset":
+        out += [(f"Topic:{mq_topic}", ("Sub", "Get")), (f"Group:{group}", ("Sub", "Get"))]
+    elif rpc == "UpdateOffset":
+        out += [(f"Topic:{mq_topic}", ("Sub", "Update")), (f"Group:{group}", ("Sub", "Update"))]
     return list(dict.fromkeys(out))
 
 

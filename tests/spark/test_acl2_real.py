@@ -1,11 +1,15 @@
 """ACL 2.0 on Apache RocketMQ 5.5.0 (the newest release: ``real_rocketmq.NEWEST``), authentication
-and authorization on, one broker for the module.
+and authorization on, one broker and its proxy (ACL 2.0 on too, cluster mode) for the module.
 
 The allow/deny table, through Spark (batch read, an AvailableNow stream with a consumer group,
 batch write), the command line and the offset committer. User ``alice`` may Sub and Get topic
 IN in group G and Pub (and Get) topic OUT, and is explicitly denied group DENIED (a Deny policy). Every
 refusal fails at once (a hang guard: well within :data:`FAST_S`) with an error naming the user,
 the resource and the action; the secrets appear in no log, repr, error or Spark plan.
+
+Over gRPC (``endpoints``, the proxy): a batch write as alice lands; a read passes the proxy's route
+check and stops at the pulls released proxies do not serve; a write to IN (no Pub), a wrong secret,
+an unknown user and an unsigned call are refused the same way, from the proxy's UNAUTHORIZED.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from typing import Any
 import pytest
 
 from brokers import skip_or_fail
-from real_rocketmq import NEWEST, RealRocketMQ, acl2_broker_conf, java_available, provision
+from real_rocketmq import NEWEST, RealRocketMQ, acl2_broker_conf, acl2_proxy_conf, java_available, provision
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.cli import main as cli_main
-from rocketmq_spark.client import ClientConfig, Credentials, RemotingClient
+from rocketmq_spark.client import ClientConfig, Credentials, GrpcClient, RemotingClient
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import AccessDeniedError, AuthenticationError, AuthorizationError
 from rocketmq_spark.remoting.frame import RemotingCommand
@@ -49,8 +53,9 @@ def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
     missing = java_available()
     if missing:
         skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
-    rmq = RealRocketMQ(provision(NEWEST), tmp_path_factory.mktemp("rocketmq-acl2"), version=NEWEST, proxy=False,
-                       auto_create_topics=False, broker_config=acl2_broker_conf(ADMIN), admin_credentials=ADMIN)
+    rmq = RealRocketMQ(provision(NEWEST), tmp_path_factory.mktemp("rocketmq-acl2"), version=NEWEST, proxy=True,
+                       auto_create_topics=False, broker_config=acl2_broker_conf(ADMIN), admin_credentials=ADMIN,
+                       proxy_config=acl2_proxy_conf(ADMIN), client_config=ClientConfig(credentials=Credentials(*ADMIN)))
     rmq.start()
     try:
         # the user with the admin tool (it signs with $ROCKETMQ_HOME/conf/tools.yml: the harness's
@@ -284,6 +289,80 @@ def test_errors_carry_the_user_resource_and_action_as_attributes(rmq: RealRocket
         assert "check signature failed" in ai.value.reason
     finally:
         bad.close()
+
+
+# -- over gRPC: the proxy checks every call ------------------------------------------------
+# The module's proxy has ACL 2.0 on too (real_rocketmq.acl2_proxy_conf): it authenticates and
+# authorizes each gRPC call itself, with the users and policies the broker keeps, and answers a
+# refusal with status UNAUTHORIZED and the same words as a broker's remark.
+
+
+def _grpc_opts(rmq: RealRocketMQ, topic: str, *, user: str = ALICE, secret: str | None = ALICE_SECRET
+               ) -> dict[str, str]:
+    out = {"endpoints": rmq.grpc_endpoint, "topic": topic}
+    if secret is not None:
+        out.update(accessKey=user, secretKey=secret)
+    return out
+
+
+def test_grpc_batch_write_as_a_user_allowed_to_pub_and_reads_refused_by_what_the_proxy_serves(
+        spark, rmq: RealRocketMQ, admin) -> None:
+    before = _count(admin, OUT)
+    rows = spark.createDataFrame([(f"grpc-{i}",) for i in range(6)], "body STRING")
+    rows.write.mode("append").format("rocketmq").options(**_grpc_opts(rmq, OUT)).save()
+    assert _count(admin, OUT) == before + 6
+    # a read passes the proxy's ACL (the route: Pub or Sub on the topic), then meets a call released
+    # proxies do not serve: not an ACL error, and it says how to read (over remoting)
+    text = _refused(lambda: spark.read.format("rocketmq").options(**_grpc_opts(rmq, IN)).load().collect())
+    assert "does not implement" in text and "namesrvAddr" in text and "AccessDenied" not in text, text[-3000:]
+    assert "Authorization" not in text and "Authentication" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize(("case", "kind", "user", "resource", "action", "words"), [
+    ("topic not allowed", AuthorizationError, ALICE, f"Topic:{IN}", "Pub", "no matched policies"),
+    ("wrong secret", AuthenticationError, ALICE, f"Topic:{OUT}", "Pub or Sub", "check signature failed"),
+    ("unknown user", AuthenticationError, "mallory", f"Topic:{OUT}", "Pub or Sub", "mallory is not found"),
+])
+def test_a_refused_grpc_write_fails_at_once_naming_user_resource_and_action(
+        spark, rmq: RealRocketMQ, admin, case: str, kind: type[AccessDeniedError], user: str, resource: str,
+        action: str, words: str) -> None:
+    topic = IN if case == "topic not allowed" else OUT
+    secret = {"wrong secret": SECRETS[2], "unknown user": SECRETS[3]}.get(case, ALICE_SECRET)
+    before = _count(admin, topic)
+    rows = spark.createDataFrame([("never",)], "body STRING")
+    text = _refused(lambda: rows.write.mode("append").format("rocketmq")
+                    .options(**_grpc_opts(rmq, topic, user=user, secret=secret)).save())
+    assert kind.__name__ in text and words in text, text[-3000:]
+    if kind is AuthorizationError:
+        assert f"user '{user}' may not {action} on {resource}" in text, text[-3000:]
+    else:
+        assert f"the proxy did not authenticate user '{user}' for {action} on {resource}" in text, text[-3000:]
+    assert "attempts" not in text  # not retried
+    assert _count(admin, topic) == before
+
+
+def test_grpc_refusals_carry_the_user_resource_and_action_as_attributes(rmq: RealRocketMQ) -> None:
+    c = GrpcClient(rmq.grpc_endpoint, ClientConfig(credentials=Credentials(ALICE, ALICE_SECRET)))
+    try:
+        with pytest.raises(AuthorizationError) as ei:  # Deny on the group: a consumer's heartbeat needs Sub
+            c.heartbeat_consumer(DENIED, rmq.grpc_endpoint)
+        e = ei.value
+        assert (e.user, e.resource, e.action, e.code) == (ALICE, f"Group:{DENIED}", "Sub", 40100)
+        assert "the decision is deny" in e.reason
+        with pytest.raises(AuthorizationError) as ri:  # a topic alice has no policy for: not even its route
+            c.message_queues("ACL2_NONE", refresh=True)
+        assert (ri.value.resource, ri.value.action) == ("Topic:ACL2_NONE", "Pub or Sub")
+    finally:
+        c.close()
+    unsigned = GrpcClient(rmq.grpc_endpoint)
+    try:
+        text = _refused(lambda: unsigned.message_queues(IN))
+        with pytest.raises(AuthenticationError) as ui:
+            unsigned.message_queues(IN)
+        assert (ui.value.user, ui.value.resource) == (None, f"Topic:{IN}")
+        assert "unsigned" in text and "accessKey" in text and "secretKey" in text, text
+    finally:
+        unsigned.close()
 
 
 # -- secrets ------------------------------------------------------------------------------

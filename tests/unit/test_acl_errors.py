@@ -5,10 +5,14 @@ the user (the access key, never a secret), the resource and the action; never re
 from __future__ import annotations
 
 import json
+from concurrent import futures
 
+import grpc
 import pytest
 
+from rocketmq_spark.client.grpc_client import GrpcClient, _status_error
 from rocketmq_spark.client.retry import ClientConfig, retrying
+from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import (
     AccessDeniedError,
     AuthenticationError,
@@ -17,7 +21,8 @@ from rocketmq_spark.errors import (
     NoPermissionError,
     broker_error,
 )
-from rocketmq_spark.remoting.acl import request_needs
+from rocketmq_spark.proto import pb, pb_grpc
+from rocketmq_spark.remoting.acl import Credentials, grpc_needs, request_needs
 from rocketmq_spark.remoting.codes import RequestCode
 
 PULL = request_needs(RequestCode.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"})
@@ -104,3 +109,111 @@ def test_a_refusal_is_not_retried() -> None:
     with pytest.raises(AuthenticationError):
         retrying(refused, ClientConfig(retries=5))
     assert calls == [1]
+
+
+# -- over gRPC: a 5.x proxy's refusals ------------------------------------------------------
+# 5.5.0's proxy answers every ACL 2.0 refusal with status UNAUTHORIZED (40100) and the words an
+# ACL 2.0 broker puts in its remark; FORBIDDEN (40300) is a topic's queue permission.
+
+
+def _topic(name: str) -> pb.Resource:
+    return pb.Resource(name=name)
+
+
+def test_grpc_needs_follow_the_proxys_table() -> None:
+    send = pb.SendMessageRequest(messages=[pb.Message(topic=_topic("T"))])
+    assert grpc_needs("SendMessage", send) == [("Topic:T", ("Pub",))]
+    assert grpc_needs("SendMessage", pb.SendMessageRequest()) == []
+    assert grpc_needs("EndTransaction", pb.EndTransactionRequest(topic=_topic("T"))) == [("Topic:T", ("Pub",))]
+    assert grpc_needs("QueryRoute", pb.QueryRouteRequest(topic=_topic("T"))) == [("Topic:T", ("Pub", "Sub"))]
+    mq = pb.MessageQueue(topic=_topic("T"))
+    group = pb.Resource(name="G")
+    both = [("Group:G", ("Sub",)), ("Topic:T", ("Sub",))]
+    assert grpc_needs("ReceiveMessage", pb.ReceiveMessageRequest(group=group, message_queue=mq)) == both
+    assert grpc_needs("PullMessage", pb.PullMessageRequest(group=group, message_queue=mq)) == both
+    assert grpc_needs("AckMessage", pb.AckMessageRequest(group=group, topic=_topic("T"))) == both
+    assert grpc_needs("QueryAssignment", pb.QueryAssignmentRequest(group=group, topic=_topic("T"))) == both
+    # a consumer's heartbeat is checked against its group, a producer's against nothing
+    assert grpc_needs("Heartbeat", pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=group)) == [
+        ("Group:G", ("Sub",))]
+    assert grpc_needs("Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER)) == []
+    assert grpc_needs("NotifyClientTermination", pb.NotifyClientTerminationRequest()) == []
+    settings = pb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[_topic("P")])))
+    assert grpc_needs("Telemetry", settings) == [("Topic:P", ("Pub",))]
+    assert grpc_needs("QueryOffset", pb.QueryOffsetRequest(message_queue=mq)) == [("Topic:T", ("Get",))]
+    assert grpc_needs("UpdateOffset", pb.UpdateOffsetRequest(group=group, message_queue=mq))[1] == (
+        "Group:G", ("Sub", "Update"))
+
+
+def _grpc_refusal(code: int, message: str, user: str | None = "alice",
+                  needs: list[tuple[str, tuple[str, ...]]] | None = None) -> BrokerError:
+    return _status_error(pb.Status(code=code, message=message), address="127.0.0.1:8081",
+                         operation="send to T/broker-a:0", user=user,
+                         needs=[("Topic:T", ("Pub",))] if needs is None else needs)
+
+
+def test_a_proxys_refusals_become_the_remoting_ones() -> None:
+    e = _grpc_refusal(pb.UNAUTHORIZED, "User:alice has no permission to access Topic:T from 127.0.0.1, "
+                                       "no matched policies.")
+    assert isinstance(e, AuthorizationError) and isinstance(e, NoPermissionError)
+    assert (e.user, e.resource, e.action, e.code, e.retriable) == ("alice", "Topic:T", "Pub", 40100, False)
+    assert "user 'alice' may not Pub on Topic:T: User:alice has no permission" in str(e)
+    assert "send to T/broker-a:0 at 127.0.0.1:8081" in str(e)
+    a = _grpc_refusal(pb.UNAUTHORIZED, "check signature failed.")
+    assert isinstance(a, AuthenticationError) and (a.user, a.resource, a.action) == ("alice", "Topic:T", "Pub")
+    assert "the proxy did not authenticate user 'alice' for Pub on Topic:T" in str(a)
+    assert "is the secret key right?" in str(a)
+    u = _grpc_refusal(pb.UNAUTHORIZED, "username cannot be null.", user=None)
+    assert isinstance(u, AuthenticationError) and u.user is None and "an unsigned request" in str(u)
+    # a queue permission, a message the ACL does not word, and no call described: as before
+    assert type(_grpc_refusal(pb.FORBIDDEN, "no writable queue")) is NoPermissionError
+    assert type(_grpc_refusal(pb.UNAUTHORIZED, "topic is null.")) is NoPermissionError
+    bare = _status_error(pb.Status(code=pb.UNAUTHORIZED, message="check signature failed."), address="a",
+                         operation="o")
+    assert type(bare) is NoPermissionError
+
+
+class _AclProxy(pb_grpc.MessagingServiceServicer):
+    """A proxy with ACL on, as 5.5.0 answers: a route for every topic, and every send refused."""
+
+    def __init__(self) -> None:
+        self.sends = 0
+        self.port = 0
+
+    def QueryRoute(self, request, context):  # noqa: N802 (gRPC method name)
+        mq = pb.MessageQueue(topic=request.topic, permission=pb.READ_WRITE, broker=pb.Broker(name="broker-x"))
+        mq.broker.endpoints.addresses.add(host="127.0.0.1", port=self.port)
+        return pb.QueryRouteResponse(status=pb.Status(code=pb.OK), message_queues=[mq])
+
+    def SendMessage(self, request, context):  # noqa: N802
+        self.sends += 1
+        who = dict(context.invocation_metadata()).get("authorization", "")
+        assert "Credential=alice," in who and "S3cret" not in who
+        return pb.SendMessageResponse(status=pb.Status(code=pb.UNAUTHORIZED, message=(
+            f"User:alice has no permission to access Topic:{request.messages[0].topic.name} from 127.0.0.1, "
+            "no matched policies.")))
+
+    def Heartbeat(self, request, context):  # noqa: N802
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, "check signature failed.")
+
+
+def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once() -> None:
+    proxy = _AclProxy()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_MessagingServiceServicer_to_server(proxy, server)
+    proxy.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    c = GrpcClient(f"127.0.0.1:{proxy.port}", ClientConfig(retries=5, credentials=Credentials("alice", "S3cret-x")))
+    try:
+        mq = c.message_queues("T", writable=True)[0]
+        with pytest.raises(AuthorizationError) as ei:
+            c.send_batch(mq, [BatchEntry(b"x")])
+        assert (ei.value.user, ei.value.resource, ei.value.action) == ("alice", "Topic:T", "Pub")
+        assert proxy.sends == 1 and "S3cret" not in str(ei.value)
+        # a gRPC status (not the proxy's own) with the same words: the same error kinds
+        with pytest.raises(AuthenticationError) as hi:
+            c.heartbeat_consumer("G", f"127.0.0.1:{proxy.port}")
+        assert (hi.value.user, hi.value.resource, hi.value.action) == ("alice", "Group:G", "Sub")
+    finally:
+        c.close()
+        server.stop(0)
