@@ -211,6 +211,9 @@ def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     the broker's queues start again at offset 0 behind the checkpoints' offsets."""
     run.producer.pause()
     try:
+        # a wipe starts from a routed cluster: right after a name server restart the brokers
+        # have not registered again yet (up to their 30 s period), and the reads below need routes
+        run.cluster.wait_healthy(120.0)
         caught_up = _caught_up(run, target, 120.0)
         snapshot = {t: read_topic(run.cluster.namesrv_addr, t, brokers=[target]) for t in run.topics}
         pid = _replace_store(run, target, caught_up, snapshot)
