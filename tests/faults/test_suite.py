@@ -28,12 +28,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.spark, py
 #: in a seeded order, then kinds at random, for MINUTES.
 SEEDS = {"embedded": 2911, "real": 2912}
 MINUTES = 1.5
-#: the short run's Apache RocketMQ release: 5.3.3, not the suite's 5.5.0, for now. On 5.5.0 this
-#: seed landed 4 faults in its 1.5 minutes (5.3.3: 13): the broker's TransactionalOpBatchService
-#: spun on a core once a transaction had ended (apache/rocketmq#10966) and starved the driver.
-#: The harness now works around it (real_rocketmq: _op_batch_settings), and one run on 5.5.0
-#: then landed 14 faults and passed; the short run moves to 5.5.0 once more runs agree.
-REAL_RELEASE = "5.3.3"
+#: (kind real is the suite's Apache RocketMQ release, real_rocketmq.VERSION: 5.5.0 unless
+#: ROCKETMQ_SPARK_REAL_VERSION says otherwise; ``--release`` of ``python -m tests.faults`` picks another)
 
 
 @pytest.mark.timeout(900)
@@ -46,8 +42,7 @@ def test_nothing_is_lost_or_duplicated_under_faults(kind: str, tmp_path: Path, s
     # hold faults shorter than the reader's brokerDownTimeoutMs (30 s) and the name server's
     # broker timeout (120 s): these faults must be ridden out, not fail the query
     cfg = SuiteConfig(broker=kind, seed=SEEDS[kind], minutes=MINUTES * (6 if soak else 1), faults=DEFAULT_FAULTS,
-                      out=tmp_path, rate=100, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2,
-                      release=REAL_RELEASE if kind == "real" else None)
+                      out=tmp_path, rate=100, hold_s=(2.0, 6.0), gap_s=(1.0, 3.0), concurrency=2)
     print(f"fault suite on {kind}: seed {cfg.seed}; replay: {cfg.command()}")
     result = run_suite(cfg)
     print(result.table)
