@@ -468,12 +468,20 @@ class RealRocketMQ:
         """Stops every JVM (proxy, broker, name server): SIGTERM to all at once, SIGKILL to those
         still running ``grace_s`` later (a clean broker shutdown takes ~10 s here, the name
         server's ~5 s; a throw-away store need not wait for them)."""
-        jvms = [self._jvms[role] for role in ("proxy", "broker", "namesrv") if role in self._jvms]
-        for jvm in jvms:
-            jvm.terminate()
-        deadline = time.monotonic() + grace_s
-        for jvm in jvms:
-            jvm.reap(deadline)
+        self.terminate()
+        self.reap(time.monotonic() + grace_s)
+
+    def terminate(self) -> None:
+        """SIGTERM to every JVM (proxy, broker, name server); :meth:`reap` waits for them."""
+        for role in ("proxy", "broker", "namesrv"):
+            if role in self._jvms:
+                self._jvms[role].terminate()
+
+    def reap(self, deadline: float) -> None:
+        """Waits for every JVM to end until ``deadline`` (time.monotonic()), then SIGKILLs the rest."""
+        for role in ("proxy", "broker", "namesrv"):
+            if role in self._jvms:
+                self._jvms[role].reap(deadline)
 
     def _stop_jvm(self, role: str, kill: bool) -> None:
         jvm = self._jvms[role]
@@ -821,9 +829,15 @@ class RealCluster:
             raise
 
     def stop(self) -> None:
-        """Stops every member, slaves first, the name server last."""
-        for (_, n), rmq in sorted(self.members.items(), key=lambda kv: (kv[1] is self.first, -kv[0][1])):
-            rmq.stop(grace_s=5.0)
+        """Stops every member: SIGTERM to all (slaves first, the name server last), SIGKILL to
+        those still running 5 s later (a broker's clean shutdown takes ~10 s here; a throw-away
+        store need not wait for it, and one member after another cost 5 s each)."""
+        ordered = [rmq for _, rmq in sorted(self.members.items(), key=lambda kv: (kv[1] is self.first, -kv[0][1]))]
+        for rmq in ordered:
+            rmq.terminate()
+        deadline = time.monotonic() + 5.0
+        for rmq in ordered:
+            rmq.reap(deadline)
 
     def master_of(self, name: str) -> int | None:
         """The member (its number in ``members``) the name server lists as group ``name``'s
