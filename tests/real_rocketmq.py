@@ -43,6 +43,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,6 +205,10 @@ def _bindable(port: int) -> bool:
             except OSError:
                 return False
     return True
+
+
+#: the ports :meth:`RealRocketMQ.assign_ports` picks
+_PORTS = ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port")
 
 
 def _broker_port(avoid: set[int], ha_next: bool = False) -> int:
@@ -419,7 +424,7 @@ class RealRocketMQ:
         """Picks a free port for each port left at 0 (start() calls it; call it first to know
         ``broker_port`` before the broker runs, e.g. to put a proxy on it)."""
         taken: set[int] = set()
-        for name in ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port"):
+        for name in _PORTS:
             if name == "ha_port" and self.is_4x:
                 self.ha_port = self.broker_port + 1  # 4.9.x binds it there whatever it is told
             elif not getattr(self, name):
@@ -427,7 +432,9 @@ class RealRocketMQ:
                 setattr(self, name, port)
             taken |= {getattr(self, name), getattr(self, name) - 2, getattr(self, name) + 1}
 
-    def start(self, timeout_s: float = 120) -> None:
+    def start(self, timeout_s: float = 120, *, broker: bool = True) -> None:
+        """Starts the name server (unless ``external_namesrv``), the broker and the proxy;
+        ``broker=False``: the name server only (:meth:`start_broker` starts the broker later)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proxy = self.proxy and not self.is_4x
         self.assign_ports()
@@ -438,6 +445,8 @@ class RealRocketMQ:
             if self.external_namesrv is None:
                 self._jvm("namesrv").start(env)
                 self._jvms["namesrv"].wait_ready(deadline)
+            if not broker:
+                return
             self._jvm("broker").start(env)
             self._jvms["broker"].wait_ready(deadline)
             self._wait_registered(deadline)
@@ -497,10 +506,10 @@ class RealRocketMQ:
         self._stop_jvm("broker", kill)
 
     def start_broker(self, timeout_s: float = 90) -> None:
-        """Starts the broker again on its ports, with its store; returns once it serves."""
+        """Starts the broker (again) on its ports, with its store; returns once it serves."""
         env = self._env()
         deadline = time.monotonic() + timeout_s
-        jvm = self._jvms["broker"]
+        jvm = self._jvms.get("broker") or self._jvm("broker")
         while not _bindable(self.ha_port) and time.monotonic() < deadline:
             time.sleep(0.2)  # the old process's sockets
         jvm.start(env)
@@ -734,7 +743,9 @@ class RealCluster:
       ``checkSyncStateSetPeriod`` (how often the master reports a caught-up slave to the
       controller, 5 s by default, 1 s here) and ``syncBrokerMetadataPeriod`` (how often a broker
       asks the controller who the master is, 5 s, 1 s here: the controller also tells the
-      brokers at once, ``notifyBrokerRoleChanged``); a slave more than
+      brokers at once, ``notifyBrokerRoleChanged``); an idle slave reports its offset to the
+      master every ``haSendHeartbeatInterval`` (5 s, 1 s here), and the master takes it into the
+      sync state set on such a report once it has caught up; a slave more than
       ``haMaxTimeSlaveNotCatchup`` (15 s) behind leaves the sync state set; a broker in
       controller mode must not use the DLedger commit log (``enableDLegerCommitLog``)."""
 
@@ -776,9 +787,21 @@ class RealCluster:
 
     def _configure_controller(self) -> None:
         """Puts the controller into the first member's name server and points every broker at it."""
-        taken = {p for rmq in self.members.values() for p in (rmq.broker_port, rmq.ha_port, rmq.namesrv_port) if p}
+        # every member's ports now, apart from the others' (they start together: a port picked
+        # twice would not show as taken before a JVM binds it)
+        taken: set[int] = set()
+        for rmq in self.members.values():
+            for _ in range(20):
+                rmq.assign_ports()
+                ports = {getattr(rmq, n) for n in _PORTS}
+                near = ports | {p - 2 for p in ports} | {p + 1 for p in ports}
+                if not near & taken:
+                    break
+                for n in _PORTS:
+                    setattr(rmq, n, 0)
+            taken |= ports
         if not self.controller_port:
-            self.controller_port = _free_port(avoid=taken)
+            self.controller_port = _free_port(avoid=taken | {p - 2 for p in taken} | {p + 1 for p in taken})
         self.first.namesrv_config.update({
             "enableControllerInNamesrv": "true", "controllerDLegerGroup": f"{self.first.cluster}-controller",
             "controllerDLegerPeers": f"n0-{self.controller_addr}", "controllerDLegerSelfId": "n0",
@@ -787,7 +810,8 @@ class RealCluster:
         for rmq in self.members.values():
             rmq.broker_config = {"enableControllerMode": "true", "controllerAddr": self.controller_addr,
                                  "allAckInSyncStateSet": "true", "checkSyncStateSetPeriod": 1000,
-                                 "syncBrokerMetadataPeriod": 1000, **rmq.broker_config}
+                                 "syncBrokerMetadataPeriod": 1000, "haSendHeartbeatInterval": 1000,
+                                 **rmq.broker_config}
 
     @property
     def first(self) -> RealRocketMQ:
@@ -815,10 +839,21 @@ class RealCluster:
     def start(self, timeout_s: float = 180) -> None:
         """The name server with the first master, then the other members (masters before their
         slaves); returns once every one is registered. With ``controller``, the first member's
-        name server runs the controller, and the first member started becomes the master."""
+        name server runs the controller, and the brokers start together once it serves (one
+        after another cost a JVM start each, ~10 s on a busy machine): the first to register
+        with the controller becomes the master."""
         try:
             if self.controller:
                 self._configure_controller()
+                self.first.start(timeout_s, broker=False)
+                for rmq in self.members.values():
+                    rmq.external_namesrv = None if rmq is self.first else self.namesrv_addr
+                with ThreadPoolExecutor(len(self.members)) as pool:
+                    starts = [pool.submit(rmq.start_broker if rmq is self.first else rmq.start, timeout_s)
+                              for rmq in self.members.values()]
+                    for started in starts:
+                        started.result()
+                return
             self.first.start(timeout_s)
             for rmq in self.members.values():
                 if rmq is not self.first:
