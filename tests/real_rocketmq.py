@@ -789,6 +789,8 @@ class RealCluster:
         """Puts the controller into the first member's name server and points every broker at it."""
         # every member's ports now, apart from the others' (they start together: a port picked
         # twice would not show as taken before a JVM binds it)
+        # (each port with its neighbours: a broker's fast port is listenPort - 2, another's HA
+        # port may be any of them)
         taken: set[int] = set()
         for rmq in self.members.values():
             for _ in range(20):
@@ -799,9 +801,9 @@ class RealCluster:
                     break
                 for n in _PORTS:
                     setattr(rmq, n, 0)
-            taken |= ports
+            taken |= near
         if not self.controller_port:
-            self.controller_port = _free_port(avoid=taken | {p - 2 for p in taken} | {p + 1 for p in taken})
+            self.controller_port = _free_port(avoid=taken)
         self.first.namesrv_config.update({
             "enableControllerInNamesrv": "true", "controllerDLegerGroup": f"{self.first.cluster}-controller",
             "controllerDLegerPeers": f"n0-{self.controller_addr}", "controllerDLegerSelfId": "n0",
