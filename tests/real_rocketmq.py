@@ -43,6 +43,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,6 +207,10 @@ def _bindable(port: int) -> bool:
     return True
 
 
+#: the ports :meth:`RealRocketMQ.assign_ports` picks
+_PORTS = ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port")
+
+
 def _broker_port(avoid: set[int], ha_next: bool = False) -> int:
     """A listen port L with L-2 (the broker's fast remoting port) free too, and L+1 when the
     broker takes its HA port there whatever it is told (``ha_next``: 4.9.x)."""
@@ -344,8 +349,10 @@ class RealRocketMQ:
     #: the client settings this harness's own remoting clients use (TLS when the servers enforce it)
     client_config: object = None
     #: the broker's id in its group (brokerId): 0 is the master, a slave has 1 or more (and
-    #: ``broker_role="SLAVE"``; it finds its master through the name server)
-    broker_id: int = 0
+    #: ``broker_role="SLAVE"``; it finds its master through the name server). None: a broker in
+    #: controller mode (``enableControllerMode``), whose id and role the controller gives: neither
+    #: brokerId nor brokerRole is written, and it counts as registered at any id of its group
+    broker_id: int | None = 0
     #: brokerRole: ASYNC_MASTER, SYNC_MASTER (a send is answered once a slave has it) or SLAVE
     broker_role: str = "ASYNC_MASTER"
     #: the broker JVM's heap (-Xms/-Xmx)
@@ -353,6 +360,8 @@ class RealRocketMQ:
     #: more broker.conf keys (they win over the ones written here), e.g. {"slaveReadEnable": "true"},
     #: or ACL 2.0's ``authenticationEnabled``/``authorizationEnabled`` and providers (:func:`acl2_broker_conf`)
     broker_config: dict[str, object] = field(default_factory=dict)
+    #: more namesrv.conf keys, e.g. the controller it runs inside itself (:class:`RealCluster` ``controller``)
+    namesrv_config: dict[str, object] = field(default_factory=dict)
     #: (access key, secret key) mqadmin signs with ($ROCKETMQ_HOME/conf/tools.yml): a broker with
     #: authentication on answers an unsigned admin request NO_PERMISSION
     admin_credentials: tuple[str, str] | None = None
@@ -415,7 +424,7 @@ class RealRocketMQ:
         """Picks a free port for each port left at 0 (start() calls it; call it first to know
         ``broker_port`` before the broker runs, e.g. to put a proxy on it)."""
         taken: set[int] = set()
-        for name in ("namesrv_port", "broker_port", "ha_port", "grpc_port", "proxy_remoting_port"):
+        for name in _PORTS:
             if name == "ha_port" and self.is_4x:
                 self.ha_port = self.broker_port + 1  # 4.9.x binds it there whatever it is told
             elif not getattr(self, name):
@@ -423,7 +432,9 @@ class RealRocketMQ:
                 setattr(self, name, port)
             taken |= {getattr(self, name), getattr(self, name) - 2, getattr(self, name) + 1}
 
-    def start(self, timeout_s: float = 120) -> None:
+    def start(self, timeout_s: float = 120, *, broker: bool = True) -> None:
+        """Starts the name server (unless ``external_namesrv``), the broker and the proxy;
+        ``broker=False``: the name server only (:meth:`start_broker` starts the broker later)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proxy = self.proxy and not self.is_4x
         self.assign_ports()
@@ -434,6 +445,8 @@ class RealRocketMQ:
             if self.external_namesrv is None:
                 self._jvm("namesrv").start(env)
                 self._jvms["namesrv"].wait_ready(deadline)
+            if not broker:
+                return
             self._jvm("broker").start(env)
             self._jvms["broker"].wait_ready(deadline)
             self._wait_registered(deadline)
@@ -464,12 +477,20 @@ class RealRocketMQ:
         """Stops every JVM (proxy, broker, name server): SIGTERM to all at once, SIGKILL to those
         still running ``grace_s`` later (a clean broker shutdown takes ~10 s here, the name
         server's ~5 s; a throw-away store need not wait for them)."""
-        jvms = [self._jvms[role] for role in ("proxy", "broker", "namesrv") if role in self._jvms]
-        for jvm in jvms:
-            jvm.terminate()
-        deadline = time.monotonic() + grace_s
-        for jvm in jvms:
-            jvm.reap(deadline)
+        self.terminate()
+        self.reap(time.monotonic() + grace_s)
+
+    def terminate(self) -> None:
+        """SIGTERM to every JVM (proxy, broker, name server); :meth:`reap` waits for them."""
+        for role in ("proxy", "broker", "namesrv"):
+            if role in self._jvms:
+                self._jvms[role].terminate()
+
+    def reap(self, deadline: float) -> None:
+        """Waits for every JVM to end until ``deadline`` (time.monotonic()), then SIGKILLs the rest."""
+        for role in ("proxy", "broker", "namesrv"):
+            if role in self._jvms:
+                self._jvms[role].reap(deadline)
 
     def _stop_jvm(self, role: str, kill: bool) -> None:
         jvm = self._jvms[role]
@@ -485,10 +506,10 @@ class RealRocketMQ:
         self._stop_jvm("broker", kill)
 
     def start_broker(self, timeout_s: float = 90) -> None:
-        """Starts the broker again on its ports, with its store; returns once it serves."""
+        """Starts the broker (again) on its ports, with its store; returns once it serves."""
         env = self._env()
         deadline = time.monotonic() + timeout_s
-        jvm = self._jvms["broker"]
+        jvm = self._jvms.get("broker") or self._jvm("broker")
         while not _bindable(self.ha_port) and time.monotonic() < deadline:
             time.sleep(0.2)  # the old process's sockets
         jvm.start(env)
@@ -520,7 +541,11 @@ class RealRocketMQ:
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
-                    if c.cluster_members().get(self.broker_name, {}).get(self.broker_id) == self.broker_addr:
+                    group = c.cluster_members().get(self.broker_name, {})
+                    if self.broker_id is None:
+                        if self.broker_addr in group.values():
+                            return
+                    elif group.get(self.broker_id) == self.broker_addr:
                         return
                 time.sleep(0.1)
         finally:
@@ -561,11 +586,12 @@ class RealRocketMQ:
     def _write_configs(self) -> None:
         w = self.workdir
         store = w / "store"
-        (w / "namesrv.conf").write_text(
-            f"listenPort={self.namesrv_port}\nbindAddress={self.namesrv_host}\nkvConfigPath={w / 'namesrv-kv.json'}\n")
+        namesrv = {"listenPort": self.namesrv_port, "bindAddress": self.namesrv_host,
+                   "kvConfigPath": w / "namesrv-kv.json", **self.namesrv_config}
+        (w / "namesrv.conf").write_text("".join(f"{k}={v}\n" for k, v in namesrv.items()))
+        role = {} if self.broker_id is None else {"brokerId": self.broker_id, "brokerRole": self.broker_role}
         broker = {
-            "brokerClusterName": self.cluster, "brokerName": self.broker_name, "brokerId": self.broker_id,
-            "brokerRole": self.broker_role, "flushDiskType": "ASYNC_FLUSH",
+            "brokerClusterName": self.cluster, "brokerName": self.broker_name, **role, "flushDiskType": "ASYNC_FLUSH",
             "namesrvAddr": self.namesrv_addr, "listenPort": self.broker_port, "haListenPort": self.ha_port,
             "bindAddress": self.broker_bind, "brokerIP1": self.broker_ip, "brokerIP2": self.broker_ip,
             "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
@@ -707,7 +733,44 @@ class RealCluster:
     stored); the others are ASYNC_MASTERs. Every member has ``slaveReadEnable=true`` (a slave
     refuses pulls without it; a master suggests its slave to a consumer that lags past its
     memory) and registers every 10 s (the floor the broker takes), so a slave learns that its
-    master is back within 10 s."""
+    master is back within 10 s.
+
+    ``controller=True``: automatic master election (5.x "controller mode"). The name server
+    runs a controller inside itself, and every broker starts with no id and no role: the
+    controller gives each an id in its group (1, 2, ... in the order they ask, kept in the
+    broker's store, ``broker.identity``) and makes one the master; the master registers with the
+    name server as brokerId 0, the others under their controller id. When the master's
+    connection to the controller closes (a crash) or its heartbeats stop for
+    ``controllerHeartBeatTimeoutMills`` (10 s), the controller elects another member of the
+    group's sync state set (the members caught up with the master) and tells the brokers; the
+    new master registers as brokerId 0 at its own address. A member started again registers
+    under its old id and follows the new master as a slave. Here ``member(name, n)`` is the
+    n-th member started (0 first: usually the first master), not a broker id; ask
+    :meth:`master_of` or :meth:`replica_info` who the master is now. Facts read from
+    apache/rocketmq (develop of 2025-09, checked against 5.5.0's classes with javap):
+
+    - name server (NamesrvStartup, ControllerConfig): ``enableControllerInNamesrv=true`` reads
+      the ControllerConfig keys from the same namesrv.conf; the controller is a DLedger group
+      (``controllerType`` DLedger, the default; jRaft is the other) of ``controllerDLegerPeers``
+      (``n0-127.0.0.1:P``), ``controllerDLegerSelfId`` (n0), ``controllerDLegerGroup``,
+      ``controllerStorePath`` (its log; ``mappedFileSize`` 1 GB by default, 4 MB here), and it
+      serves brokers on P (DLedger's own remoting server), not on the name server's port;
+      ``enableElectUncleanMaster`` (false) keeps a member outside the sync state set from
+      being elected;
+    - broker (BrokerConfig, MessageStoreConfig, ReplicasManager): ``enableControllerMode=true``
+      and ``controllerAddr`` (the controller's P); brokerId/brokerRole are ignored (BrokerStartup
+      skips them) and the broker stays fenced (registers with no name server) until the
+      controller has told it its role; ``allAckInSyncStateSet=true`` makes the master answer a
+      send only once every member of the sync state set has it (without it a master acks
+      alone: ``inSyncReplicas`` 1), so an acked message survives the election;
+      ``checkSyncStateSetPeriod`` (how often the master reports a caught-up slave to the
+      controller, 5 s by default, 1 s here) and ``syncBrokerMetadataPeriod`` (how often a broker
+      asks the controller who the master is, 5 s, 1 s here: the controller also tells the
+      brokers at once, ``notifyBrokerRoleChanged``); an idle slave reports its offset to the
+      master every ``haSendHeartbeatInterval`` (5 s, 1 s here), and the master takes it into the
+      sync state set on such a report once it has caught up; a slave more than
+      ``haMaxTimeSlaveNotCatchup`` (15 s) behind leaves the sync state set; a broker in
+      controller mode must not use the DLedger commit log (``enableDLegerCommitLog``)."""
 
     lib: Path
     workdir: Path
@@ -717,6 +780,11 @@ class RealCluster:
     broker_heap: str = "256m"
     #: more broker.conf keys for every member
     broker_config: dict[str, object] = field(default_factory=dict)
+    #: automatic master election: a controller in the name server, brokers with no fixed role
+    #: (see the class docstring); a group in ``slaves`` then has two members
+    controller: bool = False
+    #: the controller's port (picked at start when 0): brokers reach it there
+    controller_port: int = 0
     members: dict[tuple[str, int], RealRocketMQ] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -729,8 +797,46 @@ class RealCluster:
                 role = "SLAVE" if broker_id else "SYNC_MASTER" if name in self.slaves else "ASYNC_MASTER"
                 self.members[(name, broker_id)] = RealRocketMQ(
                     self.lib, self.workdir / f"{name}-{broker_id}", version=self.version, proxy=False,
-                    broker_name=name, broker_id=broker_id, broker_role=role, broker_heap=self.broker_heap,
-                    register_period_ms=10_000, broker_config={"slaveReadEnable": "true", **self.broker_config})
+                    broker_name=name, broker_id=None if self.controller else broker_id, broker_role=role,
+                    broker_heap=self.broker_heap, register_period_ms=10_000,
+                    broker_config={"slaveReadEnable": "true", **self.broker_config})
+
+    @property
+    def controller_addr(self) -> str:
+        """Where the brokers reach the controller (``controllerAddr``); ``controller=True`` only."""
+        if not self.controller:
+            raise ValueError("this cluster runs no controller (controller=False)")
+        return f"127.0.0.1:{self.controller_port}"
+
+    def _configure_controller(self) -> None:
+        """Puts the controller into the first member's name server and points every broker at it."""
+        # every member's ports now, apart from the others' (they start together: a port picked
+        # twice would not show as taken before a JVM binds it)
+        # (each port with its neighbours: a broker's fast port is listenPort - 2, another's HA
+        # port may be any of them)
+        taken: set[int] = set()
+        for rmq in self.members.values():
+            for _ in range(20):
+                rmq.assign_ports()
+                ports = {getattr(rmq, n) for n in _PORTS}
+                near = ports | {p - 2 for p in ports} | {p + 1 for p in ports}
+                if not near & taken:
+                    break
+                for n in _PORTS:
+                    setattr(rmq, n, 0)
+            taken |= near
+        if not self.controller_port:
+            self.controller_port = _free_port(avoid=taken)
+        self.first.namesrv_config.update({
+            "enableControllerInNamesrv": "true", "controllerDLegerGroup": f"{self.first.cluster}-controller",
+            "controllerDLegerPeers": f"n0-{self.controller_addr}", "controllerDLegerSelfId": "n0",
+            "controllerStorePath": self.workdir / "controller", "mappedFileSize": 4 * 1024 * 1024,
+            "enableElectUncleanMaster": "false", "notifyBrokerRoleChanged": "true"})
+        for rmq in self.members.values():
+            rmq.broker_config = {"enableControllerMode": "true", "controllerAddr": self.controller_addr,
+                                 "allAckInSyncStateSet": "true", "checkSyncStateSetPeriod": 1000,
+                                 "syncBrokerMetadataPeriod": 1000, "haSendHeartbeatInterval": 1000,
+                                 **rmq.broker_config}
 
     @property
     def first(self) -> RealRocketMQ:
@@ -744,7 +850,8 @@ class RealCluster:
         return self.members[(name, broker_id)]
 
     def addr(self, name: str, broker_id: int = 0) -> str:
-        """The address member ``broker_id`` of group ``name`` registers (0: the master)."""
+        """The address member ``broker_id`` of group ``name`` registers (0: the master; with
+        ``controller``, the member started first: see :meth:`master_of`)."""
         return self.member(name, broker_id).broker_addr
 
     def __enter__(self) -> RealCluster:
@@ -756,8 +863,22 @@ class RealCluster:
 
     def start(self, timeout_s: float = 180) -> None:
         """The name server with the first master, then the other members (masters before their
-        slaves); returns once every one is registered."""
+        slaves); returns once every one is registered. With ``controller``, the first member's
+        name server runs the controller, and the brokers start together once it serves (one
+        after another cost a JVM start each, ~10 s on a busy machine): the first to register
+        with the controller becomes the master."""
         try:
+            if self.controller:
+                self._configure_controller()
+                self.first.start(timeout_s, broker=False)
+                for rmq in self.members.values():
+                    rmq.external_namesrv = None if rmq is self.first else self.namesrv_addr
+                with ThreadPoolExecutor(len(self.members)) as pool:
+                    starts = [pool.submit(rmq.start_broker if rmq is self.first else rmq.start, timeout_s)
+                              for rmq in self.members.values()]
+                    for started in starts:
+                        started.result()
+                return
             self.first.start(timeout_s)
             for rmq in self.members.values():
                 if rmq is not self.first:
@@ -768,9 +889,70 @@ class RealCluster:
             raise
 
     def stop(self) -> None:
-        """Stops every member, slaves first, the name server last."""
-        for rmq in sorted(self.members.values(), key=lambda r: (r is self.first, -r.broker_id)):
-            rmq.stop(grace_s=5.0)
+        """Stops every member: SIGTERM to all (slaves first, the name server last), SIGKILL to
+        those still running 5 s later (a broker's clean shutdown takes ~10 s here; a throw-away
+        store need not wait for it, and one member after another cost 5 s each)."""
+        ordered = [rmq for _, rmq in sorted(self.members.items(), key=lambda kv: (kv[1] is self.first, -kv[0][1]))]
+        for rmq in ordered:
+            rmq.terminate()
+        deadline = time.monotonic() + 5.0
+        for rmq in ordered:
+            rmq.reap(deadline)
+
+    def master_of(self, name: str) -> int | None:
+        """The member (its number in ``members``) the name server lists as group ``name``'s
+        master (brokerId 0) now, None when it lists none."""
+        from rocketmq_spark.client import RemotingClient
+
+        c = RemotingClient(self.namesrv_addr)
+        try:
+            addr = c.cluster_members().get(name, {}).get(0)
+        finally:
+            c.close()
+        return next((n for (group, n), rmq in self.members.items() if group == name and rmq.broker_addr == addr), None)
+
+    def replica_info(self, name: str) -> tuple[int | None, str | None, set[int]]:
+        """What the controller says of group ``name``: (the master's controller id, its address,
+        the controller ids in the sync state set). CONTROLLER_GET_REPLICA_INFO (1004): the
+        master in the answer's header, the set in its body ({"syncStateSet": [...], ...})."""
+        from rocketmq_spark.client import RemotingClient
+        from rocketmq_spark.remoting.frame import RemotingCommand
+        from rocketmq_spark.remoting.route import loads_lenient
+
+        get_replica_info = 1004  # RequestCode.CONTROLLER_GET_REPLICA_INFO
+        c = RemotingClient(self.namesrv_addr)
+        try:
+            resp = c.invoke(self.controller_addr, RemotingCommand(get_replica_info, ext_fields={"brokerName": name}),
+                            f"replica info of {name}")
+        finally:
+            c.close()
+        master = resp.ext_fields.get("masterBrokerId")
+        body = loads_lenient(resp.body) if resp.body else {}
+        return (int(master) if master else None, resp.ext_fields.get("masterAddress") or None,
+                {int(i) for i in body.get("syncStateSet") or ()})
+
+    def wait_in_sync(self, name: str, timeout_s: float = 60) -> None:
+        """Until every member of group ``name`` is in its sync state set (``controller`` only):
+        the controller elects only such a member, and before a slave joins, the master acks
+        sends without it."""
+        want = sum(1 for group, _ in self.members if group == name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(Exception):
+                master, _, in_sync = self.replica_info(name)
+                if master is not None and len(in_sync) >= want:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"group {name}'s sync state set did not reach its {want} members in "
+                                   f"{timeout_s:g}s: the controller says {self._replica_text(name)}")
+            time.sleep(0.2)
+
+    def _replica_text(self, name: str) -> str:
+        try:
+            master, addr, in_sync = self.replica_info(name)
+        except Exception as exc:  # for an error message only
+            return f"nothing ({exc})"
+        return f"master id {master} at {addr}, sync state set {sorted(in_sync)}"
 
     def kill(self, name: str, broker_id: int = 0) -> None:
         """SIGKILL one member (a crash: its connections close, the name server drops it at once)."""

@@ -696,7 +696,7 @@ class RemotingClient(RemotingAdmin):
         target = MessageQueue(retry_topic(group), mq.broker, 0)
         req = self.send_request(target, [entry], producer_group=producer_group, sys_flag=sys_flag)
         req.ext_fields = {**req.ext_fields, "j": str(reconsume_times), "l": str(max_reconsume_times)}
-        resp = self.invoke(self.broker_addr(mq.broker, mq.topic), req, f"send to {target}")
+        resp = self.invoke_master(mq.broker, mq.topic, req, f"send to {target}")
         return self.send_results(target, 1, resp)[0]
 
     def pull_request(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
@@ -905,21 +905,27 @@ class RemotingClient(RemotingAdmin):
         (``batch_properties``: see :meth:`send_request`)."""
         req = self.send_request(mq, entries, producer_group=producer_group, sys_flag=sys_flag, born_ts=born_ts,
                                 batch_properties=batch_properties)
-        addr = self.broker_addr(mq.broker, mq.topic)
-        resp = self.invoke(addr, req, f"send to {mq}")
+        resp = self.invoke_master(mq.broker, mq.topic, req, f"send to {mq}")
         return self.send_results(mq, len(entries), resp)
+
+    def invoke_master(self, broker: str, topic: str | None, cmd: RemotingCommand, operation: str) -> RemotingCommand:
+        """:meth:`invoke` to ``broker``'s master, its address found again for every attempt: a
+        retry after the master failed goes to the member elected in its place (see
+        :meth:`.NameServers.broker_addr`), where :meth:`invoke` would try the dead address again."""
+        timeout = self.config.request_timeout_s
+        return retrying(lambda: self._invoke_once(self.broker_addr(broker, topic), cmd, operation, timeout,
+                                                  (ResponseCode.SUCCESS,)), self.config)
 
     def end_transaction(self, broker: str, *, producer_group: str, commit_log_offset: int, queue_offset: int,
                         msg_id: str, commit: bool, from_check: bool = False, topic: str | None = None) -> bool:
         """END_TRANSACTION; False when the broker has no such half message (gone: see
         :func:`_half_gone`). Brokers apply a second commit of the same half again (a duplicate):
         end each half message once."""
-        addr = self.broker_addr(broker, topic)
         req = self.end_transaction_request(broker, producer_group=producer_group, commit_log_offset=commit_log_offset,
                                            queue_offset=queue_offset, msg_id=msg_id, commit=commit,
                                            from_check=from_check)
         try:
-            self.invoke(addr, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
+            self.invoke_master(broker, topic, req, f"{'commit' if commit else 'rollback'} of transaction {msg_id}")
         except BrokerError as exc:
             if _half_gone(exc.code, exc.remark):
                 return False

@@ -162,6 +162,10 @@ class NameServers:
             if b.broker_addrs:
                 self.members[b.broker_name] = dict(b.broker_addrs)
             if b.master_addr:
+                was = self.broker_addrs.get(b.broker_name)
+                if was is not None and was != b.master_addr:
+                    log.warning("broker %s's master is %s now (was %s): sends go there", b.broker_name,
+                                b.master_addr, was)
                 self.broker_addrs[b.broker_name] = b.master_addr
             elif b.broker_addrs:  # its master is gone (a slave is left): sends cannot go there now
                 self.broker_addrs.pop(b.broker_name, None)
@@ -286,11 +290,19 @@ class NameServers:
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         """The master address of ``broker`` (looked up in ``topic``'s route when not known yet).
+        A master whose connection failed less than :data:`FAILOVER_S` ago is looked up again in
+        ``topic``'s route (at most every :data:`RECHECK_S`): a group in controller mode elects
+        another member within a second of its master's crash, and it registers as the master
+        (brokerId 0) at its own address; the Java client would send to the dead address until
+        its next route poll (30 s).
 
         A broker that is in no route now cannot be reached: :class:`ConnectionFailedError`. Name
         servers drop a broker's routes as soon as its connection to them closes (a restart,
         a crash), so this is what a broker that is down looks like before it registers again."""
         addr = self.broker_addrs.get(broker)
+        if addr is not None and topic is not None and self._failing(addr):
+            self._recheck(topic)
+            addr = self.broker_addrs.get(broker)
         if addr is None and topic is not None:
             try:
                 self.route(topic, refresh=True)

@@ -1,7 +1,8 @@
 """Where reads, offsets and sends go in a broker group with a slave (issue 32), without a broker:
 the member choice of the Java client's findBrokerAddressInSubscribe / InPublish, the failover past
 a master that just failed, the route rules (a group whose master is gone is still read, not
-written), and the offset store writing a group's offsets again once they go to another member."""
+written), the offset store writing a group's offsets again once they go to another member, and
+sends following a master that a controller (controller mode) elected in place of a dead one."""
 
 from __future__ import annotations
 
@@ -169,5 +170,68 @@ def test_a_slave_that_does_not_know_the_topic_yet_is_waited_for_not_a_missing_to
         c.names.read_addrs["a"] = MASTER
         with pytest.raises(TopicNotFoundError):
             c.pull_result(mq, answer())
+    finally:
+        c.close()
+
+
+# -- controller mode: the master elected in place of a dead one is another member ---------------
+
+
+def test_sends_follow_the_member_elected_master_once_the_old_master_failed(clock) -> None:
+    # controller ids: the master registers as 0, the other member under its own id (2 here)
+    names = _Names(_route({0: MASTER, 2: SLAVE}))
+    names.route("T")
+    assert names.broker_addr("a", "T") == MASTER
+    names.now = _route({0: SLAVE})  # the controller elected the other member
+    lookups = names.lookups
+    assert names.broker_addr("a", "T") == MASTER and names.lookups == lookups  # no failure seen: no lookup
+    names.note_failed(MASTER)
+    assert names.broker_addr("a", "T") == SLAVE and names.lookups == lookups + 1
+    assert names.read_addr("a", "T") == SLAVE  # reads and the group's offsets too
+    names.now = _route({0: SLAVE, 1: MASTER})  # the old master back, under its controller id, a slave now
+    clock[0] += routes.FAILOVER_S
+    names.route("T")  # the next route poll
+    assert names.broker_addr("a", "T") == SLAVE
+    assert names.read_addr("a", "T") == SLAVE and names.read_addr("a", "T", broker_id=1) == MASTER
+
+
+def test_a_failed_master_is_looked_up_at_most_every_recheck_period(clock) -> None:
+    names = _Names(_route({0: MASTER, 1: SLAVE}))
+    names.route("T")
+    names.note_failed(MASTER)  # a crash the name server has not seen yet: still the master
+    lookups = names.lookups
+    assert names.broker_addr("a", "T") == MASTER and names.lookups == lookups + 1
+    assert names.broker_addr("a", "T") == MASTER and names.lookups == lookups + 1  # not a lookup per send
+    assert names.broker_addr("a") == MASTER  # no topic to look up: the address known
+
+
+def test_a_send_retried_after_its_master_failed_goes_to_the_elected_member(clock, monkeypatch) -> None:
+    from rocketmq_spark.client import retry
+    from rocketmq_spark.client.remoting import RemotingClient
+    from rocketmq_spark.codec import BatchEntry
+    from rocketmq_spark.remoting.frame import RemotingCommand
+
+    monkeypatch.setattr(retry, "_sleep", lambda s: None)
+    c = RemotingClient("127.0.0.1:9876")
+    names = c.names = _Names(_route({0: MASTER, 2: SLAVE}))
+    names.route("T")
+    names.now = _route({0: SLAVE})  # elected as the old master died
+    tried: list[str] = []
+
+    def once(addr, cmd, operation, timeout, ok):  # type: ignore[no-untyped-def]
+        tried.append(addr)
+        if addr == MASTER:
+            names.note_failed(addr)  # as RemotingClient._invoke_once does
+            raise ConnectionFailedError(addr, operation, "connection refused")
+        return RemotingCommand(0, ext_fields={"msgId": "M1", "queueOffset": "7", "queueId": "0"})
+
+    monkeypatch.setattr(c, "_invoke_once", once)
+    try:
+        sent = c.send_batch(MessageQueue("T", "a", 0), [BatchEntry(b"x")])
+        assert tried == [MASTER, SLAVE] and [s.queue_offset for s in sent] == [7]
+        tried.clear()
+        assert c.end_transaction("a", producer_group="p", commit_log_offset=1, queue_offset=7, msg_id="M1",
+                                 commit=True, topic="T")
+        assert tried == [SLAVE]
     finally:
         c.close()
