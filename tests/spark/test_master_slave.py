@@ -62,6 +62,25 @@ class _Producer(threading.Thread):
         self.client.close()
 
 
+def _backlog(client: RemotingClient, topic: str, broker: str, n: int) -> set[str]:
+    """``a0 .. a<n-1>`` sent round-robin to queues 0 and 1 of ``broker``: a backlog a query
+    reading 40 per trigger (:func:`_paced_query`) is still reading when a master dies."""
+    queues = [MessageQueue(topic, broker, i) for i in range(2)]
+    for i in range(n):
+        client.send_batch(queues[i % 2], [BatchEntry(f"a{i}".encode())])
+    return {f"a{i}" for i in range(n)}
+
+
+def _paced_query(spark, namesrv: str, topic: str, group: str, sink: _Sink, checkpoint: str):  # noqa: ANN001, ANN202
+    """A query of ``group`` from the earliest offsets into ``sink``, 40 messages per trigger at
+    most, every 300 ms, riding out a broker down for up to 120 s."""
+    return (spark.readStream.format("rocketmq").option("namesrvAddr", namesrv).option("topic", topic)
+            .option("consumerGroup", group).option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", "40").option("brokerDownTimeoutMs", "120000").load()
+            .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+            .trigger(processingTime="300 milliseconds").start())
+
+
 def _check(sink: _Sink, acked: set[str], unsure: set[str]) -> tuple[set[str], dict[str, int], set[str]]:
     """(lost: acked and never read, read twice or more, read but neither acked nor unsure)."""
     rows = sink.counts()
@@ -79,22 +98,14 @@ def test_a_query_reads_on_from_the_slave_when_the_master_dies_and_moves_back(spa
     cl.create_topic(topic, queues=2)  # on the slave too
     cl.create_group(group)
     c = RemotingClient(cl.namesrv_addr)
-    a_queues = [MessageQueue(topic, "broker-a", i) for i in range(2)]
-    # a backlog on broker-a the query reads 40 messages per trigger at most: it is still reading
-    # it when the master dies (a SYNC_MASTER: each of these is on the slave once acknowledged)
-    for i in range(240):
-        c.send_batch(a_queues[i % 2], [BatchEntry(f"a{i}".encode())])
-    backlog = {f"a{i}" for i in range(240)}
+    # a SYNC_MASTER: each message of the backlog is on the slave once acknowledged
+    backlog = _backlog(c, topic, "broker-a", 240)
     producer = _Producer(cl.namesrv_addr, topic)
     sink = _Sink()
     q = None
     try:
         producer.start()
-        q = (spark.readStream.format("rocketmq").option("namesrvAddr", cl.namesrv_addr).option("topic", topic)
-             .option("consumerGroup", group).option("startingOffsets", "earliest")
-             .option("maxMessagesPerTrigger", "40").option("brokerDownTimeoutMs", "120000").load()
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(processingTime="300 milliseconds").start())
+        q = _paced_query(spark, cl.namesrv_addr, topic, group, sink, str(tmp_path / "ck"))
         _wait_for(q, lambda: len(backlog & set(sink.counts())) >= 40, "the first batches")
         cl.kill("broker-a")
         read_at_kill = len(backlog & set(sink.counts()))
