@@ -47,6 +47,7 @@ from ..codec import (
     join_properties,
 )
 from ..errors import (
+    AccessDeniedError,
     BrokerError,
     ConnectionFailedError,
     GroupNotFoundError,
@@ -829,8 +830,9 @@ class GrpcClient(SequentialManyQueueCalls):
             self._telemetry.add_topics(topics)
             return
         addr = self.endpoints[self._index]
-        self._telemetry = _Telemetry(self, addr, list(topics), on_check)
-        self._telemetry.start()
+        telemetry = _Telemetry(self, addr, list(topics), on_check)
+        telemetry.start()  # raises an ACL refusal of the settings
+        self._telemetry = telemetry
         self._call(addr, "Heartbeat", pb.HeartbeatRequest(client_type=pb.PRODUCER), "heartbeat")
 
 
@@ -849,6 +851,8 @@ class _Telemetry:
         self._settled = threading.Event()
         self._call: Any = None
         self._thread: threading.Thread | None = None
+        #: an ACL refusal of the settings (a status command, or the stream ended with one)
+        self.refused: AccessDeniedError | None = None
 
     def _requests(self) -> Iterator[pb.TelemetryCommand]:
         while True:
@@ -890,18 +894,36 @@ class _Telemetry:
         if not self._settled.wait(self.client.config.request_timeout_s):
             log.warning("no settings from %s within %.0fs; sending anyway", self.address,
                         self.client.config.request_timeout_s)
+        if self.refused is not None:  # the next call would be refused the same way: say so now
+            self.close()
+            raise self.refused
+
+    def _refusal(self, err: RocketMQSparkError) -> None:
+        """Keeps an ACL refusal of the settings for :meth:`start`; logs any other error."""
+        if isinstance(err, AccessDeniedError):
+            self.refused = err
+        else:
+            log.info("telemetry stream to %s: %s", self.address, err)
 
     def _run(self) -> None:
+        operation, user = "telemetry settings", self.client._user()
+        needs = grpc_needs("Telemetry", self._settings())
         try:
             for cmd in self._call:
                 kind = cmd.WhichOneof("command")
-                if kind == "settings":
+                if cmd.HasField("status") and cmd.status.code not in (pb.OK, pb.CODE_UNSPECIFIED):
+                    # (the status is beside the command oneof: a refused settings command has no settings)
+                    self._refusal(_status_error(cmd.status, address=self.address, operation=operation, user=user,
+                                                needs=needs))
+                    self._settled.set()
+                elif kind == "settings":
                     self._settled.set()
                 elif kind == "recover_orphaned_transaction_command":
                     self._answer(cmd.recover_orphaned_transaction_command)
         except grpc.RpcError as exc:
             if not (isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.CANCELLED):
-                log.info("telemetry stream to %s ended: %s", self.address, exc)
+                self._refusal(_rpc_error(exc, address=self.address, operation=operation, rpc="Telemetry", user=user,
+                                         needs=needs))
         finally:
             self._settled.set()
 

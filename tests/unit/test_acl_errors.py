@@ -196,6 +196,12 @@ class _AclProxy(pb_grpc.MessagingServiceServicer):
     def Heartbeat(self, request, context):  # noqa: N802
         context.abort(grpc.StatusCode.PERMISSION_DENIED, "check signature failed.")
 
+    def Telemetry(self, request_iterator, context):  # noqa: N802
+        for cmd in request_iterator:  # settings refused in a status command, as the 5.5.0 proxy does
+            topic = cmd.settings.publishing.topics[0].name
+            yield pb.TelemetryCommand(status=pb.Status(code=pb.UNAUTHORIZED, message=(
+                f"User:alice has no permission to access Topic:{topic} from 127.0.0.1, no matched policies.")))
+
 
 def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once() -> None:
     proxy = _AclProxy()
@@ -214,6 +220,26 @@ def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once() ->
         with pytest.raises(AuthenticationError) as hi:
             c.heartbeat_consumer("G", f"127.0.0.1:{proxy.port}")
         assert (hi.value.user, hi.value.resource, hi.value.action) == ("alice", "Group:G", "Sub")
+    finally:
+        c.close()
+        server.stop(0)
+
+
+def test_a_producers_refused_telemetry_settings_fail_its_start_naming_the_refusal() -> None:
+    # (a transactional producer over gRPC opens Telemetry first: its refusal was ignored, and the
+    # start waited the request timeout for settings that never came)
+    proxy = _AclProxy()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_MessagingServiceServicer_to_server(proxy, server)
+    proxy.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    c = GrpcClient(f"127.0.0.1:{proxy.port}", ClientConfig(request_timeout_s=30,
+                                                           credentials=Credentials("alice", "S3cret-x")))
+    try:
+        with pytest.raises(AuthorizationError) as ei:
+            c.start_producer("pg", ["T"])
+        assert (ei.value.user, ei.value.resource, ei.value.action) == ("alice", "Topic:T", "Pub")
+        assert "S3cret" not in str(ei.value) and c._telemetry is None  # a later start tries again
     finally:
         c.close()
         server.stop(0)
