@@ -5,6 +5,7 @@ the user (the access key, never a secret), the resource and the action; never re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from concurrent import futures
 
 import grpc
@@ -203,12 +204,22 @@ class _AclProxy(pb_grpc.MessagingServiceServicer):
                 f"User:alice has no permission to access Topic:{topic} from 127.0.0.1, no matched policies.")))
 
 
-def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once() -> None:
+@pytest.fixture()
+def acl_proxy() -> Iterator[_AclProxy]:
+    """:class:`_AclProxy` served on 127.0.0.1 (its ``port`` set) for the test."""
     proxy = _AclProxy()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     pb_grpc.add_MessagingServiceServicer_to_server(proxy, server)
     proxy.port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    try:
+        yield proxy
+    finally:
+        server.stop(0)
+
+
+def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once(acl_proxy: _AclProxy) -> None:
+    proxy = acl_proxy
     c = GrpcClient(f"127.0.0.1:{proxy.port}", ClientConfig(retries=5, credentials=Credentials("alice", "S3cret-x")))
     try:
         mq = c.message_queues("T", writable=True)[0]
@@ -222,18 +233,12 @@ def test_a_grpc_client_raises_the_refusal_naming_the_user_and_sends_it_once() ->
         assert (hi.value.user, hi.value.resource, hi.value.action) == ("alice", "Group:G", "Sub")
     finally:
         c.close()
-        server.stop(0)
 
 
-def test_a_producers_refused_telemetry_settings_fail_its_start_naming_the_refusal() -> None:
+def test_a_producers_refused_telemetry_settings_fail_its_start_naming_the_refusal(acl_proxy: _AclProxy) -> None:
     # (a transactional producer over gRPC opens Telemetry first: its refusal was ignored, and the
     # start waited the request timeout for settings that never came)
-    proxy = _AclProxy()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_MessagingServiceServicer_to_server(proxy, server)
-    proxy.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    c = GrpcClient(f"127.0.0.1:{proxy.port}", ClientConfig(request_timeout_s=30,
+    c = GrpcClient(f"127.0.0.1:{acl_proxy.port}", ClientConfig(request_timeout_s=30,
                                                            credentials=Credentials("alice", "S3cret-x")))
     try:
         with pytest.raises(AuthorizationError) as ei:
@@ -242,4 +247,3 @@ def test_a_producers_refused_telemetry_settings_fail_its_start_naming_the_refusa
         assert "S3cret" not in str(ei.value) and c._telemetry is None  # a later start tries again
     finally:
         c.close()
-        server.stop(0)
