@@ -41,11 +41,14 @@ __all__ = ["ReaderOptions", "asked_columns"]
 _NAMES = (
     "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
-    "failOnDataLoss", "minPartitions", "pullBatchSize", "allowSharedGroup", "brokerDownTimeoutMs",
-    "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp", *CREDENTIAL_OPTIONS,
-    *TLS_OPTIONS,
+    "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
+    "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
+    *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
     "namespace",
 )
+#: minMessagesPerPartition's default: about what a Python task reads in the time Spark takes to
+#: start one, so packing never leaves a core idle that a task of its own would have used well
+MIN_MESSAGES_PER_PARTITION = 10_000
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
 ON_OFFSET_RESET = ("follow", "fail", "ignore")
@@ -128,6 +131,9 @@ class ReaderOptions:
     #: the namespace (option namespace; "" for none): ``topics`` and ``consumer_group`` are the
     #: names as they travel, wrapped in it (see rocketmq_spark.namespaces); rows name the user's
     namespace: str = ""
+    #: a batch's queue ranges are packed into partitions of about this many messages (fewer
+    #: tasks for small batches, see .packing); 0: one partition per queue
+    min_messages_per_partition: int = MIN_MESSAGES_PER_PARTITION
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -155,6 +161,7 @@ class ReaderOptions:
                               "ends with its trigger")
         max_per = opts.get("maxMessagesPerTrigger")
         min_parts = opts.get("minPartitions")
+        per_part = opts.get("minMessagesPerPartition", str(MIN_MESSAGES_PER_PARTITION))
         return cls(
             namesrv_addr=namesrv,
             endpoints=endpoints,
@@ -181,7 +188,18 @@ class ReaderOptions:
             ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
             tls=tls_config(opts),
             namespace=ns,
+            min_messages_per_partition=_non_negative_int("minMessagesPerPartition", per_part),
         )
+
+
+def _non_negative_int(name: str, raw: str) -> int:
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise OptionError(name, raw, "accepted: a whole number, 0 or more") from None
+    return v
 
 
 def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:

@@ -34,6 +34,7 @@ from ..namespaces import unwrap_columns
 from ..offsets import Mark
 from .context import client_config
 from .marks import iso, store_time_in
+from .packing import PackedRanges
 from .queue_range import QueueRange
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,7 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     brokerDownTimeoutMs, ProtocolError on bytes that do not decode, and the client's other
     errors."""
     own = client is None
-    c = client or connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
-                          credentials=part.credentials, tls=part.tls, namespace=part.namespace)
+    c = client or _connect(part)
     if part.broker_addr:
         c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = tag_set(subscribed_tags(part.sub_expression))
@@ -73,6 +73,22 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     finally:
         if own:
             c.close()
+
+
+def _connect(part: QueueRange) -> BrokerClient:
+    """A client for ``part``'s tasks (its name servers or endpoints, credentials, TLS, namespace)."""
+    return connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
+                   credentials=part.credentials, tls=part.tls, namespace=part.namespace)
+
+
+def _read_packed(packed: PackedRanges) -> Iterator[pa.RecordBatch]:
+    """The rows of each range of ``packed`` in turn, as :func:`read_range` reads it, over one client."""
+    c = _connect(packed.ranges[0])
+    try:
+        for part in packed.ranges:
+            yield from read_range(part, c)
+    finally:
+        c.close()
 
 
 def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
@@ -445,8 +461,10 @@ def _until_gone(pulls: Iterable[tuple[PullResult, int]]) -> Iterator[tuple[PullR
 
 
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """A planned queue range; any other partition is the one Spark makes up when partitions()
-    found nothing to read (an empty topic): it reads as no rows."""
+    """A planned queue range, or ranges packed together; any other partition is the one Spark
+    makes up when partitions() found nothing to read (an empty topic): it reads as no rows."""
     if isinstance(partition, QueueRange):
         return read_range(partition)
+    if isinstance(partition, PackedRanges):
+        return _read_packed(partition)
     return iter(())

@@ -40,6 +40,7 @@ from ..offsets import (
     split_batch_end,
 )
 from .options import ReaderOptions
+from .packing import PackedRanges, pack
 from .planning import Planner, QueueOffsets
 from .pull_loop import _read_partition, read_range
 from .pushdown import Pushed, pushed_of
@@ -126,14 +127,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.target = self.planner.latest()
 
-    def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        """The batch ``[start, end)`` as :class:`QueueRange` partitions (:meth:`Planner.partitions`);
-        a queue the batch reads from a reset offset starts there."""
+    def partitions(self, start: dict, end: dict) -> list[QueueRange | PackedRanges]:
+        """The batch ``[start, end)`` as :class:`QueueRange` partitions (:meth:`Planner.partitions`),
+        packed into fewer when the batch is small (:mod:`.packing`); a queue the batch reads from a
+        reset offset starts there."""
         begin = dict(split_batch_end(start)[0])
         ends, restarted = split_batch_end(end)
         begin.update(restarted)
         # the marks the batch was planned with (a replayed batch's too, from Spark's offset log)
-        return self.planner.partitions(begin, dict(ends), marks_of(end))
+        return _packed(self.planner.options, self.planner.partitions(begin, dict(ends), marks_of(end)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the partition's rows (:func:`read_range`, which says what it raises)."""
@@ -147,6 +149,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """The query stops: leave the consumer group (the brokers stop listing it)."""
         self.planner.leave_group()
+
+
+def _packed(o: ReaderOptions, ranges: list[QueueRange]) -> list[QueueRange | PackedRanges]:
+    """A batch's ranges packed into fewer partitions when it is small (see :mod:`.packing`)."""
+    return pack(ranges, o.min_messages_per_partition, o.min_partitions or 1)
 
 
 def _time_bounds(client: BrokerClient, start: QueueOffsets, end: QueueOffsets, pushed: Pushed
@@ -190,7 +197,7 @@ class RocketMQBatchReader(DataSourceReader):
         self.options = options
         self.pushed = Pushed()
 
-    def partitions(self) -> list[QueueRange]:
+    def partitions(self) -> list[QueueRange | PackedRanges]:
         """Plans on the driver with a client of its own, closed after. Raises as
         :meth:`RocketMQStreamReader.initialOffset` does (without the group check), DataLossError
         for starts deleted by retention, OptionError for endingOffsets outside a queue's range.
@@ -215,7 +222,7 @@ class RocketMQBatchReader(DataSourceReader):
                 end = latest
             if pushed.time_lo is not None or pushed.time_hi is not None:
                 start, end = _time_bounds(planner.client, start, end, pushed)
-            return planner.partitions(start, end)
+            return _packed(o, planner.partitions(start, end))
         finally:
             planner.client.close()
 

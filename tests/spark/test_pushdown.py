@@ -17,6 +17,7 @@ from brokers import Target
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.source import ReaderOptions, RocketMQBatchReader, RocketMQPushdownBatchReader
+from rocketmq_spark.source.packing import ranges_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -90,7 +91,7 @@ def test_pushed_filters_plan_only_the_queues_and_offsets_that_can_match(broker: 
         reader = RocketMQPushdownBatchReader(opts)
         left = list(reader.pushFilters(filters))
         assert left == filters  # Spark evaluates every filter again on what is read
-        return {p.mq.queue_id: (p.start, p.end) for p in reader.partitions()}
+        return {p.mq.queue_id: (p.start, p.end) for p in ranges_of(reader.partitions())}
 
     every = planned([])
     assert every == {q: (0, 20) for q in range(4)}
@@ -102,9 +103,9 @@ def test_pushed_filters_plan_only_the_queues_and_offsets_that_can_match(broker: 
     assert planned([EqualTo(("topic",), "elsewhere")]) == {}
     reader = RocketMQPushdownBatchReader(opts)
     list(reader.pushFilters([In(("tag",), ("A", "B"))]))
-    assert {p.sub_expression for p in reader.partitions()} == {"A || B"}
+    assert {p.sub_expression for p in ranges_of(reader.partitions())} == {"A || B"}
     # endingTimestamp (Kafka's option): each queue up to its first message stored at or after it
     upto = ReaderOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": topic, "startingOffsets": "earliest",
                                 "endingTimestamp": str(cuts[2])}, stream=False)
-    ends = [p.end for p in RocketMQBatchReader(upto).partitions()]  # no pushdown needed for it
+    ends = [p.end for p in ranges_of(RocketMQBatchReader(upto).partitions())]  # no pushdown needed for it
     assert len(ends) == 4 and all(10 <= e <= 11 for e in ends), ends  # two slices (+1 at most)

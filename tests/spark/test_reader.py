@@ -257,6 +257,21 @@ def test_min_partitions_splits_a_single_queue_exactly(spark, broker, client) -> 
     assert sorted(r.queueOffset for r in df.collect()) == list(range(50))
 
 
+def test_a_small_batch_is_read_by_one_task_and_each_queue_exactly(spark, broker, client) -> None:
+    topic = broker.create_topic("SPARK_PACKED", queues=4)
+    _produce(client, topic, 60)  # 15 a queue
+    read = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+            .option("startingOffsets", f'{{"{topic}":{{"broker-a:1":5}}}}'))  # the others from their earliest
+    df = read.load()
+    assert df.rdd.getNumPartitions() == 1
+    got = sorted((r.queueId, r.queueOffset) for r in df.collect())
+    assert got == sorted((q, o) for q in range(4) for o in range(5 if q == 1 else 0, 15))
+    per_queue = read.option("minMessagesPerPartition", "0").load()
+    assert per_queue.rdd.getNumPartitions() == 4
+    assert sorted((r.queueId, r.queueOffset) for r in per_queue.collect()) == got
+    assert read.option("minMessagesPerPartition", "20").load().rdd.getNumPartitions() == 3  # ceil(55 / 20)
+
+
 def test_messages_sent_by_ali_ons_read_by_spark(spark, broker) -> None:
     from alions_support import alions_produce, ensure_alions
 

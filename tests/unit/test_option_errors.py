@@ -161,6 +161,8 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("minPartitions", {"minPartitions": "0"}, False, "0", "positive integer"),
     ("minPartitions", {"minPartitions": "-4"}, False, "-4", "positive integer"),
     ("minPartitions", {"minPartitions": "many"}, False, "many", "positive integer"),
+    ("minMessagesPerPartition", {"minMessagesPerPartition": "-1"}, False, "-1", "0 or more"),
+    ("minMessagesPerPartition", {"minMessagesPerPartition": "lots"}, True, "lots", "whole number"),
     ("pullBatchSize", {"pullBatchSize": "0"}, True, "0", "positive integer"),
     ("pullBatchSize", {"pullBatchSize": "-3"}, True, "-3", "positive integer"),
     ("pullBatchSize", {"pullBatchSize": "big"}, True, "big", "positive integer"),

@@ -22,6 +22,7 @@ from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.offsets import Offsets
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.source import Planner, ReaderOptions
+from rocketmq_spark.source.packing import ranges_of
 
 
 class FakeClient(SequentialManyQueueCalls):
@@ -783,7 +784,7 @@ def _stream(client: FakeClient, **opts: str) -> Any:
 
 
 def _ranges(r: Any, start: dict, end: dict) -> list[tuple[int, int, int]]:
-    return [(x.mq.queue_id, x.start, x.end) for x in r.partitions(start, end)]
+    return [(x.mq.queue_id, x.start, x.end) for x in ranges_of(r.partitions(start, end))]
 
 
 def test_a_start_past_the_queues_max_offset_fails_naming_the_queue_and_both_offsets() -> None:

@@ -1,0 +1,63 @@
+"""Small batches in few tasks: the queue ranges of a batch packed into fewer partitions.
+
+Spark runs a task per partition, and a Python task costs tens of milliseconds before it reads
+a message (the hand-off to a Python worker and back). A batch of a few hundred messages spread
+over many queues spends most of its time there, a task per queue, so queue ranges are packed
+together until a partition holds about ``minMessagesPerPartition`` messages; a batch large
+enough keeps one partition per queue (and minPartitions may split them further, which packing
+then leaves alone). A packed partition is read range by range in one task, over one client:
+each range is read exactly as it would be alone (:func:`.pull_loop.read_range`: its checks,
+errors and rows are the same).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from .queue_range import QueueRange
+
+__all__ = ["PackedRanges", "pack", "ranges_of"]
+
+
+@dataclass(frozen=True)
+class PackedRanges(InputPartition):
+    """One Spark partition reading several queue ranges, in this order, in one task (they come
+    from one planner: the same connection settings)."""
+
+    ranges: tuple[QueueRange, ...]
+
+
+def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1) -> list[QueueRange | PackedRanges]:
+    """``ranges`` in ``ceil(messages / per_partition)`` partitions (``at_least`` at least, one
+    per range at most), each range whole: the largest ranges first, each to the partition holding
+    the fewest messages so far, so the partitions come out about equal. ``per_partition`` 0, or
+    ranges that already ask for a partition each, leave ``ranges`` as they are. A partition of one
+    range is that range."""
+    total = sum(r.end - r.start for r in ranges)
+    want = max(at_least, -(-total // per_partition)) if per_partition > 0 else len(ranges)
+    if want >= len(ranges):
+        return list(ranges)
+    heap: list[tuple[int, int]] = [(0, i) for i in range(max(1, want))]
+    bins: list[list[QueueRange]] = [[] for _ in heap]
+    for r in sorted(ranges, key=lambda r: (r.start - r.end, r.mq, r.start)):
+        size, i = heapq.heappop(heap)
+        bins[i].append(r)
+        heapq.heappush(heap, (size + r.end - r.start, i))
+    out: list[QueueRange | PackedRanges] = []
+    for b in bins:
+        b.sort(key=lambda r: (r.mq, r.start))
+        out.append(b[0] if len(b) == 1 else PackedRanges(tuple(b)))
+    return sorted(out, key=lambda p: _first(p))
+
+
+def _first(p: QueueRange | PackedRanges) -> tuple:
+    r = p.ranges[0] if isinstance(p, PackedRanges) else p
+    return (r.mq, r.start)
+
+
+def ranges_of(partitions: list[QueueRange | PackedRanges]) -> list[QueueRange]:
+    """The queue ranges of ``partitions``, packed or not, in partition order."""
+    return [r for p in partitions for r in (p.ranges if isinstance(p, PackedRanges) else (p,))]

@@ -1,0 +1,64 @@
+"""Small batches in few tasks (rocketmq_spark.source.packing): how a batch's queue ranges are
+packed into partitions, and that a packed partition reads each range as it would alone."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from rocketmq_spark.model import MessageQueue
+from rocketmq_spark.source.packing import PackedRanges, pack, ranges_of
+from rocketmq_spark.source.queue_range import QueueRange
+
+
+def _range(qid: int, start: int, end: int, broker: str = "broker-a") -> QueueRange:
+    return QueueRange(MessageQueue("T", broker, qid), start, end, ("127.0.0.1:9876",), None, "g", "*", 32, True)
+
+
+def _sizes(parts: list) -> list[int]:
+    return [sum(r.end - r.start for r in ranges_of([p])) for p in parts]
+
+
+def test_a_small_batch_over_four_queues_is_one_partition_reading_them_in_queue_order() -> None:
+    ranges = [_range(q, 10, 10 + 40) for q in (2, 0, 3, 1)]
+    (part,) = pack(ranges, 10_000)
+    assert isinstance(part, PackedRanges)
+    assert [(r.mq.queue_id, r.start, r.end) for r in part.ranges] == [(0, 10, 50), (1, 10, 50), (2, 10, 50),
+                                                                       (3, 10, 50)]
+    assert pickle.loads(pickle.dumps(part)) == part  # it travels to an executor as it is
+
+
+def test_large_ranges_keep_a_partition_each() -> None:
+    ranges = [_range(q, 0, 20_000) for q in range(4)]
+    assert pack(ranges, 10_000) == ranges
+    assert pack(ranges[:1], 10_000) == ranges[:1]
+
+
+@pytest.mark.parametrize(("per_partition", "at_least", "expected"), [
+    (0, 1, 8),         # 0: one partition per queue, as before packing
+    (10_000, 1, 1),    # 800 messages
+    (300, 1, 3),       # ceil(800 / 300)
+    (10_000, 3, 3),    # minPartitions asks for three
+    (10_000, 20, 8),   # never more partitions than ranges (minPartitions splits before packing)
+])
+def test_partition_count(per_partition: int, at_least: int, expected: int) -> None:
+    ranges = [_range(q, 0, 100) for q in range(8)]
+    assert len(pack(ranges, per_partition, at_least)) == expected
+
+
+def test_every_range_is_in_exactly_one_partition_and_partitions_are_about_equal() -> None:
+    rnd = random.Random(7)
+    for _ in range(200):
+        n = rnd.randint(1, 40)
+        ranges = [_range(q, s, s + rnd.randint(1, 5_000), rnd.choice(("broker-a", "broker-b")))
+                  for q, s in enumerate(rnd.randint(0, 10**6) for _ in range(n))]
+        per = rnd.choice((100, 1_000, 10_000, 50_000))
+        parts = pack(ranges, per, rnd.randint(1, 4))
+        got = ranges_of(parts)
+        assert sorted(got, key=lambda r: r.mq) == sorted(ranges, key=lambda r: r.mq)  # none lost, none twice
+        assert all(not isinstance(p, PackedRanges) or len(p.ranges) > 1 for p in parts)
+        sizes = _sizes(parts)
+        # the largest first, each to the emptiest: no partition exceeds another by more than a range
+        assert max(sizes) - min(sizes) <= max(r.end - r.start for r in ranges)
