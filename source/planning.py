@@ -42,6 +42,8 @@ __all__ = ["Planner", "QueueOffsets"]
 #: How often a planner waiting for a down broker's queues (a batch read, an AvailableNow run
 #: with nothing else left) looks for it again (seconds).
 POLL_S = 1.0
+#: how old max offsets may be for Spark's progress report (seconds, see Planner.recent_latest)
+RECENT_S = 1.0
 
 
 class Planner:
@@ -64,6 +66,8 @@ class Planner:
         self._routed: set[str] = set()
         #: queues a batch read's pushed filters leave (None: every queue of the topics)
         self.keep: Callable[[MessageQueue], bool] | None = None
+        #: when latest() last answered and what (see recent_latest)
+        self._seen: tuple[float, QueueOffsets] | None = None
 
     def _answered(self, broker: str) -> None:
         store = self.ctx.opened_store
@@ -110,7 +114,16 @@ class Planner:
     def latest(self) -> QueueOffsets:
         """Max offsets of the queues the routes list now, without the brokers that do not
         answer (see :meth:`.Availability.ask`)."""
-        return self.availability.ask(self.queues(), self.data_loss.highs_of)
+        latest = self.availability.ask(self.queues(), self.data_loss.highs_of)
+        self._seen = (time.monotonic(), dict(latest))
+        return latest
+
+    def recent_latest(self) -> QueueOffsets:
+        """:meth:`latest` as it was asked within the last :data:`RECENT_S` (Spark asks for the
+        progress report right after it planned a batch, which asked it), else asked now."""
+        if self._seen is not None and time.monotonic() - self._seen[0] <= RECENT_S:
+            return dict(self._seen[1])
+        return self.latest()
 
     def latest_of(self, queues: Iterable[MessageQueue]) -> QueueOffsets:
         """Max offsets with every one of ``queues`` in: a broker that does not answer is waited

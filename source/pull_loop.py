@@ -36,6 +36,7 @@ from .context import client_config
 from .marks import iso, store_time_in
 from .packing import PackedRanges
 from .queue_range import QueueRange
+from .task_clients import kept_client
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +80,6 @@ def _connect(part: QueueRange) -> BrokerClient:
     """A client for ``part``'s tasks (its name servers or endpoints, credentials, TLS, namespace)."""
     return connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
                    credentials=part.credentials, tls=part.tls, namespace=part.namespace)
-
-
-def _read_packed(packed: PackedRanges) -> Iterator[pa.RecordBatch]:
-    """The rows of each range of ``packed`` in turn, as :func:`read_range` reads it, over one client."""
-    c = _connect(packed.ranges[0])
-    try:
-        for part in packed.ranges:
-            yield from read_range(part, c)
-    finally:
-        c.close()
 
 
 def _check_pull(part: QueueRange, offset: int, res: PullResult) -> bool:
@@ -461,10 +452,12 @@ def _until_gone(pulls: Iterable[tuple[PullResult, int]]) -> Iterator[tuple[PullR
 
 
 def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """A planned queue range, or ranges packed together; any other partition is the one Spark
+    """A planned queue range, or ranges packed together (read one after the other), over a client
+    the worker keeps between tasks (:mod:`.task_clients`); any other partition is the one Spark
     makes up when partitions() found nothing to read (an empty topic): it reads as no rows."""
     if isinstance(partition, QueueRange):
-        return read_range(partition)
+        return kept_client(partition, _connect, lambda c: read_range(partition, c))
     if isinstance(partition, PackedRanges):
-        return _read_packed(partition)
+        ranges = partition.ranges
+        return kept_client(ranges[0], _connect, lambda c: (b for part in ranges for b in read_range(part, c)))
     return iter(())

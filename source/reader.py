@@ -120,9 +120,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return batch_end_json(end, starts, self.planner.marks_of(end), at)
 
     def reportLatestOffset(self) -> dict | None:
-        """Every queue's max offset now (one past its last message), for Spark's progress;
-        queues of brokers that do not answer are left out."""
-        return _to_json(self.planner.latest())
+        """Every queue's max offset (one past its last message), for Spark's progress: as the
+        planning of this trigger found them a moment ago (:meth:`Planner.recent_latest`: the
+        brokers are not asked twice); queues of brokers that do not answer are left out."""
+        return _to_json(self.planner.recent_latest())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.target = self.planner.latest()

@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import rocketmq_spark.source.availability as availability
 import rocketmq_spark.source.data_loss as data_loss
+import rocketmq_spark.source.planning as planning
 from rocketmq_spark.client.many import SequentialManyQueueCalls
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
@@ -1126,3 +1127,16 @@ def test_an_older_offset_a_restarted_broker_holds_is_not_a_reset_even_if_an_earl
     c.committed[a0] = 4
     p.find_resets(end)
     assert p.follow_resets(end) == {a0: 4}
+
+
+def test_the_progress_report_uses_the_max_offsets_this_trigger_just_asked(monkeypatch) -> None:
+    c = FakeClient({Q(0): (0, 5), Q(1): (0, 7)})
+    asked: list[int] = []
+    monkeypatch.setattr(c, "max_offsets", lambda mqs: asked.append(len(mqs)) or {mq: c.ranges[mq][1] for mq in mqs})
+    p = _planner(c)
+    assert p.latest() == {Q(0): 5, Q(1): 7} and asked == [2]
+    c.ranges[Q(0)] = (0, 9)
+    assert p.recent_latest() == {Q(0): 5, Q(1): 7} and asked == [2]  # not asked again
+    now = time.monotonic()
+    monkeypatch.setattr(planning.time, "monotonic", lambda: now + planning.RECENT_S + 0.5)
+    assert p.recent_latest() == {Q(0): 9, Q(1): 7} and asked == [2, 2]  # too old: asked now
