@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from brokers import settles_at
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
@@ -65,7 +66,7 @@ class Ctx:
             w = w.option(k, v)
         w.save()
         topic = opts.get("topic")
-        return sum(self.client.max_offset(q) for q in self.client.message_queues(topic)) if topic else 0
+        return settles_at(self.client, topic, len(rows)) if topic else 0
 
     def cli(self, *args: str) -> str:
         res = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)

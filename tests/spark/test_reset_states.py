@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_offset_reset import _bodies, _reset, _send, _start, _wait_for
 
-from brokers import wait_until
+from brokers import settles_at, wait_until
 from rocketmq_spark import EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
@@ -36,6 +36,7 @@ def _halves(client: RemotingClient, topic: str, n: int) -> int:
     first = client.message_queues(topic)[0]
     for i in range(n):
         client.send_batch(first, [BatchEntry(f"a{i}".encode())])
+    assert settles_at(client, topic, n) == n
     time.sleep(1.0)
     cut = int(time.time() * 1000)
     time.sleep(1.0)
