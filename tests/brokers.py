@@ -25,6 +25,7 @@ import pytest
 from real_rocketmq import PARITY_RELEASES, RealRocketMQ
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
+from rocketmq_spark.errors import TopicNotFoundError
 
 #: the transports a reading test runs over on each broker: released 5.x proxies serve sends and
 #: transactions over gRPC, not pulls or offsets (the reader then fails naming namesrvAddr; a
@@ -145,6 +146,29 @@ def wait_for(pred: Any, what: Any, timeout_s: float = 30, every_s: float = 0.1) 
     giving one: the state at the time) once ``timeout_s`` passes without."""
     if not wait_until(pred, timeout_s, every_s):
         raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what() if callable(what) else what}")
+
+
+def queued(client: Any, topic: str, queues: Any = None) -> int:
+    """How many messages ``topic``'s consume queues hold (or just ``queues`` of them): the sum
+    of max - min offset over its readable queues (what a batch read, a pull or GET_MAX_OFFSET sees)."""
+    mqs = list(queues) if queues is not None else client.message_queues(topic)
+    return sum(hi - lo for lo, hi in client.offset_ranges(mqs).values())
+
+
+def settles_at(client: Any, topic: str, expected: int, timeout_s: float = 10, *, queues: Any = None) -> int:
+    """:func:`queued` once it reaches ``expected`` (or ``timeout_s`` passes): the caller asserts
+    it equals ``expected``, so an overshoot still fails. Apache RocketMQ answers a send once its
+    commit log holds the message; its consume queue, what offsets, pulls and reads see, is
+    dispatched a moment later (the broker's reput thread), so a count or a read right after a
+    send returned can miss the last messages."""
+    def reached() -> bool:
+        try:
+            return queued(client, topic, queues) >= expected
+        except TopicNotFoundError:  # a topic a send auto-created: routed a moment later
+            return False
+
+    wait_until(reached, timeout_s, every_s=0.05)
+    return queued(client, topic, queues)
 
 
 def skip_or_fail(reason: str) -> None:

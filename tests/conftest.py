@@ -87,6 +87,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[2] SparkSession for the whole session: the Spark tests and the fault suite's
+    own Spark tests (tests/faults) share it, one JVM start instead of one per directory."""
+    from pyspark.sql import SparkSession
+
+    import rocketmq_spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rocketmq-spark-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    rocketmq_spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
 def real_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
     """Apache RocketMQ 5.x (name server, broker, proxy) from Maven Central, one per session."""
     missing = java_available()

@@ -183,17 +183,22 @@ def _client(namesrv: str) -> RemotingClient:
     return RemotingClient(namesrv, ClientConfig(request_timeout_s=10.0, retries=5))
 
 
-def settled_max_offsets(namesrv: str, topic: str, *, quiet_s: float = 2.0, timeout_s: float = 60.0
+def settled_max_offsets(namesrv: str, *topics: str, quiet_s: float = 2.0, timeout_s: float = 60.0
                         ) -> dict[MessageQueue, int]:
-    """Every queue's max offset once they stopped moving for ``quiet_s`` (Apache RocketMQ
-    makes a committed transactional message readable a moment after answering its END)."""
+    """Every queue's max offset (of each of ``topics``) once they stopped moving for ``quiet_s``
+    (Apache RocketMQ makes a committed transactional message readable a moment after answering
+    its END). The topics are watched together: one quiet period for all of them."""
     c = _client(namesrv)
+
+    def ends() -> dict[MessageQueue, int]:
+        return c.max_offsets([mq for topic in topics for mq in c.message_queues(topic, refresh=True)])
+
     try:
         deadline = time.monotonic() + timeout_s
-        last = c.max_offsets(c.message_queues(topic, refresh=True))
+        last = ends()
         while True:
             time.sleep(quiet_s)
-            now = c.max_offsets(c.message_queues(topic, refresh=True))
+            now = ends()
             if now == last or time.monotonic() > deadline:
                 return now
             last = now

@@ -185,9 +185,7 @@ def _caught_up(run: Run, broker: str, timeout_s: float) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
-    for topic in run.topics:
-        if topic != run.topic_a:
-            settled_max_offsets(ns, topic, quiet_s=1.0, timeout_s=30.0)
+    settled_max_offsets(ns, *(t for t in run.topics if t != run.topic_a), quiet_s=1.0, timeout_s=30.0)
     return True
 
 

@@ -302,8 +302,7 @@ class Wipe:
 def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
     """Reads every output back (kept in ``readback.json.gz``) and judges it."""
     ns = run.cluster.namesrv_addr
-    for topic in run.topics:
-        settled_max_offsets(ns, topic)
+    settled_max_offsets(ns, *run.topics)
     copies = {"A": read_topic(ns, TOPIC_A), "B": read_topic(ns, TOPIC_B), "C": read_topic(ns, TOPIC_C),
               "parquet": read_parquet(str(workdir / "parquet"))}
     with gzip.open(workdir / "readback.json.gz", "wt") as f:  # every copy read, for a post-mortem

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +126,6 @@ def test_committed_files_come_from_the_last_compaction_and_the_batches_after_it(
     with pytest.raises(RuntimeError, match="batch 3 is missing"):
         committed_parquet_files(str(tmp_path))
     assert committed_parquet_files(str(tmp_path / "nothing-here")) == []
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    session = active or (SparkSession.builder.master("local[2]").appName("faults-checker")
-                         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-                         .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-    yield session
-    if active is None:
-        session.stop()
 
 
 @pytest.mark.spark

@@ -78,18 +78,6 @@ def test_signalling_this_process_or_init_is_refused() -> None:
             signal_tree(pid, signal.SIGSTOP)
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    session = active or (SparkSession.builder.master("local[2]").appName("faults-procs")
-                         .config("spark.ui.enabled", "false").getOrCreate())
-    yield session
-    if active is None:
-        session.stop()
-
-
 @pytest.mark.spark
 def test_spark_python_workers_finds_the_task_workers_and_they_can_be_stopped(spark: Any) -> None:
     sc = spark.sparkContext

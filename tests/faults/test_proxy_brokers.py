@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from brokers import skip_or_fail, wait_until
+from brokers import settles_at, skip_or_fail, wait_until
 from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import ClientConfig, RemotingClient
@@ -101,6 +101,7 @@ def test_clients_read_and_write_through_the_proxy(proxied: Proxied, proxy: Fault
         sent = [b"m%04d" % i for i in range(200)]
         for i in range(0, len(sent), 50):
             client.send_batch(mq, [BatchEntry(b) for b in sent[i:i + 50]])
+        assert settles_at(client, topic, len(sent), queues=[mq]) == len(sent)
         assert _read_all(client, mq, "faults_through") == sent
         after = proxy.stats()
         # every send and pull went through the proxy, as whole messages each way
@@ -134,6 +135,7 @@ def test_a_blackholed_broker_times_requests_out_naming_the_proxy_then_heals(prox
 
         assert wait_until(works, 15)
         client.send_batch(mq, [BatchEntry(b"after")])
+        assert settles_at(client, topic, 2, queues=[mq]) == 2
         assert _read_all(client, mq, "faults_blackhole") == [b"before", b"after"]
     finally:
         client.close()
@@ -148,6 +150,7 @@ def test_reset_connections_are_reopened_by_the_client(proxied: Proxied, proxy: F
         client.send_batch(mq, [BatchEntry(b"one")])
         assert proxy.reset_all() >= 1
         client.send_batch(mq, [BatchEntry(b"two")])  # bounded retries on a fresh connection
+        assert settles_at(client, topic, 2, queues=[mq]) == 2
         assert _read_all(client, mq, "faults_reset") == [b"one", b"two"]
         assert proxy.stats().resets >= 1
     finally:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from brokers import wait_until
+from brokers import settles_at, wait_until
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import decode_records
@@ -139,6 +139,7 @@ def test_topic_create_list_describe(ns: str, client: RemotingClient) -> None:
 
     for i in range(7):
         client.send_batch(qs[i % 3], [BatchEntry(b"x%d" % i)])
+    assert settles_at(client, "CLI_TOPIC", 7) == 7
     desc = run("topic", "describe", "CLI_TOPIC", "--json", "-n", ns)
     assert desc.returncode == 0, desc.stderr
     obj = json.loads(desc.stdout)
@@ -170,6 +171,7 @@ def test_produce_generated_messages_with_tags_and_keys(ns: str, client: Remoting
     # stderr is not a terminal: no bar, a summary line on stdout
     assert "\r" not in res.stderr and res.stderr == ""
     assert res.stdout.startswith("produced 300 messages (generated") and "msg/s" in res.stdout
+    assert settles_at(client, "CLI_GEN", 300) == 300
     recs = _read_all(client, "CLI_GEN")
     assert len(recs) == 300
     assert all(len(r.body) == 64 for r in recs)
@@ -189,6 +191,7 @@ def test_produce_json_lines_from_file_and_stdin(ns: str, client: RemotingClient,
     assert "produced 2 messages" in res.stdout
     res = run("produce", "-t", "CLI_JSONL", "-f", "-", "-n", ns, stdin='{"body": "from stdin"}\n')
     assert res.returncode == 0, res.stderr
+    assert settles_at(client, "CLI_JSONL", 3) == 3
     recs = {r.body: r for r in _read_all(client, "CLI_JSONL")}
     assert set(recs) == {b"hello", b'{"order":1}', b"from stdin"}
     assert recs[b"hello"].tags == "TagA" and recs[b"hello"].keys == ["k1", "k2"]
@@ -249,6 +252,7 @@ def test_produce_draws_a_progress_bar_when_stderr_is_a_terminal(ns: str, client:
 
 def test_progress_table_and_json(ns: str, client: RemotingClient) -> None:
     assert run("produce", "-t", "CLI_PROG", "--count", "40", "-n", ns).returncode == 0
+    assert settles_at(client, "CLI_PROG", 40) == 40
     qs = client.message_queues("CLI_PROG")
     client.create_group("g_prog")
     for q in qs[:3]:
@@ -291,10 +295,12 @@ def _offsets(client: RemotingClient, group: str, topic: str) -> list[int | None]
 def test_reset_offset_dry_run_writes_nothing_then_reset_writes_the_plan(ns: str, client: RemotingClient) -> None:
     topic, group = "CLI_RESET", "g_reset"
     assert run("produce", "-t", topic, "--count", "20", "-n", ns).returncode == 0
+    assert settles_at(client, topic, 20) == 20
     time.sleep(0.05)
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     assert run("produce", "-t", topic, "--count", "20", "-n", ns).returncode == 0
+    assert settles_at(client, topic, 40) == 40
     client.create_group(group)
     for q in client.message_queues(topic):
         client.update_consumer_offset(group, q, 10)
@@ -328,6 +334,7 @@ def test_reset_is_applied_at_the_groups_next_pull(ns: str, client: RemotingClien
     group's commits of those queues are ignored until its next pull of each, which moves there."""
     topic, group = broker.create_topic("CLI_RESET_PULL", queues=1), "g_reset_pull"
     assert run("produce", "-t", topic, "--count", "12", "-n", ns).returncode == 0
+    assert settles_at(client, topic, 12) == 12
     (q,) = client.message_queues(topic)
     assert client.pull(q, 0, 32, group=group).status == "FOUND"  # the group exists once it pulled
     client.update_consumer_offset(group, q, 9)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from brokers import skip_or_fail, wait_until
+from brokers import settles_at, skip_or_fail
 from real_rocketmq import NEWEST, RealRocketMQ, acl2_broker_conf, acl2_proxy_conf, java_available, provision
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.cli import main as cli_main
@@ -121,13 +121,6 @@ def _count(client: RemotingClient, topic: str) -> int:
     return sum(hi - lo for lo, hi in client.offset_ranges(client.message_queues(topic, refresh=True)).values())
 
 
-def _count_settles_at(client: RemotingClient, topic: str, expected: int) -> int:
-    """The topic's count once it reaches ``expected`` (or after 10 s). A real broker answers a send
-    once the commit log holds it; its consume queue (what max offsets count) follows a moment later."""
-    wait_until(lambda: _count(client, topic) >= expected, timeout_s=10, every_s=0.05)
-    return _count(client, topic)
-
-
 def _refused(action: Callable[[], Any]) -> str:
     """What ``action`` failed with (its whole text), after asserting it failed fast."""
     t0 = time.monotonic()
@@ -150,7 +143,7 @@ def test_batch_read_and_write_as_a_user_with_just_those_rights(spark, rmq: RealR
     before = _count(admin, OUT)
     rows = spark.createDataFrame([(f"out-{i}",) for i in range(10)], "body STRING")
     rows.write.mode("append").format("rocketmq").options(**_opts(rmq, OUT)).save()
-    assert _count_settles_at(admin, OUT, before + 10) == before + 10
+    assert settles_at(admin, OUT, before + 10) == before + 10
 
 
 def test_stream_commits_the_groups_offsets_and_the_committer_its_last_batch(spark, rmq: RealRocketMQ, admin,
@@ -192,7 +185,7 @@ def test_cli_reads_progress_and_produces_as_the_user(rmq: RealRocketMQ, admin, c
     ns = ["-n", rmq.namesrv_addr, "--access-key", ALICE]
     before = _count(admin, OUT)
     assert cli_main(["produce", "-t", OUT, "-c", "5", *ns]) == 0
-    assert _count_settles_at(admin, OUT, before + 5) == before + 5
+    assert settles_at(admin, OUT, before + 5) == before + 5
     capsys.readouterr()
     assert cli_main(["progress", "-g", GROUP, "-t", IN, "--json", *ns]) == 0
     out = capsys.readouterr()
@@ -317,7 +310,7 @@ def test_grpc_batch_write_as_a_user_allowed_to_pub_and_reads_refused_by_what_the
     before = _count(admin, OUT)
     rows = spark.createDataFrame([(f"grpc-{i}",) for i in range(6)], "body STRING")
     rows.write.mode("append").format("rocketmq").options(**_grpc_opts(rmq, OUT)).save()
-    assert _count_settles_at(admin, OUT, before + 6) == before + 6
+    assert settles_at(admin, OUT, before + 6) == before + 6
     # a read passes the proxy's ACL (the route: Pub or Sub on the topic), then meets a call released
     # proxies do not serve: not an ACL error, and it says how to read (over remoting)
     text = _refused(lambda: spark.read.format("rocketmq").options(**_grpc_opts(rmq, IN)).load().collect())
@@ -400,7 +393,7 @@ def test_secrets_stay_out_of_reprs_and_spark_plans(spark, rmq: RealRocketMQ, adm
     q = (stream.select("body").writeStream.format("rocketmq").options(**_opts(rmq, OUT))
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     assert q.awaitTermination(120) and q.exception() is None
-    assert _count_settles_at(admin, OUT, before + SEEDED) == before + SEEDED
+    assert settles_at(admin, OUT, before + SEEDED) == before + SEEDED
     buf = io.StringIO()
     with redirect_stdout(buf):
         q.explain(True)

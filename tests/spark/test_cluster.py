@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from brokers import wait_until
+from brokers import queued, settles_at, wait_until
 from rocketmq_spark import EmbeddedCluster, RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, decode_records, encode_properties
@@ -102,9 +102,12 @@ def _stored(client: RemotingClient, topic: str) -> list[bytes]:
 
 
 def _produce(client: RemotingClient, topic: str, n: int, start: int = 0) -> None:
+    """Sends c-<start>..c-<start+n-1>; returns once the topic's consume queues hold them."""
     qs = client.message_queues(topic)
+    before = queued(client, topic)
     for i in range(start, start + n):
         client.send_batch(qs[i % len(qs)], [BatchEntry(b"c-%d" % i, encode_properties({"TAGS": "t", "i": str(i)}))])
+    assert settles_at(client, topic, before + n) == before + n
 
 
 def _bodies(df) -> list[bytes]:
@@ -126,6 +129,7 @@ def test_topics_span_both_brokers_and_spark_reads_and_writes_all(spark, cluster,
     rows = [(f"w{i}", f"k{i}") for i in range(64)]
     (spark.createDataFrame(rows, "body STRING, tag STRING").write.mode("append").format("rocketmq")
      .option("namesrvAddr", cluster.namesrv_addr).option("topic", topic).option("maxBatchMessages", "4").save())
+    assert settles_at(cclient, topic, 64) == 64
     qs = cclient.message_queues(topic)
     assert {q.broker for q in qs} == {"broker-a", "broker-b"} and len(qs) == 8  # queue ids 0..3 on each
     per_broker = {b: sum(cclient.max_offset(q) for q in qs if q.broker == b) for b in ("broker-a", "broker-b")}
@@ -144,6 +148,7 @@ def test_offsets_commit_to_the_owning_broker_and_a_group_resumes(spark, cluster,
     _produce(cclient, topic, 40)  # 5 per queue on both brokers
     for i, q in enumerate(m for m in cclient.message_queues(topic) if m.broker == "broker-a"):
         cclient.send_batch(q, [BatchEntry(b"a-%d" % i), BatchEntry(b"a2-%d" % i)])  # broker-a: 7 per queue
+    assert settles_at(cclient, topic, 48) == 48
     committer = RocketMQOffsetCommitter(cluster.namesrv_addr, group, topics=[topic], measure_lag=False)
     spark.streams.addListener(committer)
     try:
@@ -280,7 +285,7 @@ def test_failover_writer_moves_on_reader_waits_then_fails_naming_the_broker(spar
         (spark.createDataFrame([(f"after-{i}",) for i in range(30)], "body STRING").write.mode("append")
          .format("rocketmq").option("namesrvAddr", ns).option("topic", topic).save())
         alive = [q for q in cclient.message_queues(topic) if q.broker == "broker-a"]
-        assert sum(cclient.max_offset(q) for q in alive) == 20 + 30
+        assert settles_at(cclient, topic, 20 + 30, queues=alive) == 20 + 30
         # the reader reads broker-a on, waits for broker-b, then fails naming it: with its address
         # while the name server still routes it; a real name server drops a broker whose
         # connection closed at once, so this run (a new driver) never learnt the address
@@ -316,6 +321,7 @@ def test_ali_ons_produces_and_consumes_across_both_brokers(cluster, cclient) -> 
     cluster.create_topic(cclient, topic, queues=2)
     sent = [{"body": f"ons-{i}", "tags": "T", "keys": [f"k{i}"]} for i in range(12)]
     alions_produce(cluster.namesrv_addr, topic, sent)
+    assert settles_at(cclient, topic, 12) == 12
     qs = cclient.message_queues(topic)
     per_broker = {b: sum(cclient.max_offset(q) for q in qs if q.broker == b) for b in ("broker-a", "broker-b")}
     assert sum(per_broker.values()) == 12 and min(per_broker.values()) > 0

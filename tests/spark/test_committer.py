@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from brokers import settles_at
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.codec import BatchEntry
 
@@ -20,6 +21,7 @@ def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, bro
     qs = client.message_queues(topic)
     for i in range(40):
         client.send_batch(qs[i % 4], [BatchEntry(b"m%d" % i)])
+    assert settles_at(client, topic, 40) == 40
     committer = RocketMQOffsetCommitter(transport.options.get("namesrvAddr"), group,
                                         endpoints=transport.options.get("endpoints"), topics=[topic])
     spark.streams.addListener(committer)
@@ -45,7 +47,8 @@ def test_available_now_with_listener_leaves_broker_offsets_at_the_max(spark, bro
         assert {m: lag[m].messages_behind for m in qs} == {m: 0 for m in qs}
         # more data arrives: the lag is measured in messages and in store time
         client.send_batch(qs[0], [BatchEntry(b"late")])
-        time.sleep(0.05)
+        assert settles_at(client, topic, 41) == 41
+        time.sleep(0.05)  # the message is at least 50 ms old at the commit below
         committer.commit({qs[0]: 10})
         assert committer.lag[qs[0]].messages_behind == 1 and committer.lag[qs[0]].ms_behind >= 40
     finally:

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from brokers import settles_at
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, encode_properties
 
@@ -30,6 +31,7 @@ def _produce(client: RemotingClient, topic: str, first: int, n: int) -> None:
         client.send_batch(qs[(i // 250) % len(qs)],
                           [BatchEntry(b"k-%07d" % j, encode_properties({"TAGS": "k"}))
                            for j in range(i, min(first + n, i + 250))])
+    assert settles_at(client, topic, first + n) == first + n
 
 
 def _batches_planned(ckpt: str) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from brokers import Target, wait_until
+from brokers import Target, settles_at
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import SysFlag, decode_records
 from rocketmq_spark.model import MessageQueue
@@ -81,6 +81,7 @@ def test_java_producer_messages_read_by_spark_with_every_field(spark, broker, cl
     t1 = int(time.time() * 1000)
     assert [s["status"] for s in sent] == ["SEND_OK"] * len(specs), sent
     assert sent[6]["queueId"] == 2
+    assert settles_at(client, topic, len(specs)) == len(specs)
 
     rows = _read(spark, broker, topic)
     assert len(rows) == len(specs)
@@ -108,6 +109,7 @@ def test_spark_writer_rows_consumed_by_java_push_consumer(spark, broker, client,
     rows = [(f"w{i}", f"tag{i % 3}", [f"key{i}", "shared"], {"idx": str(i), "name": "wörter"}) for i in range(12)]
     rows.append((BIG_TEXT, "big", ["big"], {"size": str(len(BIG_TEXT))}))
     _write(spark, broker, topic, rows, maxBatchMessages="4", compressThreshold=str(COMPRESS_THRESHOLD))
+    assert settles_at(client, topic, len(rows)) == len(rows)
     ours = {bytes(r.body).decode(): r for r in _read(spark, broker, topic)}
     assert set(ours) == {row[0] for row in rows}
     big = ours[BIG_TEXT]
@@ -154,8 +156,7 @@ def test_java_transactions_seen_by_spark_reader(spark, broker, client, peer) -> 
     # second COMMIT stores the committed message twice.)
     assert {k: v["checked"] > 0 for k, v in res.items()} == {"commit": False, "rollback": False, "unknown": True}
 
-    mqs = client.message_queues(topic)
-    assert wait_until(lambda: sum(client.max_offset(q) for q in mqs) >= 2, timeout_s=10)
+    assert settles_at(client, topic, 2) == 2
     rows = _read(spark, broker, topic)
     assert sorted(bytes(r.body) for r in rows) == [b"tx-commit", b"tx-unknown"]
     for r in rows:
@@ -171,6 +172,7 @@ def test_java_lite_pull_consumer_reads_everything_the_writer_wrote(spark, broker
     topic = broker.create_topic(_name(broker, "SPARK_TO_JAVA_PULL"), queues=4)
     rows = [(f"p{i}", f"t{i % 2}", [f"pk{i}"], {"i": str(i)}) for i in range(40)]
     _write(spark, broker, topic, rows, maxBatchMessages="5")
+    assert settles_at(client, topic, len(rows)) == len(rows)
     ours = {r.messageId: r for r in _read(spark, broker, topic)}
     assert len(ours) == len(rows)
     assert len({r.queueId for r in ours.values()}) > 1  # the rows are spread over queues

@@ -16,7 +16,7 @@ import pytest
 from test_offset_reset import _wait_for
 from test_reset_states import _Sink  # every body a foreachBatch query wrote, counted
 
-from brokers import wait_until
+from brokers import settles_at, wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import RocketMQSparkError
@@ -165,6 +165,7 @@ def test_a_batch_write_lands_on_the_other_group_while_a_master_is_down(spark, re
         spark.createDataFrame(rows, "body STRING").write.mode("append").format("rocketmq") \
             .option("namesrvAddr", cl.namesrv_addr).option("topic", topic).save()
         queues = c.message_queues(topic, refresh=True)  # broker-a's read from its slave
+        assert settles_at(c, topic, 200, queues=queues) == 200
         ends = c.max_offsets(queues)
         assert sum(n for m, n in ends.items() if m.broker == "broker-b") == 200, ends
         assert sum(n for m, n in ends.items() if m.broker == "broker-a") == 0, ends

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from brokers import Target, wait_until
+from brokers import Target, settles_at, wait_until
 from real_rocketmq import NEWEST
 from rocketmq_spark.checkpoints import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient
@@ -90,7 +90,7 @@ def test_round_trip_with_the_java_client_in_one_namespace(spark, broker, client,
     assert [s["status"] for s in sent] == ["SEND_OK"] * 6, sent
     # the Java client wrapped the topic: the broker holds the messages under ns%topic
     wire = [MessageQueue(f"{ns}%{topic}", broker.broker_name, q) for q in (0, 1)]
-    assert sum(client.max_offset(q) for q in wire) == 6
+    assert settles_at(client, f"{ns}%{topic}", 6) == 6
 
     committer = RocketMQOffsetCommitter(broker.namesrv_addr, group, topics=[topic], namespace=ns)
     spark.streams.addListener(committer)
@@ -120,7 +120,7 @@ def test_round_trip_with_the_java_client_in_one_namespace(spark, broker, client,
         written += ["grpc-0", "grpc-1"]
         (spark.createDataFrame([("grpc-0",), ("grpc-1",)], "body STRING").write.format("rocketmq").mode("append")
          .option("endpoints", broker.grpc_endpoint).option("namespace", ns).option("topic", topic).save())
-    assert sum(client.max_offset(q) for q in wire) == 6 + len(written)
+    assert settles_at(client, f"{ns}%{topic}", 6 + len(written)) == 6 + len(written)
 
     lines = peer("pull", {"namesrv": broker.namesrv_addr, "namespace": ns, "topic": topic, "group": group,
                           "fromOffsets": "committed", "count": len(written), "idleMs": 3000, "timeoutMs": 30_000})

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from brokers import Target, Transport, wait_until
+from brokers import Target, Transport, queued, settles_at, wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
 
@@ -24,9 +24,12 @@ BROKERS = ("embedded", "real")
 
 
 def _send(client: RemotingClient, topic: str, prefix: str, n: int) -> None:
+    """Sends <prefix>0..<prefix>n-1 and returns once the topic's consume queues hold them."""
     qs = client.message_queues(topic)
+    before = queued(client, topic)
     for i in range(n):
         client.send_batch(qs[i % len(qs)], [BatchEntry(f"{prefix}{i}".encode())])
+    assert settles_at(client, topic, before + n) == before + n
 
 
 def _start(spark, transport, topic: str, group: str, ck: str, name: str = "", **opts: str):  # type: ignore[no-untyped-def]

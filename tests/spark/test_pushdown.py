@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
-from brokers import Target
+from brokers import Target, queued, settles_at
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.source import ReaderOptions, RocketMQBatchReader, RocketMQPushdownBatchReader
@@ -28,6 +28,7 @@ def _slices(client: RemotingClient, topic: str, slices: int, per_queue: int) -> 
     """``slices`` runs of messages (tags A, B, C in turn) with a gap between them; returns the
     store-time cut before each run (epoch ms) and one after the last."""
     qs = client.message_queues(topic)
+    before = queued(client, topic)
     cuts = []
     for s in range(slices):
         time.sleep(0.03)
@@ -38,6 +39,8 @@ def _slices(client: RemotingClient, topic: str, slices: int, per_queue: int) -> 
                                   for i in range(per_queue)])
     time.sleep(0.03)
     cuts.append(int(time.time() * 1000))
+    sent = slices * len(qs) * per_queue
+    assert settles_at(client, topic, before + sent) == before + sent  # in the consume queues: readable
     return cuts
 
 

@@ -12,6 +12,7 @@ import zlib
 import pytest
 from pyspark.sql import functions as F
 
+from brokers import queued, settles_at
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, encode_properties
@@ -22,10 +23,13 @@ BROKERS = ("embedded", "real")
 
 
 def _produce(client: RemotingClient, topic: str, n: int, start: int = 0) -> None:
+    """Sends msg-<start>..msg-<start+n-1> and returns once the topic's consume queues hold them."""
     qs = client.message_queues(topic)
+    before = queued(client, topic)
     for i in range(start, start + n):
         props = encode_properties({"TAGS": "even" if i % 2 == 0 else "odd", "KEYS": f"k{i} x{i}", "u": str(i)})
         client.send_batch(qs[i % len(qs)], [BatchEntry(b"msg-%d" % i, props)])
+    assert settles_at(client, topic, before + n) == before + n
 
 
 def _stream(spark, mq: EmbeddedBroker, topic: str, group: str, ckpt: str, transport=None, **opts: str):
@@ -272,7 +276,7 @@ def test_a_small_batch_is_read_by_one_task_and_each_queue_exactly(spark, broker,
     assert read.option("minMessagesPerPartition", "20").load().rdd.getNumPartitions() == 3  # ceil(55 / 20)
 
 
-def test_messages_sent_by_ali_ons_read_by_spark(spark, broker) -> None:
+def test_messages_sent_by_ali_ons_read_by_spark(spark, broker, client) -> None:
     from alions_support import alions_produce, ensure_alions
 
     ensure_alions()
@@ -281,6 +285,7 @@ def test_messages_sent_by_ali_ons_read_by_spark(spark, broker) -> None:
     sent = [{"body": "hello", "tags": "TagA", "keys": ["k1", "k2"], "props": {"color": "red"}},
             {"bodyB64": base64.b64encode(big).decode(), "tags": "Big", "keys": ["big"]}]
     results = alions_produce(broker.namesrv_addr, topic, sent)
+    assert settles_at(client, topic, 2) == 2
     df = (spark.read.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic).load())
     rows = {bytes(r.body): r for r in df.collect()}
     assert set(rows) == {b"hello", big}
@@ -300,6 +305,7 @@ def test_every_field_round_trips_with_chispa(spark, broker, client, transport) -
     big = b"z" * 6000
     client.send(q, zlib.compress(big), encode_properties({"TAGS": "t", "KEYS": "a b", "p": "1"}), sys_flag=1)
     client.send(q, b"plain", encode_properties({"UNIQ_KEY": "ABC123"}))
+    assert settles_at(client, topic, 2) == 2
     df = (spark.read.format("rocketmq").options(**transport.options).option("topic", topic).load()
           .select("queueId", "queueOffset", "messageId", "tag", "keys", "body", "properties", "storeHost"))
     expected = spark.createDataFrame(

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from brokers import PARITY_KINDS, Target, wait_until
+from brokers import PARITY_KINDS, Target, queued, settles_at, wait_until
 from real_rocketmq import VERSION_4, RealRocketMQ
 from rocketmq_spark import RocketMQOffsetCommitter
 from rocketmq_spark.client import RemotingClient, connect
@@ -46,8 +46,10 @@ CLI = [sys.executable, "-m", "rocketmq_spark.cli"]
 def _send(client: RemotingClient, topic: str, items: list[tuple[int, bytes, str]]) -> None:
     """(queue index, body, tag) each, one message per send, in order."""
     qs = client.message_queues(topic)
+    before = queued(client, topic)
     for qi, body, tag in items:
         client.send_batch(qs[qi], [BatchEntry(body, encode_properties({"TAGS": tag}) if tag else "")])
+    assert settles_at(client, topic, before + len(items)) == before + len(items)  # readable
 
 
 def _available_now(spark, where: dict[str, str], topic: str, name: str, ckpt: str, **opts: str):  # type: ignore[no-untyped-def]
@@ -343,6 +345,7 @@ def test_a_broker_killed_and_restarted_mid_stream_loses_and_repeats_nothing(spar
     qs = client.message_queues(topic)
     for i in range(0, 300, 50):
         client.send_batch(qs[(i // 50) % 2], [BatchEntry(b) for b in sent[i:i + 50]])
+    assert settles_at(client, topic, 300) == 300
     got: list[bytes] = []
     restarted = threading.Event()
 
@@ -374,6 +377,7 @@ def test_on_4_9_a_new_group_starts_where_consume_from_where_says(spark, broker, 
     (q0, q1) = client.message_queues("PAR_49", refresh=True)
     for i in range(4):
         client.send_batch(q0, [BatchEntry(b"m%d" % i)])
+    assert settles_at(client, "PAR_49", 4) == 4
     # 4.9 answers 0 to a new group on a young queue AND on an empty one, and ignores setZeroIfNotFound
     for qid in (0, 1):
         raw = client.invoke(broker.broker_addr, RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={

@@ -12,12 +12,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from test_offset_reset import _bodies, _reset, _send, _start, _wait_for
 
-from brokers import wait_until
+from brokers import settles_at, wait_until
+from real_rocketmq import RealCluster
 from rocketmq_spark import EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry
@@ -31,14 +31,18 @@ BROKERS = ("embedded", "real")
 
 def _halves(client: RemotingClient, topic: str, n: int) -> int:
     """``n`` messages a* on the topic's first queue, then ``n`` b* spread over all its queues,
-    stored strictly later; returns a time between them (ms). A reset to that time lands on a
-    batch's start for every queue but the first (offset 0 there), as in the issue."""
+    stored later; returns a time between them (ms): one past the last a*'s store time, at or
+    before the first b*'s. A reset to that time lands on a batch's start for every queue but
+    the first (offset 0 there), as in the issue."""
     first = client.message_queues(topic)[0]
     for i in range(n):
         client.send_batch(first, [BatchEntry(f"a{i}".encode())])
-    time.sleep(1.0)
-    cut = int(time.time() * 1000)
-    time.sleep(1.0)
+    assert settles_at(client, topic, n) == n
+    last_a = client.store_time_at(first, n - 1)  # the broker's clock: the store times a reset searches
+    assert last_a is not None
+    cut = last_a + 1
+    while int(time.time() * 1000) < cut:  # b* are stored at or after the cut, a* all before it
+        time.sleep(0.001)
     _send(client, topic, "b", n)
     return cut
 
@@ -293,28 +297,22 @@ def test_queues_added_to_the_topic_are_read_and_reset_with_the_others(spark, bro
 
 class _TwoBrokers:
     """A cluster of two broker groups, ``broker-a`` and ``broker-b``: the embedded one (in this
-    process) or Apache RocketMQ (:class:`RealCluster`: a name server and two broker JVMs, no
-    proxy; a cluster of its own, so no other test's routes see a broker killed here)."""
+    process) or Apache RocketMQ, the session's ``real_cluster`` (a name server, broker-a a
+    master with a slave, broker-b; no proxy), shared with test_cluster.py and the master/slave
+    tests as those share it: broker-b, killed here, is started again before the test ends."""
 
-    def __init__(self, kind: str, tmp: Path) -> None:
+    def __init__(self, kind: str, real: RealCluster | None = None) -> None:
         self.kind = kind
-        if kind == "embedded":
+        if real is None:
             self.embedded: EmbeddedCluster | None = EmbeddedCluster(brokers=2)
             self.embedded.__enter__()
             self.namesrv_addr = self.embedded.namesrv_addr
             self.addrs = dict(self.embedded.broker_addrs)
             return
-        from brokers import skip_or_fail
-        from real_rocketmq import VERSION, RealCluster, java_available, provision
-
-        missing = java_available()
-        if missing:
-            skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
         self.embedded = None
-        self.real = RealCluster(provision(), tmp, version=VERSION)
-        self.real.start()
-        self.namesrv_addr = self.real.namesrv_addr
-        self.addrs = {name: self.real.addr(name) for name in self.real.groups}
+        self.real = real
+        self.namesrv_addr = real.namesrv_addr
+        self.addrs = {name: real.addr(name) for name in ("broker-a", "broker-b")}
 
     def crash_b(self) -> None:
         if self.embedded is not None:
@@ -331,13 +329,14 @@ class _TwoBrokers:
     def close(self) -> None:
         if self.embedded is not None:
             self.embedded.__exit__(None, None, None)
-        else:
-            self.real.stop()
+        elif self.real.member("broker-b").pid("broker") is None:  # the test failed while it was down
+            self.real.start_member("broker-b")
 
 
 @pytest.fixture(params=["embedded", "real"])
-def two_brokers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_TwoBrokers]:
-    cl = _TwoBrokers(request.param, tmp_path_factory.mktemp(f"two-{request.param}"))
+def two_brokers(request: pytest.FixtureRequest) -> Iterator[_TwoBrokers]:
+    real = request.getfixturevalue("real_cluster") if request.param == "real" else None
+    cl = _TwoBrokers(request.param, real)
     try:
         yield cl
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from brokers import Target, wait_until
+from brokers import Target, settles_at, wait_until
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, MessageRecord, decode_records, offset_msg_id
 from rocketmq_spark.model import MessageQueue
@@ -62,6 +62,7 @@ def test_a_message_given_back_comes_again_through_the_retry_topic_then_goes_to_t
     topic, group = broker.create_topic(_name(broker, "SB")), _name(broker, "g_sb")
     mq = client.message_queues(topic)[0]
     client.send(mq, b"poison", "UNIQ_KEY\x01SBU1\x02TAGS\x01t\x02color\x01red\x02")
+    assert settles_at(client, topic, 1) == 1
     (orig,) = _records(client, topic)
     origin = offset_msg_id(orig.store_host, orig.physical_offset)
     client.send_back(mq, orig.physical_offset, group, origin_msg_id=origin, max_reconsume_times=1, delay_level=1)
@@ -98,6 +99,7 @@ def test_a_pipeline_writes_the_good_orders_and_sends_the_bad_ones_back_until_the
             client.send_batch(q, [BatchEntry((f'{{"id": {i}, "amount": {i * 2}}}' if i not in bad else
                                               f"garbage {i}").encode())
                                   for i in range(start, start + 100) if i % len(qs) == q.queue_id])
+    assert settles_at(client, orders, 1000) == 1000
     ns = broker.namesrv_addr
 
     def read(topic: str) -> Any:
@@ -113,6 +115,7 @@ def test_a_pipeline_writes_the_good_orders_and_sends_the_bad_ones_back_until_the
         .option("delivery", "send-back").option("consumerGroup", group).option("maxReconsumeTimes", "1") \
         .mode("append").save()
 
+    assert settles_at(client, good, 1000 - len(bad)) == 1000 - len(bad)
     written = [json.loads(r.payload()) for r in _records(client, good)]
     assert sorted(o["id"] for o in written) == sorted(set(range(1000)) - bad)  # each good order once
     back = _arrive(client, f"%RETRY%{group}", 10)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from brokers import skip_or_fail, wait_until
+from brokers import queued, settles_at, skip_or_fail, wait_until
 from real_rocketmq import RealRocketMQ, java_available, provision
 from rocketmq_spark.broker import EmbeddedBroker, EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
@@ -102,6 +102,9 @@ class LossyBroker:
                 # broker creates it on this send, with its messages
                 q0 = c.message_queues(topic, writable=True)[0]
                 c.send_batch(q0, [BatchEntry(f"new-0-{j}".encode()) for j in range(counts[0])])
+                # in the consume queue (not routed yet: asked of the queue itself)
+                wait_until(lambda q0=q0, n=counts[0]: c.max_offset(q0) >= n, 10, 0.05)
+                assert c.max_offset(q0) == counts[0]
         finally:
             c.close()
 
@@ -124,10 +127,13 @@ def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def _send(c: RemotingClient, topic: str, prefix: str, counts: list[int]) -> None:
+    """Sends ``counts[i]`` messages to queue i; returns once the consume queues hold them."""
     qs = c.message_queues(topic, refresh=True, writable=True)
+    before = queued(c, topic)
     for qid, n in enumerate(counts):
         if n:
             c.send_batch(qs[qid], [BatchEntry(f"{prefix}-{qid}-{j}".encode()) for j in range(n)])
+    assert settles_at(c, topic, before + sum(counts)) == before + sum(counts)
 
 
 def _produce(broker: LossyBroker, topic: str, prefix: str, counts: list[int]) -> None:

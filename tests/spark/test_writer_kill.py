@@ -13,7 +13,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from brokers import Target, wait_until
+from brokers import Target, settles_at, wait_until
 from rocketmq_spark.broker import EmbeddedBroker
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import decode_records
@@ -40,6 +40,7 @@ def _killed(broker, client, tmp_path, src: str, dst: str, rows: int, crash: str)
     qs = client.message_queues(src)
     for i in range(rows):
         client.send(qs[i % 2], b"row-%d" % i)
+    assert settles_at(client, src, rows) == rows
     ckpt = str(tmp_path / "ck")
     killed = _run(broker.namesrv_addr, src, dst, ckpt, crash)
     assert killed.returncode == -9, killed.stderr[-3000:]
