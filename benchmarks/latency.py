@@ -652,7 +652,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_of(args)
     workdir = tempfile.mkdtemp(prefix="rocketmq-spark-latency-")
     load_start = os.getloadavg()
-    argv = " ".join(sys.argv[1:])
+    argv = sys.argv[1:]
     try:
         res = run_plan(plan, workdir)
     finally:
@@ -669,7 +669,7 @@ def run(args: argparse.Namespace) -> int:
         "created": _provenance.created(),
         "git_commit": _provenance.git_commit(),
         "git_modified": _provenance.git_modified(),
-        "command": f"python -m benchmarks.latency {argv}".strip() if argv else "python -m benchmarks.latency",
+        "argv": argv,  # of python -m benchmarks.latency, or of python -m benchmarks (all the suites' options)
         "plan": {**asdict(plan), "what": "each rate for warmup_s + seconds; the warm-up's rows and batches "
                  "left out of the figures"},
         "latency": "send -> sink: the instant the foreachBatch sink's toArrow() returned minus the send time "
