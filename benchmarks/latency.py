@@ -1,10 +1,12 @@
 """Latency benchmark: how long a message takes from its send to a Spark sink, at steady rates, for
 our reader and the streaming sources Spark users compare it with (issue 33).
 
-One local[2] SparkSession runs one query at a time, each with the default trigger (a new
-micro-batch as soon as the last ends) and a foreachBatch sink that collects the batch's send
-times (``toArrow``) and takes each row's latency as the time the collect returned minus the row's
-send time::
+Every source is started first (brokers in their own processes), then the rates run in turn, and
+at each rate the sources one after the other, so a change in a shared machine's load meets the
+sources of one rate alike. One local[2] SparkSession runs one query at a time, each with the
+default trigger (a new micro-batch as soon as the last ends) and a foreachBatch sink that
+collects the batch's send times (``toArrow``) and takes each row's latency as the time the
+collect returned minus the row's send time::
 
   floor      a trivial Python streaming data source (benchmarks/_clock_source.py): one partition,
              rows appear with the clock at the rate, each carrying the instant it appeared as its
@@ -373,8 +375,7 @@ def measure(spark: Any, name: str, target: Target, rate: float, plan: Plan, work
             with open(tmp, "w") as f:
                 f.write(str(go_us))
             os.replace(tmp, control)
-            sent = total
-            time.sleep(seconds)  # the clock source produces on its own schedule
+            sent = total  # the clock source produces on its own schedule: the wait below covers it
             row.achieved_per_s, row.worst_lag_ms = rate, 0.0
         else:
             prod.go()
@@ -382,7 +383,8 @@ def measure(spark: Any, name: str, target: Target, rate: float, plan: Plan, work
             sent = int(res["sent"])
             row.achieved_per_s, row.worst_lag_ms = res.get("achieved_per_s"), res.get("worst_lag_ms")
         row.sent = sent
-        _wait(lambda: sink.received >= sent, _DRAIN_TIMEOUT_S, f"waiting for {sent:,} rows at the sink", q)
+        _wait(lambda: sink.received >= sent, _DRAIN_TIMEOUT_S + (seconds if prod is None else 0.0),
+              f"waiting for {sent:,} rows at the sink", q)
         q.stop()
         row.received = sink.received
         if row.received != sent:
@@ -423,7 +425,9 @@ def make_spark(kafka: bool, say: Callable[[str], None]) -> tuple[Any, str | None
 
 
 def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every source of the plan at every rate (source by source: one broker at a time).
+    """Every source of the plan at every rate: every broker started first, then the rates in
+    turn, each rate's runs back to back (so a change in the machine's load meets the sources of
+    one rate alike), the sources always in the same order.
     -> ``rows``, ``versions``, ``skipped``, ``timeline``."""
     t_start = time.perf_counter()
     out: dict[str, Any] = {"rows": [], "versions": {}, "skipped": dict(plan.skipped), "timeline": []}
@@ -453,25 +457,34 @@ def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> di
             spark, kversion = make_spark(False, say)
         if kversion:
             out["versions"]["spark_sql_kafka"] = kversion
-        with source_target("floor", plan, workdir, say) as floor:
+        with contextlib.ExitStack() as stack:
+            up: dict[str, Target] = {}
+            for name in dict.fromkeys(["floor", *sources]):
+                try:
+                    up[name] = stack.enter_context(source_target(name, plan, workdir, say))
+                except Exception as exc:  # noqa: BLE001 (one source's failure must not lose the others' rows)
+                    if name not in sources:
+                        raise
+                    say(f"{name}: error at start: {type(exc).__name__}: {exc}")
+                    out["rows"].append(Row(name, 0.0, note=f"error at start: {type(exc).__name__}: {str(exc)[:500]}"))
+                out["versions"].update(up[name].versions if name in up else {})
             # the session's first query starts the Python workers and the foreachBatch callback
             # path: a short run of the floor, not reported, so that no source pays for them
-            warm = measure(spark, "floor", floor, 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0), workdir)
+            warm = measure(spark, "floor", up["floor"], 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0),
+                           workdir)
             say(f"warm-up query: {warm.sent} rows, p50 {warm.latency_ms.get('p50')} ms")
-        for name in sources:
-            try:
-                with source_target(name, plan, workdir, say) as target:
-                    out["versions"].update(target.versions)
-                    for rate in rates:
-                        row = measure(spark, name, target, rate, plan, workdir)
-                        out["rows"].append(row)
-                        say(f"{name:<8} {rate:>7,.0f}/s  sent {row.sent:,} (achieved {row.achieved_per_s}/s)  "
-                            f"p50 {row.latency_ms.get('p50')} p99 {row.latency_ms.get('p99')} ms  "
-                            f"trigger {row.duration_ms.get('triggerExecution')} ms over {row.batches} batches"
-                            + (f"  NOTE {row.note}" if row.note else ""))
-            except Exception as exc:  # noqa: BLE001 (one source's failure must not lose the others' rows)
-                say(f"{name}: error: {type(exc).__name__}: {exc}")
-                out["rows"].append(Row(name, 0.0, note=f"error: {type(exc).__name__}: {str(exc)[:500]}"))
+            for rate in rates:
+                for name in [n for n in sources if n in up]:
+                    try:
+                        row = measure(spark, name, up[name], rate, plan, workdir)
+                    except Exception as exc:  # noqa: BLE001 (as above)
+                        row = Row(name, rate, up[name].label, note=f"error: {type(exc).__name__}: {str(exc)[:500]}")
+                    out["rows"].append(row)
+                    say(f"{name:<8} {rate:>7,.0f}/s  sent {row.sent:,} (achieved {row.achieved_per_s}/s)  "
+                        f"p50 {row.latency_ms.get('p50')} p99 {row.latency_ms.get('p99')} ms  "
+                        f"trigger {row.duration_ms.get('triggerExecution')} ms over {row.batches} batches"
+                        + (f"  NOTE {row.note}" if row.note else ""))
+            out["rows"].sort(key=lambda r: (sources.index(r.source), r.rate))
     finally:
         if spark is not None:
             spark.stop()
@@ -487,8 +500,10 @@ def targets(rows: list[Row], plan: Plan, skipped: dict[str, str]) -> dict[str, A
     whether it was met (None with a note when a side is missing)."""
     out: dict[str, Any] = {}
 
-    def why(*sides: tuple[str, Row | None]) -> str:
-        return "; ".join(f"{s}: {skipped.get(s, 'not run')}" for s, r in sides if r is None)
+    def why(*sides: tuple[str, Row | None, float | None]) -> str:
+        """Why a side has no figure: left out (``skipped``), not run, or its run gave none."""
+        return "; ".join(f"{s}: {skipped.get(s, 'not run') if r is None else 'no figure in its run'}"
+                         for s, r, v in sides if v is None)
 
     floor = _row_at(rows, "floor", plan.trigger_rate)
     kafka = _row_at(rows, "kafka", plan.p99_rate)
@@ -502,7 +517,7 @@ def targets(rows: list[Row], plan: Plan, skipped: dict[str, str]) -> dict[str, A
             "value": value, "target": TRIGGER_TARGET, "rate": plan.trigger_rate,
             "met": None if value is None else value <= TRIGGER_TARGET,
             "what": f"median triggerExecution per non-empty micro-batch, {ours} / floor",
-            **({} if value is not None else {"note": why((ours, r), ("floor", floor))})}
+            **({} if value is not None else {"note": why((ours, r, te), ("floor", floor, fe))})}
         p99 = p.latency_ms.get("p99") if p else None
         k99 = kafka.latency_ms.get("p99") if kafka else None
         ratio = round(p99 / k99, 3) if p99 is not None and k99 else None
@@ -510,12 +525,12 @@ def targets(rows: list[Row], plan: Plan, skipped: dict[str, str]) -> dict[str, A
             "value": ratio, "target": P99_TARGET, "rate": plan.p99_rate,
             "met": None if ratio is None else ratio <= P99_TARGET,
             "what": f"p99 send -> sink latency, {ours} / Spark's Kafka source",
-            **({} if ratio is not None else {"note": why((ours, p), ("kafka", kafka))})}
+            **({} if ratio is not None else {"note": why((ours, p, p99), ("kafka", kafka, k99))})}
         out[f"p99_ms_{ours}"] = {
             "value": p99, "target": P99_ABS_TARGET_MS, "rate": plan.p99_rate,
             "met": None if p99 is None else p99 <= P99_ABS_TARGET_MS,
             "what": f"p99 send -> sink latency of {ours} (ms)",
-            **({} if p99 is not None else {"note": why((ours, p))})}
+            **({} if p99 is not None else {"note": why((ours, p, p99))})}
     return out
 
 
