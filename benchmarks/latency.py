@@ -424,6 +424,25 @@ def make_spark(kafka: bool, say: Callable[[str], None]) -> tuple[Any, str | None
     return spark, version
 
 
+def warm_up(spark: Any, floor: Target, plan: Plan, workdir: str, say: Callable[[str], None],
+            attempts: int = 3) -> None:
+    """The session's first query starts the Python workers and the foreachBatch callback path:
+    a short run of the floor, not reported, so that no source pays for them. Tried again when it
+    fails: on an overloaded machine a worker's first start can outlast Spark's wait for it to
+    connect back ("Python worker failed to connect back"), and the next start finds it warm."""
+    for attempt in range(1, attempts + 1):
+        try:
+            warm = measure(spark, "floor", floor, 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0),
+                           workdir)
+        except RuntimeError as exc:
+            if attempt == attempts:
+                raise
+            say(f"warm-up query failed (attempt {attempt} of {attempts}), again: {str(exc).splitlines()[0][:300]}")
+            continue
+        say(f"warm-up query: {warm.sent} rows, p50 {warm.latency_ms.get('p50')} ms")
+        return
+
+
 def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every source of the plan at every rate: every broker started first, then the rates in
     turn, each rate's runs back to back (so a change in the machine's load meets the sources of
@@ -468,11 +487,7 @@ def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> di
                     say(f"{name}: error at start: {type(exc).__name__}: {exc}")
                     out["rows"].append(Row(name, 0.0, note=f"error at start: {type(exc).__name__}: {str(exc)[:500]}"))
                 out["versions"].update(up[name].versions if name in up else {})
-            # the session's first query starts the Python workers and the foreachBatch callback
-            # path: a short run of the floor, not reported, so that no source pays for them
-            warm = measure(spark, "floor", up["floor"], 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0),
-                           workdir)
-            say(f"warm-up query: {warm.sent} rows, p50 {warm.latency_ms.get('p50')} ms")
+            warm_up(spark, up["floor"], plan, workdir, say)
             for rate in rates:
                 for name in [n for n in sources if n in up]:
                     try:
