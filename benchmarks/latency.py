@@ -424,23 +424,33 @@ def make_spark(kafka: bool, say: Callable[[str], None]) -> tuple[Any, str | None
     return spark, version
 
 
-def warm_up(spark: Any, floor: Target, plan: Plan, workdir: str, say: Callable[[str], None],
-            attempts: int = 3) -> None:
-    """The session's first query starts the Python workers and the foreachBatch callback path:
-    a short run of the floor, not reported, so that no source pays for them. Tried again when it
-    fails: on an overloaded machine a worker's first start can outlast Spark's wait for it to
-    connect back ("Python worker failed to connect back"), and the next start finds it warm."""
+#: how a Python worker's start that outlasted Spark's wait for it shows (an overloaded machine)
+_WORKER_START = "failed to connect back"
+
+
+def measure_again(spark: Any, name: str, target: Target, rate: float, plan: Plan, workdir: str,
+                  say: Callable[[str], None], attempts: int = 3) -> Row:
+    """:func:`measure`, started again (a new query on a new topic) when its query failed to
+    start because a Python worker's start outlasted Spark's wait for it to connect back: every
+    query starts a planner worker of its own, and on an overloaded machine that can take longer
+    than Spark waits. Nothing was sent when that happens (the producer waits for the query)."""
     for attempt in range(1, attempts + 1):
         try:
-            warm = measure(spark, "floor", floor, 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0),
-                           workdir)
+            return measure(spark, name, target, rate, plan, workdir)
         except RuntimeError as exc:
-            if attempt == attempts:
+            if _WORKER_START not in str(exc) or attempt == attempts:
                 raise
-            say(f"warm-up query failed (attempt {attempt} of {attempts}), again: {str(exc).splitlines()[0][:300]}")
-            continue
-        say(f"warm-up query: {warm.sent} rows, p50 {warm.latency_ms.get('p50')} ms")
-        return
+            say(f"{name} {rate:,.0f}/s: the query did not start (attempt {attempt} of {attempts}), again: "
+                f"{str(exc).splitlines()[0][:200]}")
+    raise AssertionError("unreachable")
+
+
+def warm_up(spark: Any, floor: Target, plan: Plan, workdir: str, say: Callable[[str], None]) -> None:
+    """The session's first query starts the Python workers and the foreachBatch callback path:
+    a short run of the floor, not reported, so that no source pays for them."""
+    warm = measure_again(spark, "floor", floor, 100.0, dataclasses.replace(plan, seconds=1.0, warmup_s=0.0),
+                         workdir, say)
+    say(f"warm-up query: {warm.sent} rows, p50 {warm.latency_ms.get('p50')} ms")
 
 
 def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -491,7 +501,7 @@ def run_plan(plan: Plan, workdir: str, log: Callable[[str], None] = print) -> di
             for rate in rates:
                 for name in [n for n in sources if n in up]:
                     try:
-                        row = measure(spark, name, up[name], rate, plan, workdir)
+                        row = measure_again(spark, name, up[name], rate, plan, workdir, say)
                     except Exception as exc:  # noqa: BLE001 (as above)
                         row = Row(name, rate, up[name].label, note=f"error: {type(exc).__name__}: {str(exc)[:500]}")
                     out["rows"].append(row)
@@ -605,8 +615,9 @@ def draw(rows: list[Row], title: str) -> Callable[[str], None]:
             ax.tick_params(which="both", labelsize=7)
             ax.grid(True, which="both", alpha=0.3)
         axes[1].axhline(P99_ABS_TARGET_MS, color="#d62728", linestyle="--", linewidth=1)
-        axes[0].legend(fontsize=7)
-        if not by_source:
+        if by_source:
+            axes[0].legend(fontsize=7)
+        else:
             axes[0].text(0.5, 0.5, "no results", ha="center", transform=axes[0].transAxes)
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
