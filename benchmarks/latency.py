@@ -393,7 +393,11 @@ def measure(spark: Any, name: str, target: Target, rate: float, plan: Plan, work
         lat = sink.latencies_ms(after)
         row.measured = len(lat)
         row.latency_ms = latency_figures(lat)
-        row.batches, row.rows_per_batch, row.duration_ms = batch_figures(_progress_dicts(q), after)
+        progress = _progress_dicts(q)
+        row.batches, row.rows_per_batch, row.duration_ms = batch_figures(progress, after)
+        if not row.batches:  # a short run (--quick) whose batches all started in the warm-up
+            row.batches, row.rows_per_batch, row.duration_ms = batch_figures(progress, 0)
+            row.note = "batch figures over every batch (none started after the warm-up)"
     finally:
         if q is not None and q.isActive:
             q.stop()
