@@ -397,7 +397,8 @@ def measure(spark: Any, name: str, target: Target, rate: float, plan: Plan, work
         row.batches, row.rows_per_batch, row.duration_ms = batch_figures(progress, after)
         if not row.batches:  # a short run (--quick) whose batches all started in the warm-up
             row.batches, row.rows_per_batch, row.duration_ms = batch_figures(progress, 0)
-            row.note = "batch figures over every batch (none started after the warm-up)"
+            row.note = "; ".join(filter(None, [row.note, "batch figures over every batch (none started after the "
+                                                           "warm-up)"]))
     finally:
         if q is not None and q.isActive:
             q.stop()
