@@ -11,10 +11,13 @@ Each suite prints its table and writes ``<results-dir>/<name>.json`` and ``<name
     scale           scale          planning + commit for 8..4096 queues; executor peak memory
     peers           peers          the official RocketMQ 5 SDK vs our writer and reader (gRPC)
     cluster         cluster        two brokers, one killed: write, planning and read figures
+    latency         latency        send -> sink latency at steady rates: our reader (embedded broker,
+                                   Apache RocketMQ), Spark's Kafka source, a trivial Python source
 
 ``--quick`` is a smoke run (CI runs it from tests/test_benchmarks_smoke.py and checks that every
-result and plot is written, never how fast); to stay under a minute it runs spark_io in a child
-process beside the other suites, so its figures are not for comparison.
+result and plot is written, never how fast); to stay under a minute it runs spark_io and latency
+(the Spark suites) in child processes beside the other suites, so their figures are not for
+comparison.
 
 Every suite has its own options (its ``add_arguments``): each one parses the command line with
 its own parser, so two suites may use the same option name (``--out``, ``--repeat``) with their
@@ -33,7 +36,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from . import broker, client_decode, cluster, peers, scale, spark_io
+from . import broker, client_decode, cluster, latency, peers, scale, spark_io
 
 #: name -> (add_arguments, run); each run prints its table and writes results/<name>.json.
 SUITES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
@@ -43,11 +46,12 @@ SUITES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[arg
     "spark_io": (spark_io.add_arguments, spark_io.run),
     "scale": (scale.add_arguments, scale.run),
     "peers": (peers.add_arguments, peers.run),
+    "latency": (latency.add_arguments, latency.run),
 }
 
 
-#: in the --quick smoke run this suite runs in a child process beside the others
-BESIDE = "spark_io"
+#: in the --quick smoke run these suites run in child processes beside the others (each in its own)
+BESIDE = ("spark_io", "latency")
 
 
 def _suite_parser(name: str) -> argparse.ArgumentParser:
@@ -59,6 +63,24 @@ def _suite_parser(name: str) -> argparse.ArgumentParser:
 
 def _option_strings(p: argparse.ArgumentParser) -> set[str]:
     return {s for a in p._actions for s in a.option_strings}
+
+
+def _own_tokens(p: argparse.ArgumentParser, rest: list[str]) -> list[str]:
+    """The options of ``rest`` that ``p`` accepts, each with its value (for a suite run in a
+    child process, whose parser refuses the other suites' options)."""
+    out: list[str] = []
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        i += 1
+        if not tok.startswith("-"):
+            continue
+        action = p._option_string_actions.get(tok.split("=", 1)[0])
+        takes = 0 if "=" in tok or action is None or action.nargs == 0 else 1
+        if action is not None:
+            out += [tok, *rest[i:i + takes]]
+        i += takes
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,15 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     failed: list[str] = []
     t0 = time.perf_counter()
-    beside = None
-    if args.quick and len(names) > 1 and BESIDE in names:
-        # the smoke run: the Spark suite (mostly JVM and worker start-up) runs in a child process
+    beside: dict[str, subprocess.Popen[str]] = {}
+    if args.quick and len(names) > 1:
+        # the smoke run: the Spark suites (mostly JVM and worker start-up) run in child processes
         # beside the others, so the whole run stays under a minute
-        names.remove(BESIDE)
-        own = [*rest, "--quick"]
-        beside = subprocess.Popen([sys.executable, "-m", f"benchmarks.{BESIDE}", *own],
-                                  cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for name in [n for n in BESIDE if n in names]:
+            names.remove(name)
+            own = [*_own_tokens(parsers[name], rest), "--quick"]
+            beside[name] = subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", *own],
+                                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for name in names:
         print(f"== {name} ==", flush=True)
         try:
@@ -102,14 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             failed.append(name)
         rc = max(rc, code)
-    if beside is not None:
-        out, _ = beside.communicate()
-        print(f"== {BESIDE} (ran beside the others) ==")
+    for name, child in beside.items():
+        out, _ = child.communicate()
+        print(f"== {name} (ran beside the others) ==")
         print(out, end="", flush=True)
-        if beside.returncode:
-            failed.append(BESIDE)
+        if child.returncode:
+            failed.append(name)
             rc = max(rc, 1)
-        names.append(BESIDE)
+        names.append(name)
     print(f"benchmarks: {len(names) - len(failed)} of {len(names)} suites done in {time.perf_counter() - t0:.1f}s"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return rc

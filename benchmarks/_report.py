@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._plot import Panel, plot
@@ -38,14 +38,18 @@ def results_path(args: argparse.Namespace, name: str) -> str:
     return os.path.join(d, f"{name}-quick.json" if getattr(args, "quick", False) else f"{name}.json")
 
 
-def write_results(path: str, doc: dict[str, Any], panels: Sequence[Panel]) -> tuple[str, str]:
-    """Write ``doc`` as JSON at ``path`` and the panels as a PNG beside it; returns both paths."""
+def write_results(path: str, doc: dict[str, Any], panels: Sequence[Panel] | Callable[[str], None]) -> tuple[str, str]:
+    """Write ``doc`` as JSON at ``path`` and the panels as a PNG beside it (or, when ``panels`` is
+    a function, let it draw the PNG at the path it is given); returns both paths."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
     png = os.path.splitext(path)[0] + ".png"
-    plot(png, str(doc.get("benchmark", os.path.basename(path))), panels)
+    if callable(panels):
+        panels(png)
+    else:
+        plot(png, str(doc.get("benchmark", os.path.basename(path))), panels)
     print(f"results written to {os.path.relpath(path)} and {os.path.relpath(png)}")
     return path, png
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITES = ("broker", "client_decode", "cluster", "spark_io", "scale", "peers")
+SUITES = ("broker", "client_decode", "cluster", "spark_io", "scale", "peers", "latency")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
@@ -47,3 +47,14 @@ def test_quick_run_writes_every_table_json_and_plot(tmp_path: str) -> None:
     with open(os.path.join(tmp_path, "client_decode-quick.json")) as f:
         decode = json.load(f)
     assert decode["end_to_end"]["socket_mb_s"] > 0
+    with open(os.path.join(tmp_path, "latency-quick.json")) as f:
+        latency = json.load(f)
+    rows = {r["source"]: r for r in latency["rows"]}
+    assert set(rows) == {"floor", "embedded"}, rows
+    for r in rows.values():
+        assert r["received"] == r["sent"] > 0
+        assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p99"] <= r["latency_ms"]["max"]
+        assert r["batches"] > 0 and set(r["duration_ms"]) >= {"triggerExecution", "addBatch", "walCommit"}
+    assert latency["targets"]["trigger_ratio_embedded_to_floor"]["value"] > 0
+    assert latency["targets"]["p99_ms_embedded"]["value"] > 0
+    assert set(latency["skipped"]) == {"real", "kafka"}
