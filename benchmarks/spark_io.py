@@ -24,6 +24,18 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
       END_TRANSACTION       (builds the protocol's requests itself, as the writer does: a
                             diagnostic, not a user-level scenario)
 
+  exactly-once (issue 33; on Apache RocketMQ in a full run with the default launcher when java
+  and mvn are there, ``--java-eos``; skipped with --quick, which the JSON says):
+    the embedded figure     the sink's write exactly-once against 20,000 msgs/s (EOS_TARGET)
+    on Apache RocketMQ      a broker of tests/real_rocketmq.py VERSION; one after the other: the
+                            Spark writer with delivery=exactly-once, our client's half sends +
+                            END_TRANSACTION, and the Java client's TransactionMQProducer (JavaPeer
+                            tx-bench: 32 threads share it, sendMessageInTransaction, the listener
+                            answers COMMIT_MESSAGE, so each half is ended by the client's oneway
+                            END_TRANSACTION), same rows; ratios ours / Java (target >= 0.9) under
+                            "exactly_once" in the JSON, also against the Java client's time until
+                            its messages were all in the queues
+
   the real peers (full run, default launcher, when java and mvn are there; ``--peers``):
     rocketmq -> noop on     the same full-schema reads (2M x 100 B, 200k x 4 KiB, 8 queues) from
       Apache RocketMQ       Apache RocketMQ's broker (tests/real_rocketmq.py VERSION, 5.5.0; the JSON
@@ -37,8 +49,8 @@ a local[2] SparkSession (UI off, 2 shuffle partitions)::
                             partitions), loaded by Spark's Kafka sink (benchmarks/_kafka.py)
 
 The run is a list of sections (``SECTIONS``: source, gRPC vs remoting, the Java client, the
-pushed read, sink, the real peers); the source, gRPC and sink sections loop over tables of named
-scenarios (``SOURCE``, ``GRPC``, ``SINK``).
+pushed read, sink, exactly-once, the real peers; ``--sections`` picks some); the source, gRPC
+and sink sections loop over tables of named scenarios (``SOURCE``, ``GRPC``, ``SINK``).
 
 Warm-ups (one small query of each source, one small write of each mode) run before anything is
 timed, while the preload goes on. ``--repeat`` runs each source scenario R times and keeps the
@@ -48,7 +60,8 @@ N messages in its topic. Besides wall time every row has the CPU seconds of our 
 machine other processes took meanwhile ("noise"): on a shared 2-core box wall figures move with
 it, CPU per message much less.
 
-``python -m benchmarks.spark_io [--quick] [--repeat R] [--messages N] [--peers auto|on|off] [--profile]``
+``python -m benchmarks.spark_io [--quick] [--repeat R] [--messages N] [--eos-messages N] [--peers auto|on|off]
+[--java-eos auto|on|off] [--sections a,b] [--profile]``
 (``python -m benchmarks`` runs it with the other suites); results go to
 ``benchmarks/results/spark_io.json`` and ``spark_io.png`` (``spark_io-quick.*`` with ``--quick``:
 20,000 messages, one run each, no warm-ups, no 4 KiB scenario, 300 exactly-once rows, 2,000
