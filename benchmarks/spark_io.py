@@ -289,7 +289,8 @@ def java_transactions(c: RemotingClient, ns: str, topic: str, n: int, body_size:
     check(got == warm + n, f"the Java transactional producer's topic holds {got} of {warm + n}")
     row = _measured(f"Java TransactionMQProducer, {threads} threads", "sink", n, body_size, m,
                     params={"client_seconds": line["seconds"], "visible_seconds": line["visibleSeconds"],
-                            "msgs_per_s_until_visible": round(n / line["visibleSeconds"], 1),
+                            "msgs_per_s_until_visible": round(n / line["visibleSeconds"], 1)
+                            if line["visibleSeconds"] else None,
                             "threads": threads, "warm_up_messages": warm,
                             "jvm_start_included_s": round(m.elapsed, 2), "verified_count": got - warm})
     row.elapsed_s = float(line["seconds"])  # the client's own loop, JVM start-up excluded
@@ -820,19 +821,16 @@ def exactly_once_section(run: Run) -> None:
         c = RemotingClient(h.namesrv_addr)
         try:
             spark_write(run.spark, c, h.namesrv_addr, 1024, "exactly-once")  # warm-up (the writer's path on it)
-            rows = {
-                "spark": _median_run(lambda: spark_write(run.spark, c, h.namesrv_addr, n, "exactly-once"),
-                                     run.repeat),
-                "client": _median_run(lambda: client_transactions(c, f"bench-tx-{uuid.uuid4().hex[:6]}", n, 100),
-                                      run.repeat),
-            }
+            rows: dict[str, Row] = {}
+            for key, fn in (("spark", lambda: spark_write(run.spark, c, h.namesrv_addr, n, "exactly-once")),
+                            ("client", lambda: client_transactions(c, f"bench-tx-{uuid.uuid4().hex[:6]}", n, 100))):
+                rows[key] = r = _median_run(fn, run.repeat)
+                r.scenario += ", Apache RocketMQ"
+                r.params["broker"] = f"Apache RocketMQ {h.version}"
+                run.say(r.line())
             jr = java_transactions(c, h.namesrv_addr, f"bench-java-tx-{uuid.uuid4().hex[:6]}", n, 100)
         finally:
             c.close()
-    for r in rows.values():
-        r.scenario += ", Apache RocketMQ"
-        r.params["broker"] = f"Apache RocketMQ {h.version}"
-        run.say(r.line())
     doc["real"] = [rows["spark"], rows["client"]]
     if jr is None:
         doc["real_skipped"] = "the Java client could not run (java or mvn missing)"
@@ -841,10 +839,11 @@ def exactly_once_section(run: Run) -> None:
     run.say(jr.line())
     doc["real"].append(jr)
     doc["ratios"] = {"spark_writer_to_java": round(rows["spark"].msgs_per_s / jr.msgs_per_s, 3),
-                     "client_to_java": round(rows["client"].msgs_per_s / jr.msgs_per_s, 3),
-                     # the Java client's ENDs are oneway: its clock stops before the broker applied them
-                     "spark_writer_to_java_until_visible": round(
-                         rows["spark"].msgs_per_s / jr.params["msgs_per_s_until_visible"], 3)}
+                     "client_to_java": round(rows["client"].msgs_per_s / jr.msgs_per_s, 3)}
+    if jr.params["msgs_per_s_until_visible"]:
+        # the Java client's ENDs are oneway: its clock stops before the broker applied them
+        doc["ratios"]["spark_writer_to_java_until_visible"] = round(
+            rows["spark"].msgs_per_s / jr.params["msgs_per_s_until_visible"], 3)
     doc["java_met"] = doc["ratios"]["spark_writer_to_java"] >= EOS_JAVA_TARGET_RATIO
 
 

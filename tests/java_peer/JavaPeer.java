@@ -28,7 +28,7 @@
 //                          -> {count, sent, failed, notCommitted, seconds, threads} (seconds: from
 //                          the first send to the last one returned, JVM start-up excluded;
 //                          visibleSeconds: to when the topic's queues held every committed message,
-//                          the client's ENDs being oneway)
+//                          the client's ENDs being oneway; null if not within 60 s)
 //   consume                count (1), timeoutMs (60000), subExpression ("*"), from: first|last
 //                          -> a message line per delivery (redeliveries included) until `count`
 //                          distinct msgIds, then {done: true, received: distinct count}
@@ -395,11 +395,16 @@ public final class JavaPeer {
             long limit = ended + TimeUnit.SECONDS.toNanos(60);
             while (System.nanoTime() < limit) {
                 long stored = 0;
-                for (MessageQueue mq : producer.fetchPublishMessageQueues(topic)) {
-                    stored += producer.maxOffset(mq);
+                try {
+                    for (MessageQueue mq : producer.fetchPublishMessageQueues(topic)) {
+                        stored += producer.maxOffset(mq);
+                    }
+                } catch (MQClientException e) {  // a busy broker: asked again
+                    log("maxOffset: " + e);
+                    continue;
                 }
-                visible = System.nanoTime();
                 if (stored >= want) {
+                    visible = System.nanoTime();
                     break;
                 }
                 Thread.sleep(5);
@@ -413,7 +418,7 @@ public final class JavaPeer {
         line.put("failed", failed.get());
         line.put("notCommitted", notCommitted.get());
         line.put("seconds", (ended - started) / 1e9);
-        line.put("visibleSeconds", (visible - started) / 1e9);
+        line.put("visibleSeconds", visible < 0 ? null : (visible - started) / 1e9);
         line.put("threads", threads);
         emit(line);
     }
