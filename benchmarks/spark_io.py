@@ -268,8 +268,9 @@ def java_transactions(c: RemotingClient, ns: str, topic: str, n: int, body_size:
     threads, the local-transaction listener answering COMMIT_MESSAGE, so the client ends each
     half message with END_TRANSACTION, sent oneway) writing ``n`` messages to ``topic``; timed by
     the client from its first send to its last (JVM start-up and a warm-up of 2,000 excluded;
-    params: visible_seconds, until the topic's queues held them all). Checked: the
-    topic then holds warm-up + ``n`` committed messages. None when java or mvn is missing."""
+    params: visible_seconds, until the topic's queues held them all). Checked: the topic then
+    holds at least warm-up + ``n`` committed messages (params: duplicates, those past it: the
+    client sends a half again after a timeout and commits both). None when java or mvn is missing."""
     tests_on_path()
     import java_peer
     from real_rocketmq import cache_root, java_available, provision
@@ -286,13 +287,16 @@ def java_transactions(c: RemotingClient, ns: str, topic: str, n: int, body_size:
             "threads": threads, "bodySize": body_size, "warmup": warm}, timeout=900)
     check(line["failed"] == 0 and line["notCommitted"] == 0, f"the Java transactional producer: {line}")
     got = topic_count(c, topic, warm + n)
-    check(got == warm + n, f"the Java transactional producer's topic holds {got} of {warm + n}")
+    # more is possible: the client sends a half again when its answer timed out (retries 2), and
+    # commits both (seen on a loaded box: 42,236 of 42,000)
+    check(got >= warm + n, f"the Java transactional producer's topic holds {got} of {warm + n}")
     row = _measured(f"Java TransactionMQProducer, {threads} threads", "sink", n, body_size, m,
                     params={"client_seconds": line["seconds"], "visible_seconds": line["visibleSeconds"],
                             "msgs_per_s_until_visible": round(n / line["visibleSeconds"], 1)
                             if line["visibleSeconds"] else None,
                             "threads": threads, "warm_up_messages": warm,
-                            "jvm_start_included_s": round(m.elapsed, 2), "verified_count": got - warm})
+                            "jvm_start_included_s": round(m.elapsed, 2), "verified_count": got - warm,
+                            "duplicates": got - warm - n})
     row.elapsed_s = float(line["seconds"])  # the client's own loop, JVM start-up excluded
     return row
 
