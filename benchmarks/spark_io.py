@@ -811,6 +811,8 @@ def exactly_once_section(run: Run) -> None:
     doc: dict[str, Any] = {"target_embedded_msgs_s": EOS_TARGET, "target_ratio_to_java": EOS_JAVA_TARGET_RATIO,
                            "embedded_msgs_s": round(emb.msgs_per_s, 1) if emb else None,
                            "embedded_met": bool(emb and emb.msgs_per_s >= EOS_TARGET), "real": [], "ratios": {}}
+    if run.sizes.sink_eos < 10_000:  # the smoke run's few rows: start-up dominates, the target is for full runs
+        doc["embedded_met"] = None
     run.out["exactly_once"] = doc
     if run.real_eos is not None:
         doc["real_skipped"] = run.real_eos
@@ -1173,8 +1175,8 @@ def _print_sink(res: dict[str, Any]) -> None:
 def _print_exactly_once(eos: dict[str, Any]) -> None:
     emb = eos.get("embedded_msgs_s")
     if emb is not None:
-        print(f"exactly-once (Spark) on the embedded broker: {emb:,.0f} msgs/s (target >= {EOS_TARGET:,}: "
-              f"{'met' if eos['embedded_met'] else 'NOT met'})")
+        met = {True: "met", False: "NOT met", None: "a full run's target"}[eos["embedded_met"]]
+        print(f"exactly-once (Spark) on the embedded broker: {emb:,.0f} msgs/s (target >= {EOS_TARGET:,}: {met})")
     if eos.get("real"):
         print(f"exactly-once on Apache RocketMQ {eos.get('rocketmq', '?')}, same broker, one after the other:")
         print(format_table(eos["real"]))
