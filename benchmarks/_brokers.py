@@ -265,11 +265,12 @@ def java_missing() -> str | None:
 
 
 class RealBroker(BrokerHandle):
-    """Apache RocketMQ (see the module docstring); ``pid`` is its broker JVM's."""
+    """Apache RocketMQ (see the module docstring); ``pid`` is its broker JVM's; ``broker_config``:
+    broker.conf keys over the test harness's."""
 
     launcher = "real"
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, broker_config: dict[str, Any] | None = None) -> None:
         tests_on_path()
         from pathlib import Path
 
@@ -277,7 +278,7 @@ class RealBroker(BrokerHandle):
 
         self.version = VERSION
         os.makedirs(data_dir, exist_ok=True)
-        self._rmq = RealRocketMQ(provision(), Path(data_dir), proxy=False)
+        self._rmq = RealRocketMQ(provision(), Path(data_dir), proxy=False, broker_config=dict(broker_config or {}))
         self._rmq.start()
         self.namesrv_addr = self._rmq.namesrv_addr
         self.pid = self._rmq._jvms["broker"].proc.pid  # type: ignore[union-attr]

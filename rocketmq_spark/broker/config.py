@@ -52,6 +52,11 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_interval_ms: int = 30_000
     transaction_max_checks: int = 15
+    #: Check-backs (and rollbacks after the last check) sent per housekeeping round (about a
+    #: second) at most, oldest halves first; 0: no limit. A long exactly-once write leaves tens
+    #: of thousands of halves past transaction_timeout_ms at once, and asking about every one in
+    #: one pass held the event loop (the sends and ENDs waiting behind it) for seconds.
+    transaction_checks_per_round: int = 512
     #: Longest delay a 5.x timer property may ask for (Java's timerMaxDelaySec: 3 days).
     max_delay_ms: int = 3 * 24 * 3600_000
     #: ACL 1.0: access key -> secret key. When set, every remoting request must be signed by

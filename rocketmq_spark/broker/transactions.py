@@ -199,18 +199,23 @@ class Transactions:
 
     def check(self) -> None:
         """Ask the producers of transactions open longer than the timeout (CHECK_TRANSACTION_STATE,
-        at most every check interval); roll back one unresolved after the maximum of checks."""
+        at most every check interval); roll back one unresolved after the maximum of checks. At
+        most ``transaction_checks_per_round`` of either per call, the oldest first."""
         if not self.pending:
             return
         now = time.time()
         cfg = self.config
-        for p in list(self.pending.values()):
+        budget = cfg.transaction_checks_per_round or len(self.pending)
+        for p in list(self.pending.values()):  # in half-queue order: the oldest first
+            if budget <= 0:
+                break
             age_ms = now * 1000 - p.store_ts
             if age_ms < cfg.transaction_timeout_ms:
-                continue
+                break  # the later halves were stored later still
             if p.checks and (now - p.last_check) * 1000 < cfg.transaction_check_interval_ms:
                 continue
             if p.checks >= cfg.transaction_max_checks:
+                budget -= 1
                 log.warning("transaction of group %s at half offset %d unresolved after %d checks; "
                             "rolling it back", p.producer_group, p.half_offset, p.checks)
                 self.store.put([self._op_marker(str(p.half_offset).encode(), int(now * 1000))])
@@ -239,6 +244,7 @@ class Transactions:
                 "transactionId": rec.properties.get(PropertyKey.TRANSACTION_ID, uniq),
                 "offsetMsgId": offset_msg_id(self.addr, p.commit_log_offset),
             }
+            budget -= 1
             p.checks += 1
             p.last_check = now
             producers[p.checks % len(producers)].push(RequestCode.CHECK_TRANSACTION_STATE, fields, body)

@@ -297,6 +297,39 @@ def test_open_transaction_is_checked_back_and_survives_restart(tmp_path) -> None
             c.close()
 
 
+def test_check_backs_per_round_are_bounded_oldest_first(tmp_path) -> None:
+    """A long exactly-once write leaves many halves past the timeout at once: each check round
+    asks about at most transaction_checks_per_round of them, the oldest first (asking about all
+    in one pass held the broker's loop for seconds)."""
+    with EmbeddedBroker(str(tmp_path), transaction_timeout_ms=0, transaction_check_interval_ms=3_600_000,
+                        transaction_checks_per_round=3) as mq:
+        c = RemotingClient(mq.namesrv_addr, on_request=lambda conn, cmd: None)
+        try:
+            q = c.message_queues("TX_ROUNDS")[0]
+            for i in range(10):
+                c.send(q, b"h%d" % i, _props(TRAN_MSG="true", PGROUP="PG_ROUNDS", UNIQ_KEY=f"R{i}"),
+                       sys_flag=TransactionType.PREPARED, producer_group="PG_ROUNDS")
+            c.connection(mq.broker_addr).invoke(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(
+                {"clientID": "p@rounds", "producerDataSet": [{"groupName": "PG_ROUNDS"}]}).encode()), 5, "heartbeat")
+            tx = mq.broker.transactions
+
+            def one_round() -> tuple[list[int], list[int]]:
+                before = [p.checks for p in tx.pending.values()]
+                tx.check()
+                return before, [p.checks for p in tx.pending.values()]
+
+            deadline = time.monotonic() + 30
+            while True:
+                before, after = mq.call(one_round)
+                assert sum(after) - sum(before) <= 3
+                assert after == sorted(after, reverse=True), "the oldest halves are asked about first"
+                if all(after) or time.monotonic() > deadline:
+                    break
+            assert all(after), after
+        finally:
+            c.close()
+
+
 def test_reset_offset_by_timestamp(client: RemotingClient, broker: EmbeddedBroker, topic: str) -> None:
     qs = client.message_queues(topic)
     for q in qs:

@@ -20,6 +20,15 @@
 //                          -> per message {status, msgId, offsetMsgId (always null: the client drops
 //                          it), queueId, queueOffset (of the half queue), brokerName, transactionId,
 //                          localState, local, checked}
+//   tx-bench               count, threads (16), bodySize (100), warmup (0: messages sent and
+//                          committed before the clock starts): count transactional messages of one
+//                          body, sent by `threads` threads sharing one TransactionMQProducer
+//                          (sendMessageInTransaction: a half message, then the listener's
+//                          COMMIT_MESSAGE, ended by the client's END_TRANSACTION), send-timeout 10 s
+//                          -> {count, sent, failed, notCommitted, seconds, threads} (seconds: from
+//                          the first send to the last one returned, JVM start-up excluded;
+//                          visibleSeconds: to when the topic's queues held every committed message,
+//                          the client's ENDs being oneway; null if not within 60 s)
 //   consume                count (1), timeoutMs (60000), subExpression ("*"), from: first|last
 //                          -> a message line per delivery (redeliveries included) until `count`
 //                          distinct msgIds, then {done: true, received: distinct count}
@@ -88,13 +97,14 @@ public final class JavaPeer {
         int rc = 0;
         try {
             if (argv.length != 1) {
-                throw new IllegalArgumentException("usage: JavaPeer produce|produce-transactional|consume|pull");
+                throw new IllegalArgumentException("usage: JavaPeer produce|produce-transactional|tx-bench|consume|pull");
             }
             Map<String, Object> args = asMap(Json.parse(readAll(System.in)), "arguments");
             req(args, "namesrv");
             switch (argv[0]) {
                 case "produce" -> produce(args);
                 case "produce-transactional" -> produceTransactional(args);
+                case "tx-bench" -> txBench(args);
                 case "consume" -> consume(args);
                 case "pull" -> pull(args);
                 default -> throw new IllegalArgumentException("unknown command " + argv[0]);
@@ -344,6 +354,98 @@ public final class JavaPeer {
             AtomicInteger n = checks.get(ids.get(i));
             line.put("checked", n == null ? 0 : n.get());
             emit(line);
+        }
+    }
+
+    private static void txBench(Map<String, Object> args) throws Exception {
+        String topic = req(args, "topic");
+        long count = num(args, "count", 10_000);
+        int threads = (int) num(args, "threads", 16);
+        long warmup = num(args, "warmup", 0);
+        byte[] body = new byte[(int) num(args, "bodySize", 100)];
+        java.util.Arrays.fill(body, (byte) 'x');
+        TransactionMQProducer producer = new TransactionMQProducer(str(args, "group", "jpeer-tx-bench"));
+        configureProducer(producer, args, "txbench");
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer.start();
+        AtomicInteger failed = new AtomicInteger();
+        AtomicInteger notCommitted = new AtomicInteger();
+        long started;
+        long ended;
+        long visible = -1;
+        try {
+            runTx(producer, topic, body, warmup, threads, failed, notCommitted);
+            failed.set(0);
+            notCommitted.set(0);
+            started = System.nanoTime();
+            runTx(producer, topic, body, count, threads, failed, notCommitted);
+            ended = System.nanoTime();
+            // the ENDs go oneway: when are the committed messages all in the topic's queues?
+            long want = warmup + count - failed.get() - notCommitted.get();
+            long limit = ended + TimeUnit.SECONDS.toNanos(60);
+            while (System.nanoTime() < limit) {
+                long stored = 0;
+                try {
+                    for (MessageQueue mq : producer.fetchPublishMessageQueues(topic)) {
+                        stored += producer.maxOffset(mq);
+                    }
+                } catch (MQClientException e) {  // a busy broker: asked again
+                    log("maxOffset: " + e);
+                    continue;
+                }
+                if (stored >= want) {
+                    visible = System.nanoTime();
+                    break;
+                }
+                Thread.sleep(5);
+            }
+        } finally {
+            producer.shutdown();
+        }
+        Map<String, Object> line = new LinkedHashMap<>();
+        line.put("count", count);
+        line.put("sent", count - failed.get());
+        line.put("failed", failed.get());
+        line.put("notCommitted", notCommitted.get());
+        line.put("seconds", (ended - started) / 1e9);
+        line.put("visibleSeconds", visible < 0 ? null : (visible - started) / 1e9);
+        line.put("threads", threads);
+        emit(line);
+    }
+
+    private static void runTx(TransactionMQProducer producer, String topic, byte[] body, long count, int threads,
+                              AtomicInteger failed, AtomicInteger notCommitted) throws InterruptedException {
+        java.util.concurrent.atomic.AtomicLong next = new java.util.concurrent.atomic.AtomicLong();
+        List<Thread> workers = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread w = new Thread(() -> {
+                while (next.getAndIncrement() < count) {
+                    try {
+                        TransactionSendResult r = producer.sendMessageInTransaction(new Message(topic, body), null);
+                        if (r.getLocalTransactionState() != LocalTransactionState.COMMIT_MESSAGE) {
+                            notCommitted.incrementAndGet();
+                        }
+                    } catch (MQClientException | RuntimeException e) {
+                        failed.incrementAndGet();
+                        log("transactional send failed: " + e);
+                    }
+                }
+            }, "tx-bench-" + t);
+            w.start();
+            workers.add(w);
+        }
+        for (Thread w : workers) {
+            w.join();
         }
     }
 
