@@ -86,7 +86,7 @@ class Plan:
     seconds: float
     warmup_s: float
     sources: tuple[str, ...]
-    queues: int = 1
+    queues: int = 4
     body_size: int = 100
     trigger_rate: float = 500.0
     p99_rate: float = 1000.0
@@ -525,6 +525,13 @@ def _row_at(rows: list[Row], source: str, rate: float) -> Row | None:
     return next((r for r in rows if r.source == source and r.rate == rate and r.ok), None)
 
 
+def _target(value: float | None, target: float, rate: float, what: str, note: str) -> dict[str, Any]:
+    """One target's entry: its figure, its limit (met when at or under it), and without a
+    figure the note saying why."""
+    return {"value": value, "target": target, "rate": rate, "met": None if value is None else value <= target,
+            "what": what, **({} if value is not None else {"note": note})}
+
+
 def targets(rows: list[Row], plan: Plan, skipped: dict[str, str]) -> dict[str, Any]:
     """The issue's headline ratios, each with its target, the rate it was measured at and
     whether it was met (None with a note when a side is missing)."""
@@ -543,24 +550,18 @@ def targets(rows: list[Row], plan: Plan, skipped: dict[str, str]) -> dict[str, A
         te = r.duration_ms.get("triggerExecution") if r else None
         fe = floor.duration_ms.get("triggerExecution") if floor else None
         value = round(te / fe, 3) if te is not None and fe else None
-        out[f"trigger_ratio_{ours}_to_floor"] = {
-            "value": value, "target": TRIGGER_TARGET, "rate": plan.trigger_rate,
-            "met": None if value is None else value <= TRIGGER_TARGET,
-            "what": f"median triggerExecution per non-empty micro-batch, {ours} / floor",
-            **({} if value is not None else {"note": why((ours, r, te), ("floor", floor, fe))})}
+        out[f"trigger_ratio_{ours}_to_floor"] = _target(
+            value, TRIGGER_TARGET, plan.trigger_rate,
+            f"median triggerExecution per non-empty micro-batch, {ours} / floor",
+            why((ours, r, te), ("floor", floor, fe)))
         p99 = p.latency_ms.get("p99") if p else None
         k99 = kafka.latency_ms.get("p99") if kafka else None
         ratio = round(p99 / k99, 3) if p99 is not None and k99 else None
-        out[f"p99_ratio_{ours}_to_kafka"] = {
-            "value": ratio, "target": P99_TARGET, "rate": plan.p99_rate,
-            "met": None if ratio is None else ratio <= P99_TARGET,
-            "what": f"p99 send -> sink latency, {ours} / Spark's Kafka source",
-            **({} if ratio is not None else {"note": why((ours, p, p99), ("kafka", kafka, k99))})}
-        out[f"p99_ms_{ours}"] = {
-            "value": p99, "target": P99_ABS_TARGET_MS, "rate": plan.p99_rate,
-            "met": None if p99 is None else p99 <= P99_ABS_TARGET_MS,
-            "what": f"p99 send -> sink latency of {ours} (ms)",
-            **({} if p99 is not None else {"note": why((ours, p, p99))})}
+        out[f"p99_ratio_{ours}_to_kafka"] = _target(
+            ratio, P99_TARGET, plan.p99_rate, f"p99 send -> sink latency, {ours} / Spark's Kafka source",
+            why((ours, p, p99), ("kafka", kafka, k99)))
+        out[f"p99_ms_{ours}"] = _target(p99, P99_ABS_TARGET_MS, plan.p99_rate,
+                                        f"p99 send -> sink latency of {ours} (ms)", why((ours, p, p99)))
     return out
 
 
@@ -665,7 +666,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds sent before the measured ones, left out of the figures (default {FULL.warmup_s:g})")
     p.add_argument("--sources", type=_sources, default=None,
                    help=f"which sources (default {','.join(SOURCES)}; quick: floor,embedded)")
-    p.add_argument("--queues", type=int, default=1, help="queues / partitions per topic (default 1)")
+    p.add_argument("--queues", type=int, default=4,
+                   help="queues / partitions per topic (default 4: a RocketMQ topic as the brokers create one)")
     p.add_argument("--body-size", type=int, default=100, help="bytes per message (default 100)")
     p.add_argument("--trigger-rate", type=float, default=None,
                    help="the rate of the triggerExecution ratio, run too when not among --rates (default 500)")
