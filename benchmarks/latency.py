@@ -91,6 +91,8 @@ class Plan:
     trigger_rate: float = 500.0
     p99_rate: float = 1000.0
     skipped: dict[str, str] = field(default_factory=dict)  # source -> why it was left out
+    #: options given to our reader besides its own (--reader-option), e.g. minMessagesPerPartition=0
+    reader_options: tuple[tuple[str, str], ...] = ()
 
 
 FULL = Plan(rates=(100.0, 1000.0, 10000.0), seconds=20.0, warmup_s=3.0, sources=SOURCES)
@@ -275,7 +277,7 @@ def _rocketmq_target(label: str, ns: str, plan: Plan) -> Target:
     def reader(spark: Any, run: Spec) -> Any:
         return (spark.readStream.format("rocketmq").option("namesrvAddr", ns).option("topic", run.topic)
                 .option("consumerGroup", f"lat-{uuid.uuid4().hex[:8]}").option("startingOffsets", "earliest")
-                .load().selectExpr(_sent_us_of("body")))
+                .options(**dict(plan.reader_options)).load().selectExpr(_sent_us_of("body")))
 
     def producer(run: Spec) -> list[str]:
         return [sys.executable, "-m", "benchmarks._paced", "--namesrv", ns, "--topic", run.topic, "--queues",
@@ -646,6 +648,13 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: KEY=VALUE, a reader option and its value")
+    return key.strip(), value
+
+
 def _sources(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in SOURCES]
@@ -669,6 +678,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queues", type=int, default=4,
                    help="queues / partitions per topic (default 4: a RocketMQ topic as the brokers create one)")
     p.add_argument("--body-size", type=int, default=100, help="bytes per message (default 100)")
+    p.add_argument("--reader-option", type=_key_value, action="append", metavar="KEY=VALUE",
+                   help="an option for our reader (repeatable), e.g. minMessagesPerPartition=0 to compare")
     p.add_argument("--trigger-rate", type=float, default=None,
                    help="the rate of the triggerExecution ratio, run too when not among --rates (default 500)")
     p.add_argument("--p99-rate", type=float, default=None,
@@ -687,7 +698,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan(rates=rates, seconds=args.seconds or base.seconds,
                 warmup_s=base.warmup_s if args.warmup is None else args.warmup, sources=sources,
                 queues=args.queues, body_size=max(args.body_size, TS_DIGITS), trigger_rate=trigger_rate,
-                p99_rate=p99_rate, skipped=skipped)
+                p99_rate=p99_rate, skipped=skipped, reader_options=tuple(args.reader_option or ()))
 
 
 def main(argv: list[str] | None = None) -> int:
