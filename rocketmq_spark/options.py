@@ -19,8 +19,8 @@ from .remoting.acl import Credentials
 from .tls import TlsConfig
 
 __all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name",
-           "namespace", "namesrv_list", "parse_bool", "parse_positive_int", "positive_int", "tls_config",
-           "topic_name"]
+           "namespace", "namesrv_list", "non_negative_int", "parse_bool", "parse_positive_int", "positive_int",
+           "tls_config", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -113,6 +113,17 @@ def positive_int(name: str, raw: str) -> int:
         return parse_positive_int(raw)
     except ValueError:
         raise OptionError(name, raw, "accepted: a positive integer") from None
+
+
+def non_negative_int(name: str, raw: str) -> int:
+    """Option ``name`` as an integer >= 0."""
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise OptionError(name, raw, "accepted: a whole number, 0 or more")
+    return n
 
 
 def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:

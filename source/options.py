@@ -29,6 +29,7 @@ from ..options import (
     group_name,
     namespace,
     namesrv_list,
+    non_negative_int,
     parse_bool,
     positive_int,
     tls_config,
@@ -188,18 +189,8 @@ class ReaderOptions:
             ending_timestamp=_timestamp("endingTimestamp", ending_ts) if ending_ts else None,
             tls=tls_config(opts),
             namespace=ns,
-            min_messages_per_partition=_non_negative_int("minMessagesPerPartition", per_part),
+            min_messages_per_partition=non_negative_int("minMessagesPerPartition", per_part),
         )
-
-
-def _non_negative_int(name: str, raw: str) -> int:
-    try:
-        v = int(raw.strip())
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise OptionError(name, raw, "accepted: a whole number, 0 or more") from None
-    return v
 
 
 def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
