@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .errors import TlsError
 
-__all__ = ["ServerTls", "TlsConfig", "probe_hangs_up_after_handshake", "probe_tls"]
+__all__ = ["ServerTls", "TlsConfig", "probe_hangs_up_after_handshake", "probe_plaintext_answered", "probe_tls"]
 
 
 def _readable(option: str, path: str, address: str) -> None:
@@ -146,6 +146,20 @@ def probe_tls(host: str, port: int, timeout_s: float) -> bool:
             return True
     except ssl.SSLError as exc:  # a TLS alert (e.g. a client certificate is required) is TLS spoken
         return "ALERT" in str(exc.reason or "").upper()
+    except (OSError, ValueError):
+        return False
+
+
+def probe_plaintext_answered(host: str, port: int, request: bytes, timeout_s: float) -> bool:
+    """Whether ``host:port`` answers ``request`` (a whole frame) sent in plaintext on a new
+    connection: a server that accepts TLS handshakes may accept plaintext too (Apache
+    RocketMQ's default ``tls.server.mode=permissive``), so a plaintext connection hung up on
+    there was a fault of the moment, not a server that requires TLS. False on a hang-up, a
+    timeout or any other failure."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            raw.sendall(request)
+            return raw.recv(1) != b""
     except (OSError, ValueError):
         return False
 

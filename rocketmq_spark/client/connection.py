@@ -11,13 +11,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from ..errors import ConnectionFailedError, ProtocolError, RequestTimeoutError, TlsError
+from ..remoting.codes import RequestCode
 from ..remoting.frame import (
     DEFAULT_MAX_FRAME,
     FLAG_RESPONSE,
     RemotingCommand,
     read_frame_length,
 )
-from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
+from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_plaintext_answered, probe_tls
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,10 @@ class RemotingConnection:
             return exc  # a frame that does not decode is not a TLS matter (TLS records are caught unread)
         timeout = min(self._connect_timeout_s, 3.0)
         if self.tls is None:
-            if probe_tls(self._host, self._port, timeout):
+            # a permissive server (Apache RocketMQ's default) speaks both: it requires TLS only
+            # when it also hangs up on a plaintext request made now
+            if probe_tls(self._host, self._port, timeout) and not probe_plaintext_answered(
+                    self._host, self._port, _PROBE_REQUEST, timeout):
                 return TlsError(self.address, "request", "the server requires TLS: it hung up on a plaintext request "
                                 "and accepts a TLS handshake; set tls=true (CLI: --tls)")
         elif self.tls.cert_file is None and probe_hangs_up_after_handshake(self.tls.context(self.address), self._host,
@@ -402,6 +406,9 @@ class RemotingConnection:
         self._fail_all(ConnectionResetError("closed by the client"))
 
 
+#: what the plaintext probe sends (see :meth:`RemotingConnection._fault`): a request every
+#: remoting server answers, a name server with its clusters, a broker or proxy with "not supported"
+_PROBE_REQUEST = RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO).encode()
 _CLIENT_CERT_HINT = ": if it requires a client certificate (mutual TLS), set tlsCertFile and tlsKeyFile"
 
 #: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH

@@ -71,7 +71,7 @@ from ..proto.messages import millis, properties_to_message, set_millis
 from ..remoting.acl import grpc_auth_metadata, grpc_needs
 from ..remoting.codes import ResponseCode
 from ..remoting.route import refused_queues_text
-from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_tls
+from ..tls import TlsConfig, probe_hangs_up_after_handshake, probe_plaintext_answered, probe_tls
 from .contract import CheckHandler, GroupPresence, QueueStatus
 from .many import SequentialManyQueueCalls
 from .membership import GrpcGroupMember
@@ -79,6 +79,9 @@ from .remoting import parse_namesrv_addr
 from .retry import ClientConfig, retrying
 
 log = logging.getLogger(__name__)
+#: an HTTP/2 client's start (the preface and an empty SETTINGS frame): a plaintext HTTP/2
+#: server answers it with its own SETTINGS (the plaintext probe, see _tls_fault)
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 __all__ = ["STATUS_ERRORS", "GrpcClient", "parse_endpoints"]
 
@@ -166,7 +169,10 @@ def _tls_fault(detail: str, address: str, operation: str, tls: TlsConfig | None)
     if "refused" in low or "deadline" in low:
         return None
     host, _, port = address.rpartition(":")
-    if port.isdigit() and probe_tls(host.strip("[]"), int(port), 3.0):
+    # a permissive endpoint (Apache RocketMQ's default) speaks both: it requires TLS only when it
+    # also gives a plaintext HTTP/2 start no answer now
+    if (port.isdigit() and probe_tls(host.strip("[]"), int(port), 3.0)
+            and not probe_plaintext_answered(host.strip("[]"), int(port), _H2_PREFACE, 3.0)):
         return TlsError(address, operation, f"the endpoint requires TLS: it hung up on a plaintext call ({detail}) "
                         "and accepts a TLS handshake; set tls=true (CLI: --tls)")
     return None

@@ -69,3 +69,66 @@ def test_a_server_answering_in_plaintext_is_a_tls_error_at_once() -> None:
     finally:
         t.join(5)
         srv.close()
+
+
+def _tls_or_plain_server(pki, answer_plaintext: bool):  # noqa: ANN001, ANN202
+    """A server that hangs up on the first (plaintext) connection before answering, then per
+    connection speaks TLS when the client opens with a handshake and plaintext otherwise,
+    answering a plaintext request only when ``answer_plaintext`` (Apache RocketMQ's default
+    ``tls.server.mode=permissive`` does; ``enforcing`` hangs up)."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.server_cert, pki.server_key)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    seen: list[str] = []
+
+    def run() -> None:
+        for i in range(3):
+            conn, _ = srv.accept()
+            try:
+                first = conn.recv(1, socket.MSG_PEEK)
+                if i == 0:
+                    seen.append("hung up")  # a fault of the moment (a proxy's reset, a restart)
+                elif first == b"\x16":
+                    with ctx.wrap_socket(conn, server_side=True) as tls:
+                        seen.append("tls")
+                        tls.recv(1)
+                else:
+                    conn.recv(4096)
+                    seen.append("plaintext")
+                    if answer_plaintext:
+                        conn.sendall(b"\x00\x00\x00\x10" + b"x" * 16)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return srv, t, seen
+
+
+@pytest.mark.parametrize("permissive", [True, False])
+def test_a_hang_up_on_plaintext_is_tls_required_only_if_plaintext_is_refused_again(tmp_path, permissive) -> None:
+    from rocketmq_spark.remoting.codes import RequestCode
+    from rocketmq_spark.remoting.frame import RemotingCommand
+    from tls_support import make_pki
+
+    srv, t, seen = _tls_or_plain_server(make_pki(tmp_path), answer_plaintext=permissive)
+    host, port = srv.getsockname()
+    conn = RemotingConnection(f"{host}:{port}", connect_timeout_s=2.0)
+    try:
+        with pytest.raises((ConnectionFailedError, TlsError)) as info:
+            conn.invoke(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "t"}), 2.0, "route")
+        if permissive:  # it speaks both: the hang-up was a fault, retried like any lost connection
+            assert not isinstance(info.value, TlsError) and info.value.retriable, info.value
+        else:
+            assert isinstance(info.value, TlsError) and "requires TLS" in str(info.value)
+        t.join(10)
+        assert seen == ["hung up", "tls", "plaintext"]
+    finally:
+        conn.close()
+        srv.close()
