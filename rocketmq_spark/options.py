@@ -18,9 +18,9 @@ from .namespaces import NAMESPACE_RULE, namespace_problem, wrap
 from .remoting.acl import Credentials
 from .tls import TlsConfig
 
-__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "endpoint_list", "group_name",
-           "namespace", "namesrv_list", "non_negative_int", "parse_bool", "parse_positive_int", "positive_int",
-           "tls_config", "topic_name"]
+__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "duration_ms", "endpoint_list",
+           "group_name", "namespace", "namesrv_list", "non_negative_int", "parse_bool", "parse_positive_int",
+           "positive_int", "tls_config", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -124,6 +124,23 @@ def non_negative_int(name: str, raw: str) -> int:
     if n < 0:
         raise OptionError(name, raw, "accepted: a whole number, 0 or more")
     return n
+
+
+#: maxTriggerDelay-style durations: a whole number with a unit (a bare number is milliseconds)
+_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(name: str, raw: str) -> int:
+    """Option ``name`` as a duration in milliseconds, >= 0: ``500ms``, ``30s``, ``15m``
+    (``15min``), ``1h``, ``1d``, or a bare number of milliseconds (as Spark reads Kafka's
+    maxTriggerDelay)."""
+    v = raw.strip().lower()
+    digits = v.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = v[len(digits):].strip() or "ms"
+    if not digits.isascii() or not digits.isdigit() or unit not in _DURATION_UNITS:
+        raise OptionError(name, raw, "accepted: a whole number with a unit: ms, s, m (or min), h, d, e.g. 30s or 15m "
+                          "(a bare number is milliseconds)")
+    return int(digits) * _DURATION_UNITS[unit]
 
 
 def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from ..options import (
     TLS_OPTIONS,
     canonical_options,
     credentials,
+    duration_ms,
     endpoint_list,
     group_name,
     namespace,
@@ -44,12 +45,15 @@ _NAMES = (
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
+    "minMessagesPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition",
     *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
     "namespace",
 )
 #: minMessagesPerPartition's default: about what a Python task reads in the time Spark takes to
 #: start one, so packing never leaves a core idle that a task of its own would have used well
 MIN_MESSAGES_PER_PARTITION = 10_000
+#: maxTriggerDelay's default (Kafka's): how long a batch waits for minMessagesPerTrigger messages
+MAX_TRIGGER_DELAY = "15m"
 #: values of onOffsetReset: a reset of the group's offsets while the query runs is followed by
 #: its next batch, stops it, or is overwritten by its next commit
 ON_OFFSET_RESET = ("follow", "fail", "ignore")
@@ -135,6 +139,12 @@ class ReaderOptions:
     #: a batch's queue ranges are packed into partitions of about this many messages (fewer
     #: tasks for small batches, see .packing); 0: one partition per queue
     min_messages_per_partition: int = MIN_MESSAGES_PER_PARTITION
+    #: streams: a batch waits for this many new messages (None: never waits), but no longer than
+    #: ``max_trigger_delay_ms`` (see .pacing)
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    #: a queue range of more messages is split into partitions of at most this many (None: not split)
+    max_records_per_partition: int | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -163,6 +173,8 @@ class ReaderOptions:
         max_per = opts.get("maxMessagesPerTrigger")
         min_parts = opts.get("minPartitions")
         per_part = opts.get("minMessagesPerPartition", str(MIN_MESSAGES_PER_PARTITION))
+        min_per, delay = _pacing(opts, stream)
+        max_records = opts.get("maxRecordsPerPartition")
         return cls(
             namesrv_addr=namesrv,
             endpoints=endpoints,
@@ -190,7 +202,25 @@ class ReaderOptions:
             tls=tls_config(opts),
             namespace=ns,
             min_messages_per_partition=non_negative_int("minMessagesPerPartition", per_part),
+            min_messages_per_trigger=min_per,
+            max_trigger_delay_ms=delay,
+            max_records_per_partition=positive_int("maxRecordsPerPartition", max_records) if max_records else None,
         )
+
+
+def _pacing(opts: Mapping[str, str], stream: bool) -> tuple[int | None, int]:
+    """(minMessagesPerTrigger or None, maxTriggerDelay in ms): streams only; the delay bounds the
+    minimum's wait, so it is given with it."""
+    min_raw, delay_raw = opts.get("minMessagesPerTrigger"), opts.get("maxTriggerDelay")
+    for name, raw in (("minMessagesPerTrigger", min_raw), ("maxTriggerDelay", delay_raw)):
+        if raw is not None and not stream:
+            raise OptionError(name, raw, "accepted only by streaming reads (spark.readStream): a batch read reads "
+                              "what is there")
+    if delay_raw is not None and min_raw is None:
+        raise OptionError("maxTriggerDelay", delay_raw, "bounds how long a batch waits for minMessagesPerTrigger "
+                          "messages: give minMessagesPerTrigger too")
+    min_per = positive_int("minMessagesPerTrigger", min_raw) if min_raw is not None else None
+    return min_per, duration_ms("maxTriggerDelay", delay_raw if delay_raw is not None else MAX_TRIGGER_DELAY)
 
 
 def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:

@@ -30,27 +30,41 @@ class PackedRanges(InputPartition):
     ranges: tuple[QueueRange, ...]
 
 
-def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1) -> list[QueueRange | PackedRanges]:
+def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1, most: int | None = None
+         ) -> list[QueueRange | PackedRanges]:
     """``ranges`` in ``ceil(messages / per_partition)`` partitions (``at_least`` at least, one
     per range at most), each range whole: the largest ranges first, each to the partition holding
-    the fewest messages so far, so the partitions come out about equal. ``per_partition`` 0, or
+    the fewest messages so far, so the partitions come out about equal; more partitions when one
+    would hold more than ``most`` messages (maxRecordsPerPartition). ``per_partition`` 0, or
     ranges that already ask for a partition each, leave ``ranges`` as they are. A partition of one
     range is that range."""
     total = sum(r.end - r.start for r in ranges)
     want = max(at_least, -(-total // per_partition)) if per_partition > 0 else len(ranges)
+    if most is not None:
+        want = max(want, -(-total // most))
+    while want < len(ranges):
+        bins = _bins(ranges, want)
+        if most is None or all(sum(r.end - r.start for r in b) <= most for b in bins):
+            break
+        want += 1
     if want >= len(ranges):
         return list(ranges)
+    out: list[QueueRange | PackedRanges] = []
+    for b in bins:
+        b.sort(key=lambda r: (r.mq, r.start))
+        out.append(b[0] if len(b) == 1 else PackedRanges(tuple(b)))
+    return sorted(out, key=lambda p: _first(p))
+
+
+def _bins(ranges: list[QueueRange], want: int) -> list[list[QueueRange]]:
+    """``ranges`` dealt into ``want`` bins, the largest first, each to the emptiest bin."""
     heap: list[tuple[int, int]] = [(0, i) for i in range(max(1, want))]
     bins: list[list[QueueRange]] = [[] for _ in heap]
     for r in sorted(ranges, key=lambda r: (r.start - r.end, r.mq, r.start)):
         size, i = heapq.heappop(heap)
         bins[i].append(r)
         heapq.heappush(heap, (size + r.end - r.start, i))
-    out: list[QueueRange | PackedRanges] = []
-    for b in bins:
-        b.sort(key=lambda r: (r.mq, r.start))
-        out.append(b[0] if len(b) == 1 else PackedRanges(tuple(b)))
-    return sorted(out, key=lambda p: _first(p))
+    return bins
 
 
 def _first(p: QueueRange | PackedRanges) -> tuple:

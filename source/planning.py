@@ -32,6 +32,7 @@ from .data_loss import DataLoss
 from .marks import mark_below
 from .membership import Membership
 from .options import ReaderOptions
+from .pacing import Pacing
 from .queue_range import QueueRange
 from .resets import Resets
 
@@ -68,6 +69,8 @@ class Planner:
         self.keep: Callable[[MessageQueue], bool] | None = None
         #: when latest() last answered and what (see recent_latest)
         self._seen: tuple[float, QueueOffsets] | None = None
+        #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
+        self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
 
     def _answered(self, broker: str) -> None:
         store = self.ctx.opened_store
@@ -192,7 +195,9 @@ class Planner:
     def next_end(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:
         """The end offsets of the next batch (registered as in flight).
 
-        Queues of a broker that is down or gone from the routes keep their start offsets
+        With minMessagesPerTrigger, fewer new messages than that end the batch where it starts
+        until maxTriggerDelay has passed (:class:`.Pacing`). Queues of a broker that is down or
+        gone from the routes keep their start offsets
         (:meth:`.Availability.unavailable` bounds that). Under Trigger.AvailableNow, a run with nothing
         else left to read waits for such a broker (polling every ``POLL_S``) rather than
         end with its queues unread."""
@@ -212,7 +217,9 @@ class Planner:
                     s = self.client.min_offset(mq)
                 begin[mq] = min(s, hi) if s <= hi else s
             end = {mq: max(begin[mq], latest[mq]) for mq in latest}
-            if isinstance(limit, ReadMaxRows):
+            if self.pacing.holds(sum(end[mq] - begin[mq] for mq in end), available_now=self.target is not None):
+                end = dict(begin)  # fewer than minMessagesPerTrigger, within maxTriggerDelay: they wait
+            elif isinstance(limit, ReadMaxRows):
                 end = self._admit(begin, end, limit.max_rows)
             self.data_loss.take_marks(begin, end)
             held = self.data_loss.hold_unmarked(begin, end)
@@ -267,6 +274,8 @@ class Planner:
                 for a in range(s, e, step):
                     split.append((mq, a, min(e, a + step)))
             ranges = split
+        if o.max_records_per_partition:
+            ranges = _split(ranges, o.max_records_per_partition)
         addrs = {} if o.endpoints else {mq.broker: self._known_addr(mq) for mq, _s, _e in ranges}
         silent = self.availability.silent_s()
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
@@ -377,3 +386,14 @@ class Planner:
     def running_info(self) -> dict[MessageQueue, QueueStatus]:
         """See :meth:`.Commits.running_info`."""
         return self.commits.running_info()
+
+
+def _split(ranges: list[tuple[MessageQueue, int, int]], most: int) -> list[tuple[MessageQueue, int, int]]:
+    """``ranges`` with each one of more than ``most`` messages cut into equal pieces of at most
+    ``most`` (maxRecordsPerPartition)."""
+    out: list[tuple[MessageQueue, int, int]] = []
+    for mq, s, e in ranges:
+        pieces = -(-(e - s) // most)
+        step = -(-(e - s) // pieces)
+        out.extend((mq, a, min(e, a + step)) for a in range(s, e, step))
+    return out

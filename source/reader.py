@@ -154,7 +154,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _packed(o: ReaderOptions, ranges: list[QueueRange]) -> list[QueueRange | PackedRanges]:
     """A batch's ranges packed into fewer partitions when it is small (see :mod:`.packing`)."""
-    return pack(ranges, o.min_messages_per_partition, o.min_partitions or 1)
+    return pack(ranges, o.min_messages_per_partition, o.min_partitions or 1, o.max_records_per_partition)
 
 
 def _time_bounds(client: BrokerClient, start: QueueOffsets, end: QueueOffsets, pushed: Pushed

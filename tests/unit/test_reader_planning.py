@@ -1140,3 +1140,74 @@ def test_the_progress_report_uses_the_max_offsets_this_trigger_just_asked(monkey
     now = time.monotonic()
     monkeypatch.setattr(planning.time, "monotonic", lambda: now + planning.RECENT_S + 0.5)
     assert p.recent_latest() == {Q(0): 9, Q(1): 7} and asked == [2, 2]  # too old: asked now
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _paced(c: FakeClient, clock: _Clock, **opts: str) -> Planner:
+    p = _planner(c, **opts)
+    p.pacing._clock = clock  # type: ignore[attr-defined]
+    return p
+
+
+def test_a_small_batch_waits_for_min_messages_until_max_trigger_delay() -> None:
+    # Kafka's minOffsetsPerTrigger/maxTriggerDelay rules: the first trigger of a run plans at
+    # once; then fewer than the minimum wait until the delay since the clock last started
+    c, clock = FakeClient({Q(0): (0, 3), Q(1): (0, 2)}), _Clock()
+    p = _paced(c, clock, minMessagesPerTrigger="10", maxTriggerDelay="5s")
+    start = {Q(0): 0, Q(1): 0}
+    assert p.next_end(start, ReadAllAvailable()) == {Q(0): 3, Q(1): 2}  # first trigger: the clock starts
+    start = {Q(0): 3, Q(1): 2}
+    c.ranges.update({Q(0): (0, 6), Q(1): (0, 4)})  # 5 new messages
+    clock.now += 4.9
+    assert p.next_end(start, ReadAllAvailable()) == start  # 5 < 10 within 5 s: no batch
+    clock.now += 0.1
+    assert p.next_end(start, ReadAllAvailable()) == {Q(0): 6, Q(1): 4}  # the delay ran out: what is there
+    start = {Q(0): 6, Q(1): 4}
+    c.ranges.update({Q(0): (0, 12), Q(1): (0, 9)})  # 11 new: enough, at once, capped by maxMessagesPerTrigger
+    clock.now += 0.5
+    end = p.next_end(start, ReadMaxRows(4))
+    assert sum(end.values()) - sum(start.values()) == 4
+    clock.now += 1
+    c.ranges.update({Q(0): (0, 13)})
+    assert p.next_end(end, ReadMaxRows(4)) == end  # 8 left < 10, 1 s after the last batch
+
+
+def test_an_idle_stretch_past_the_delay_restarts_the_clock_and_available_now_never_waits() -> None:
+    c, clock = FakeClient({Q(0): (0, 0)}), _Clock()
+    p = _paced(c, clock, minMessagesPerTrigger="100", maxTriggerDelay="10s")
+    assert p.next_end({Q(0): 0}, ReadAllAvailable()) == {Q(0): 0}
+    clock.now += 60  # idle past the delay: the trigger that finds it out restarts the clock
+    assert p.next_end({Q(0): 0}, ReadAllAvailable()) == {Q(0): 0}
+    c.ranges[Q(0)] = (0, 10)  # a burst of 10 arrives just after
+    clock.now += 1
+    assert p.next_end({Q(0): 0}, ReadAllAvailable()) == {Q(0): 0}
+    clock.now += 9
+    assert p.next_end({Q(0): 0}, ReadAllAvailable()) == {Q(0): 10}
+    # AvailableNow: everything the run reads is there; nothing waits, the run ends
+    q = _paced(FakeClient({Q(0): (0, 7)}), clock, minMessagesPerTrigger="100", maxTriggerDelay="10s")
+    q.target = q.latest()
+    assert q.next_end({Q(0): 0}, ReadAllAvailable()) == {Q(0): 7}
+    assert q.next_end({Q(0): 0}, ReadMaxRows(3)) == {Q(0): 3}
+
+
+def test_max_records_per_partition_splits_a_backlogged_queue_exactly() -> None:
+    c = FakeClient({Q(0): (0, 100_000), Q(1): (0, 7)})
+    p = _planner(c, maxRecordsPerPartition="30000")
+    parts = p.partitions({Q(0): 0, Q(1): 0}, {Q(0): 100_000, Q(1): 7})
+    assert [(x.mq, x.start, x.end) for x in parts] == [(Q(0), 0, 25_000), (Q(0), 25_000, 50_000),
+                                                       (Q(0), 50_000, 75_000), (Q(0), 75_000, 100_000),
+                                                       (Q(1), 0, 7)]
+    # packing the pieces never makes a partition larger than the cap (minMessagesPerPartition
+    # alone would pack these 47 messages into one)
+    from rocketmq_spark.source.reader import _packed
+    p30 = _planner(c, maxRecordsPerPartition="30")
+    packed = _packed(p30.options, p30.partitions({Q(0): 0, Q(1): 0}, {Q(0): 40, Q(1): 7}))
+    assert sorted((x.mq, x.start, x.end) for x in ranges_of(packed)) == [(Q(0), 0, 20), (Q(0), 20, 40), (Q(1), 0, 7)]
+    assert sorted(sum(r.end - r.start for r in ranges_of([x])) for x in packed) == [20, 27]
