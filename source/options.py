@@ -45,7 +45,7 @@ _NAMES = (
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
-    "minMessagesPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition",
+    "minMessagesPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition", "maxBytesPerTrigger",
     *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
     "namespace",
 )
@@ -145,6 +145,8 @@ class ReaderOptions:
     max_trigger_delay_ms: int = 15 * 60 * 1000
     #: a queue range of more messages is split into partitions of at most this many (None: not split)
     max_records_per_partition: int | None = None
+    #: streams: at most this many bytes of stored messages per batch (one message at least; None: no cap)
+    max_bytes_per_trigger: int | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -175,6 +177,7 @@ class ReaderOptions:
         per_part = opts.get("minMessagesPerPartition", str(MIN_MESSAGES_PER_PARTITION))
         min_per, delay = _pacing(opts, stream)
         max_records = opts.get("maxRecordsPerPartition")
+        max_bytes = _max_bytes(opts, stream, endpoints)
         return cls(
             namesrv_addr=namesrv,
             endpoints=endpoints,
@@ -205,6 +208,7 @@ class ReaderOptions:
             min_messages_per_trigger=min_per,
             max_trigger_delay_ms=delay,
             max_records_per_partition=positive_int("maxRecordsPerPartition", max_records) if max_records else None,
+            max_bytes_per_trigger=max_bytes,
         )
 
 
@@ -221,6 +225,31 @@ def _pacing(opts: Mapping[str, str], stream: bool) -> tuple[int | None, int]:
                           "messages: give minMessagesPerTrigger too")
     min_per = positive_int("minMessagesPerTrigger", min_raw) if min_raw is not None else None
     return min_per, duration_ms("maxTriggerDelay", delay_raw if delay_raw is not None else MAX_TRIGGER_DELAY)
+
+
+#: maxBytesPerTrigger's units (binary, as Spark's byte strings)
+_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def _max_bytes(opts: Mapping[str, str], stream: bool, endpoints: str | None) -> int | None:
+    """maxBytesPerTrigger in bytes: streams over remoting (the sizes come from the brokers'
+    consume queues, which the 5.x gRPC protocol does not serve)."""
+    raw = opts.get("maxBytesPerTrigger")
+    if raw is None:
+        return None
+    if not stream:
+        raise OptionError("maxBytesPerTrigger", raw, "accepted only by streaming reads (spark.readStream): a batch "
+                          "read reads what is there")
+    if endpoints:
+        raise OptionError("maxBytesPerTrigger", raw, "the message sizes come from the brokers' consume queues, which "
+                          "the gRPC protocol (endpoints) does not serve: use namesrvAddr")
+    v = raw.strip().lower()
+    digits = v.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = v[len(digits):].strip() or "b"
+    if not digits.isascii() or not digits.isdigit() or int(digits) == 0 or unit not in _BYTE_UNITS:
+        raise OptionError("maxBytesPerTrigger", raw, "accepted: a positive whole number of bytes, or with a unit "
+                          "k, m or g (binary: 1k = 1024 bytes), e.g. 64m")
+    return int(digits) * _BYTE_UNITS[unit]
 
 
 def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:

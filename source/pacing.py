@@ -1,6 +1,7 @@
 """Pacing a bursty topic: a micro-batch waits for ``minMessagesPerTrigger`` new messages, but
 never longer than ``maxTriggerDelay`` (Spark's Kafka source's minOffsetsPerTrigger and
-maxTriggerDelay, with its rules).
+maxTriggerDelay, with its rules); and ``maxBytesPerTrigger`` caps a batch by the messages'
+stored size (:func:`admit_bytes`).
 
 At each trigger the messages available past the batch's start are counted over every queue
 (before maxMessagesPerTrigger caps the batch). Fewer than the minimum, and less than the delay
@@ -16,7 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["Pacing"]
+from ..model import MessageQueue
+
+__all__ = ["Pacing", "admit_bytes"]
+
+#: the fewest consume-queue entries asked at once for their sizes (doubling from there)
+_FIRST_SIZES = 64
 
 
 class Pacing:
@@ -40,3 +46,49 @@ class Pacing:
             return True
         self.started = now
         return False
+
+
+def admit_bytes(begin: dict[MessageQueue, int], end: dict[MessageQueue, int], budget: int,
+                sizes: Callable[[MessageQueue, int, int], list[int]]) -> dict[MessageQueue, int]:
+    """``end`` cut so that the messages of ``[begin, end)`` take at most ``budget`` bytes as
+    stored (``sizes(mq, start, count)``: the stored sizes from ``start``, fewer where they end).
+    Each queue first gets a share of the budget in proportion to its backlog (as
+    maxMessagesPerTrigger shares messages), then what the shares left goes to the queues with
+    the most left to read. A batch where no message fits takes one message (of the queue with
+    the largest backlog), so a message larger than the budget never stops a query. Sizes are
+    asked lazily, from a few entries per queue, doubling."""
+    backlog = {mq: end[mq] - begin[mq] for mq in end if end[mq] > begin[mq]}
+    if not backlog:
+        return dict(end)
+    total = sum(backlog.values())
+    known: dict[MessageQueue, list[int]] = {mq: [] for mq in backlog}
+    took = dict.fromkeys(backlog, 0)
+
+    def size_at(mq: MessageQueue, i: int) -> int | None:
+        have = known[mq]
+        while i >= len(have):
+            want = min(backlog[mq] - len(have), max(_FIRST_SIZES, len(have)))
+            got = sizes(mq, begin[mq] + len(have), want) if want > 0 else []
+            if not got:
+                return None  # not there now (retention, a lost store): the pull finds out
+            have.extend(got[:want])
+        return have[i]
+
+    def take(mq: MessageQueue, allowance: int) -> int:
+        spent = 0
+        while took[mq] < backlog[mq]:
+            size = size_at(mq, took[mq])
+            if size is None or spent + size > allowance:
+                break
+            spent += size
+            took[mq] += 1
+        return spent
+
+    used = sum(take(mq, budget * backlog[mq] // total) for mq in sorted(backlog))
+    for mq in sorted(backlog, key=lambda m: (took[m] - backlog[m], m)):
+        if used >= budget:
+            break
+        used += take(mq, budget - used)
+    if not any(took.values()):
+        took[min(backlog, key=lambda m: (-backlog[m], m))] = 1
+    return {mq: begin[mq] + took.get(mq, 0) if mq in backlog else end[mq] for mq in end}

@@ -32,7 +32,7 @@ from .data_loss import DataLoss
 from .marks import mark_below
 from .membership import Membership
 from .options import ReaderOptions
-from .pacing import Pacing
+from .pacing import Pacing, admit_bytes
 from .queue_range import QueueRange
 from .resets import Resets
 
@@ -196,7 +196,8 @@ class Planner:
         """The end offsets of the next batch (registered as in flight).
 
         With minMessagesPerTrigger, fewer new messages than that end the batch where it starts
-        until maxTriggerDelay has passed (:class:`.Pacing`). Queues of a broker that is down or
+        until maxTriggerDelay has passed (:class:`.Pacing`); maxBytesPerTrigger caps it by the
+        messages' stored size (:func:`.admit_bytes`). Queues of a broker that is down or
         gone from the routes keep their start offsets
         (:meth:`.Availability.unavailable` bounds that). Under Trigger.AvailableNow, a run with nothing
         else left to read waits for such a broker (polling every ``POLL_S``) rather than
@@ -219,8 +220,11 @@ class Planner:
             end = {mq: max(begin[mq], latest[mq]) for mq in latest}
             if self.pacing.holds(sum(end[mq] - begin[mq] for mq in end), available_now=self.target is not None):
                 end = dict(begin)  # fewer than minMessagesPerTrigger, within maxTriggerDelay: they wait
-            elif isinstance(limit, ReadMaxRows):
-                end = self._admit(begin, end, limit.max_rows)
+            else:
+                if isinstance(limit, ReadMaxRows):
+                    end = self._admit(begin, end, limit.max_rows)
+                if self.options.max_bytes_per_trigger:
+                    end = admit_bytes(begin, end, self.options.max_bytes_per_trigger, self.client.stored_sizes)
             self.data_loss.take_marks(begin, end)
             held = self.data_loss.hold_unmarked(begin, end)
             if not ((missing or held) and self.target is not None and all(end[mq] == begin[mq] for mq in end)):

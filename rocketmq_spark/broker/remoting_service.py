@@ -35,6 +35,7 @@ from ..remoting.frame import PROTOCOL_VERSION, SERIALIZE_JSON, RemotingCommand, 
 from ..remoting.route import loads_lenient
 from .broker import Broker
 from .connection import Connection, HandlerResult
+from .consumequeue import CQ_ENTRY
 from .errors import SendRejected
 from .send import REGION, Accepted, Put, SendHeader
 from .state import TopicConfig
@@ -161,6 +162,7 @@ class RemotingService:
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
             RequestCode.HEART_BEAT: self.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
@@ -595,6 +597,26 @@ class RemotingService:
             ts = store.store_time(topic, q, hi - 1) if hi > lo else 0
             items[q] = f'{{"lastUpdateTimestamp":{ts},"maxOffset":{hi},"minOffset":{lo}}}'
         return req.response_to(body=_queue_table(self.config.broker_name, topic, items))
+
+    def query_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """QUERY_CONSUME_QUEUE (mqadmin queryCq): up to ``count`` consume-queue entries from
+        ``index`` (each message's commit-log position, stored size and tag hash), from one
+        consume-queue file as a Java broker answers, in its QueryConsumeQueueResponseBody form
+        (fastjson: fields sorted, nulls left out). No entry at ``index``: SUCCESS without a body,
+        as a Java broker answers."""
+        ext = req.ext_fields
+        topic, qid = ext.get("topic", ""), _int(ext, "queueId")
+        cq = self.broker.store.find_queue(topic, qid)
+        if cq is None:
+            return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"{qid}@{topic} is not exist!")
+        index, count = _int(ext, "index"), _int(ext, "count")
+        raw = cq.read(index, count) if index >= cq.min_offset and count > 0 else b""
+        if not raw:
+            return req.response_to(remark=f"Index {index} of {qid}@{topic} is not exist!")
+        entries = ",".join(f'{{"eval":false,"physicOffset":{pos},"physicSize":{size},"tagsCode":{tag}}}'
+                           for pos, size, tag, _ts in CQ_ENTRY.iter_unpack(raw))
+        body = f'{{"maxQueueIndex":{cq.max_offset},"minQueueIndex":{cq.min_offset},"queueData":[{entries}]}}'
+        return req.response_to(body=body.encode())
 
     def get_earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields

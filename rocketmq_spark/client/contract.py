@@ -131,6 +131,10 @@ class BrokerClient(Protocol):
     def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
         """Store time of the message at ``offset``, None when there is none."""
 
+    def stored_sizes(self, mq: MessageQueue, start: int, count: int) -> list[int]:
+        """Stored sizes (bytes) of up to ``count`` messages from ``start`` (fewer where the queue
+        ends); RequestNotSupportedError where the protocol cannot tell (gRPC)."""
+
     def query_consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         """The group's committed offset of ``mq``; None when the group has none there."""
 

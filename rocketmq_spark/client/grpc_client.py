@@ -569,6 +569,12 @@ class GrpcClient(SequentialManyQueueCalls):
         sp = res.messages[0].system_properties
         return millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None
 
+    def stored_sizes(self, mq: MessageQueue, start: int, count: int) -> list[int]:
+        """The 5.x protocol has no request for a consume queue's entries."""
+        raise RequestNotSupportedError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "the 5.x gRPC protocol does not "
+                                       "serve consume-queue entries (message sizes): use namesrvAddr",
+                                       address=";".join(self.endpoints), operation=f"stored sizes of {mq}")
+
     # -- sending ----------------------------------------------------------------------
 
     def send_request(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, *, producer_group: str = "",

@@ -74,7 +74,7 @@ _RESET_WAITS = "Offset has been previously reset"
 #: Java consumer reads, and commits and queries its offsets, on a slave while the master is down
 _READ_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
                          RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.QUERY_CONSUMER_OFFSET,
-                         RequestCode.UPDATE_CONSUMER_OFFSET})
+                         RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUME_QUEUE})
 
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
@@ -617,6 +617,31 @@ class RemotingClient(RemotingAdmin):
         resp = self._mq_call(mq, RequestCode.GET_MIN_OFFSET,
                              {"topic": mq.topic, "queueId": str(mq.queue_id)}, "min offset")
         return self._answer_int(mq, resp, "offset", "min offset")
+
+    def stored_sizes(self, mq: MessageQueue, start: int, count: int) -> list[int]:
+        """The stored sizes (bytes) of the messages at offsets ``start``, ``start + 1``, ... of
+        ``mq``, at most ``count``, as its consume queue records them (QUERY_CONSUME_QUEUE,
+        mqadmin's queryCq); fewer when the queue ends (or its retention starts) first. A broker
+        answers from one consume-queue file at a time: the rest is asked again."""
+        out: list[int] = []
+        while len(out) < count:
+            at = start + len(out)
+            resp = self._mq_call(mq, RequestCode.QUERY_CONSUME_QUEUE,
+                                 {"topic": mq.topic, "queueId": str(mq.queue_id), "index": str(at),
+                                  "count": str(count - len(out))}, "consume queue query")
+            if not resp.body:  # no entry at `at` ("Index .. is not exist!")
+                break
+            op = f"consume queue query of {mq} at {self._read_addr_of(mq)}"
+            entries = object_body(resp.body, op).get("queueData") or []
+            try:
+                sizes = [int(e["physicSize"]) for e in entries]
+            except (KeyError, TypeError, ValueError):
+                raise ProtocolError(f"{op}: an entry without a whole-number physicSize in "
+                                    f"{resp.body[:200]!r}") from None
+            if not sizes:
+                break
+            out.extend(sizes[:count - len(out)])
+        return out
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """First offset whose store time >= ``timestamp_ms`` (max offset when none).

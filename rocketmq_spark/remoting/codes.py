@@ -46,6 +46,7 @@ class RequestCode(IntEnum):
     #: what the Java DefaultLitePullConsumer sends; a broker treats it as PULL_MESSAGE
     LITE_PULL_MESSAGE = 361
     SEND_BATCH_MESSAGE = 320
+    QUERY_CONSUME_QUEUE = 321
 
 
 class ResponseCode(IntEnum):

@@ -5,6 +5,7 @@ same name in Kafka's source), on the embedded broker and Apache RocketMQ."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
@@ -87,3 +88,61 @@ def test_max_records_per_partition_splits_one_backlogged_queue(spark, broker, cl
     (mq,) = client.message_queues(topic)
     assert wait_until(lambda: client.query_consumer_offset(group, mq) == n, 30), \
         client.query_consumer_offset(group, mq)
+
+
+def test_stored_sizes_are_each_records_size_as_a_pull_returns_it(broker, client) -> None:
+    # maxBytesPerTrigger counts what the consume queue says each message takes (QUERY_CONSUME_QUEUE,
+    # mqadmin queryCq): the size that heads each stored record a pull returns
+    topic = broker.create_topic("PACE_SIZES", queues=1)
+    (mq,) = client.message_queues(topic)
+    bodies = [b"x" * n for n in (1, 10, 100, 1000, 10_000)] * 20
+    props = encode_properties({"TAGS": "s"})
+    client.send_batch(mq, [BatchEntry(b, props) for b in bodies[:50]])
+    client.send_batch(mq, [BatchEntry(b, props) for b in bodies[50:]])
+    assert settles_at(client, topic, 100) == 100
+    pulled: list[int] = []
+    while len(pulled) < 100:
+        body = client.pull(mq, len(pulled), 32).body
+        at = 0
+        while at < len(body):
+            size = int.from_bytes(body[at:at + 4], "big")
+            pulled.append(size)
+            at += size
+    assert client.stored_sizes(mq, 0, 100) == pulled
+    assert client.stored_sizes(mq, 95, 100) == pulled[95:]  # the queue ends first
+    assert client.stored_sizes(mq, 100, 10) == []
+    assert pulled[3] - pulled[2] == 900  # the body's length, and nothing else, differs
+
+
+def test_max_bytes_per_trigger_splits_a_backlog_by_stored_size(spark, broker, client, tmp_path) -> None:
+    topic, group, n = broker.create_topic("PACE_BYTES", queues=2), "g_bytes", 10_000
+    qs = client.message_queues(topic)
+    props = encode_properties({"TAGS": "b"})
+    for i in range(0, n, 500):
+        client.send_batch(qs[(i // 500) % 2], [BatchEntry(b"%06d" % j + b"." * (j % 200), props)
+                                               for j in range(i, i + 500)])
+    assert settles_at(client, topic, n, timeout_s=30) == n
+    sizes = {mq.queue_id: client.stored_sizes(mq, 0, n) for mq in qs}
+    total = sum(map(sum, sizes.values()))
+    cap = total // 5 + 1
+    q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+         .option("consumerGroup", group).option("startingOffsets", "earliest")
+         .option("maxBytesPerTrigger", str(cap)).load().selectExpr("CAST(body AS STRING) AS body")
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    batches = [p for p in q.recentProgress if p["numInputRows"]]
+    used = []
+    for i, p in enumerate(batches):
+        (src,) = p["sources"]
+        start = (json.loads(src["startOffset"] or "null") or {topic: {}})[topic]  # the first batch's: none
+        end = json.loads(src["endOffset"])[topic]
+        used.append(sum(sum(sizes[int(k.split(":")[1])][start.get(k, 0):end[k]]) for k in end))
+        # the budget is shared by backlog: both queues (about the same backlog) move in every
+        # batch but the last (what the rounding of the shares left)
+        assert i == len(batches) - 1 or all(end[k] > start.get(k, 0) for k in end), (start, end)
+    assert all(u <= cap for u in used), (cap, used)
+    assert len(batches) >= 5 and sum(used) == total  # split by size, nothing left out
+    bodies = sorted(r.body for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert len(bodies) == n and [b[:6] for b in bodies] == [f"{i:06d}" for i in range(n)]

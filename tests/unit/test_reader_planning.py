@@ -1211,3 +1211,36 @@ def test_max_records_per_partition_splits_a_backlogged_queue_exactly() -> None:
     packed = _packed(p30.options, p30.partitions({Q(0): 0, Q(1): 0}, {Q(0): 40, Q(1): 7}))
     assert sorted((x.mq, x.start, x.end) for x in ranges_of(packed)) == [(Q(0), 0, 20), (Q(0), 20, 40), (Q(1), 0, 7)]
     assert sorted(sum(r.end - r.start for r in ranges_of([x])) for x in packed) == [20, 27]
+
+
+def test_max_bytes_per_trigger_shares_the_budget_by_backlog_and_always_moves_on() -> None:
+    from rocketmq_spark.source.pacing import admit_bytes
+    sizes = {Q(0): [100] * 1000, Q(1): [300] * 500, Q(2): [5000] * 3}
+    asked: list[tuple[MessageQueue, int, int]] = []
+
+    def sizes_of(mq: MessageQueue, start: int, count: int) -> list[int]:
+        asked.append((mq, start, count))
+        return sizes[mq][start:start + count]
+
+    begin = {Q(0): 0, Q(1): 0, Q(2): 0}
+    end = admit_bytes(begin, {Q(0): 1000, Q(1): 500, Q(2): 3}, 10_000, sizes_of)
+    # shares by backlog (1000:500:3 of 10,000 bytes): 6,600 bytes of Q0, 3,300 of Q1, none of Q2
+    # (its first message is larger than its share); the 100 left go to the queue with most left
+    assert end == {Q(0): 67, Q(1): 11, Q(2): 0}
+    assert max(start + count for mq, start, count in asked if mq == Q(0)) < 1000  # sizes asked lazily
+    # everything fits: the ends as they were
+    assert admit_bytes(begin, {Q(0): 5, Q(1): 5, Q(2): 0}, 10_000, sizes_of) == {Q(0): 5, Q(1): 5, Q(2): 0}
+    # no message fits: one, of the queue with the largest backlog
+    assert admit_bytes({Q(2): 0}, {Q(2): 3}, 10, sizes_of) == {Q(2): 1}
+    # sizes not there (retention ran): one message, the pull finds out the rest
+    assert admit_bytes({Q(1): 500}, {Q(1): 505}, 10_000, sizes_of) == {Q(1): 501}
+
+
+def test_max_bytes_per_trigger_caps_planned_batches_after_max_messages() -> None:
+    c = FakeClient({Q(0): (0, 100), Q(1): (0, 100)})
+    c.stored_sizes = lambda mq, start, count: [10] * max(0, min(count, 100 - start))  # type: ignore[attr-defined]
+    p = _planner(c, maxBytesPerTrigger="300")
+    end = p.next_end({Q(0): 0, Q(1): 0}, ReadMaxRows(50))
+    assert end == {Q(0): 15, Q(1): 15}
+    end = p.next_end({Q(0): 0, Q(1): 0}, ReadMaxRows(20))
+    assert end == {Q(0): 10, Q(1): 10}
