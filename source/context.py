@@ -29,6 +29,14 @@ class QueryContext:
         self.options = options
         self._client = client
         self._store: BrokerOffsetStore | None = None
+        #: the topics read now: those named, and those subscribePattern matched so far (see
+        #: Planner.topics)
+        self.topics: tuple[str, ...] = options.topics
+
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        """topic -> tag expression of the topics read now, as consumers tell brokers what they read."""
+        return {t: self.options.sub_expression for t in self.topics}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -28,6 +28,8 @@ class Membership:
         self._checked = False
         self._member: GroupPresence | None = None
         self._joined = False
+        #: brokers told of the group (see _make_known)
+        self._known: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -50,8 +52,13 @@ class Membership:
         if o.commit_offsets:
             self._make_known(o.consumer_group)
 
+    @property
+    def checked(self) -> bool:
+        """Whether :meth:`check` ran."""
+        return self._checked
+
     def _refuse_other_consumers(self, group: str) -> None:
-        others = self.ctx.client.group_consumers(group, self.ctx.options.topics)
+        others = self.ctx.client.group_consumers(group, self.ctx.topics)
         if others is None:
             log.info("consumer group %s: online consumers cannot be listed over gRPC; not checked", group)
             return
@@ -79,16 +86,14 @@ class Membership:
         once (:meth:`BrokerClient.make_group_known`: the query does not stay listed as an online
         consumer); where the broker does not create groups that fails at once with
         :class:`GroupNotFoundError` naming the group."""
-        o = self.ctx.options
         client = self.ctx.client
-        seen: set[str] = set()
-        for topic in o.topics:
+        for topic in self.ctx.topics:
             for mq in client.message_queues(topic):
-                if mq.broker in seen:
+                if mq.broker in self._known:
                     continue
-                seen.add(mq.broker)
+                self._known.add(mq.broker)
                 try:
-                    client.make_group_known(group, mq, o.subscriptions)
+                    client.make_group_known(group, mq, self.ctx.subscriptions)
                 except ConnectionFailedError as exc:  # its queues wait for it (see Availability)
                     log.warning("consumer group %s not checked on broker %s: %s", group, mq.broker, exc)
 
@@ -100,9 +105,23 @@ class Membership:
             return
         self._joined = True
         try:
-            self._member = self.ctx.client.join_group(o.consumer_group, o.subscriptions, self._running_info)
+            self._member = self.ctx.client.join_group(o.consumer_group, self.ctx.subscriptions, self._running_info)
         except RocketMQSparkError as exc:  # presence is for the tools: reading goes on without it
             log.warning("consumer group %s: not registered as an online consumer: %s", o.consumer_group, exc)
+
+    def topics_added(self) -> None:
+        """subscribePattern matched new topics (:attr:`.QueryContext.topics` grew): brokers of
+        theirs are told of the group, and the query, an online consumer, rejoins subscribing
+        them too."""
+        o = self.ctx.options
+        if not o.consumer_group:
+            return
+        if self._checked and o.commit_offsets:
+            self._make_known(o.consumer_group)
+        if self._joined:
+            self.leave()
+            self._joined = False
+            self.join()
 
     def leave(self) -> None:
         if self._member is not None:

@@ -6,6 +6,7 @@ naming the option, the value and what is accepted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -37,11 +38,12 @@ from ..options import (
     topic_name,
 )
 from ..tls import TlsConfig
+from .patterns import matching_topics
 
 __all__ = ["ReaderOptions", "asked_columns"]
 
 _NAMES = (
-    "namesrvAddr", "endpoints", "topic", "consumerGroup", "subExpression", "startingOffsets",
+    "namesrvAddr", "endpoints", "topic", "subscribePattern", "consumerGroup", "subExpression", "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
@@ -76,7 +78,25 @@ def _timestamp(name: str, raw: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str, ns: str = "") -> Offsets:
+class _Reads:
+    """The topics a query reads, to check the topics of startingOffsets/endingOffsets against:
+    those named, or those a subscribePattern matches (by the name a user knows)."""
+
+    def __init__(self, topics: tuple[str, ...], pattern: str | None, ns: str) -> None:
+        self.topics, self.pattern, self.ns = topics, pattern, ns
+
+    def __contains__(self, topic: object) -> bool:
+        if topic in self.topics:
+            return True
+        return (self.pattern is not None and isinstance(topic, str)
+                and bool(matching_topics(self.pattern, [topic], self.ns)))
+
+    def describe(self) -> str:
+        named = f"topics of the option topic {list(self.topics)}"
+        return f"topics the option subscribePattern {self.pattern!r} matches" if self.pattern else named
+
+
+def _offsets_json(name: str, raw: str, topics: _Reads, keywords: str, ns: str = "") -> Offsets:
     """The offsets of option ``name``; its topics are the user's names (or already wrapped in
     namespace ``ns``), the result's are the wire names of ``topics``."""
     shape = 'JSON like {"topic":{"broker-a:0":42}} (-2 = earliest, -1 = latest)'
@@ -90,8 +110,7 @@ def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str, n
         offsets = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in offsets.items())
     for topic in offsets.topics:
         if topic not in topics:
-            raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: topics of the option topic "
-                                          f"{list(topics)}")
+            raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: {topics.describe()}")
     return offsets
 
 
@@ -99,6 +118,8 @@ def _offsets_json(name: str, raw: str, topics: tuple[str, ...], keywords: str, n
 class ReaderOptions:
     namesrv_addr: tuple[str, ...]
     endpoints: str | None
+    #: the topics named (option topic; with includeRetryTopic the group's retry topic too); with
+    #: subscribePattern, the topics it matches are read besides (see .patterns)
     topics: tuple[str, ...]
     consumer_group: str | None
     sub_expression: str
@@ -147,10 +168,13 @@ class ReaderOptions:
     max_records_per_partition: int | None = None
     #: streams: at most this many bytes of stored messages per batch (one message at least; None: no cap)
     max_bytes_per_trigger: int | None = None
+    #: a regular expression: the topics of the name servers' list it matches are read, looked up
+    #: at every trigger (option subscribePattern; None: just ``topics``)
+    topic_pattern: str | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
-        """topic -> tag expression, as consumers tell brokers what they read."""
+        """topic -> tag expression of the named topics, as consumers tell brokers what they read."""
         return {t: self.sub_expression for t in self.topics}
 
     @classmethod
@@ -159,8 +183,10 @@ class ReaderOptions:
         namesrv, endpoints = _transport(opts)
         ns = namespace(opts.get("namespace"))
         topics, group, include_retry = _topics_and_group(opts, endpoints, ns)
-        starting, starting_json = _starting(opts, topics, group, stream, ns)
-        ending, ending_json = _ending(opts, topics, stream, ns)
+        pattern = _pattern(opts, endpoints)
+        read = _Reads(topics, pattern, ns)
+        starting, starting_json = _starting(opts, read, group, stream, ns)
+        ending, ending_json = _ending(opts, read, stream, ns)
         cfw = opts.get("consumeFromWhere", "latest" if stream else "earliest").strip().lower()
         if cfw not in ("earliest", "latest"):
             raise OptionError("consumeFromWhere", opts["consumeFromWhere"], "accepted: earliest or latest")
@@ -209,6 +235,7 @@ class ReaderOptions:
             max_trigger_delay_ms=delay,
             max_records_per_partition=positive_int("maxRecordsPerPartition", max_records) if max_records else None,
             max_bytes_per_trigger=max_bytes,
+            topic_pattern=pattern,
         )
 
 
@@ -252,6 +279,26 @@ def _max_bytes(opts: Mapping[str, str], stream: bool, endpoints: str | None) -> 
     return int(digits) * _BYTE_UNITS[unit]
 
 
+def _pattern(opts: Mapping[str, str], endpoints: str | None) -> str | None:
+    """subscribePattern: a regular expression (Python's re, matched against whole topic names);
+    remoting only (the topic list comes from the name servers)."""
+    raw = opts.get("subscribePattern")
+    if raw is None:
+        return None
+    if endpoints:
+        raise OptionError("subscribePattern", raw, "the topic list comes from the name servers, which the gRPC "
+                          "protocol (endpoints) does not reach: use namesrvAddr")
+    if not raw.strip():
+        raise OptionError("subscribePattern", raw, "accepted: a regular expression matched against whole topic "
+                          "names, e.g. orders-.*")
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise OptionError("subscribePattern", raw, f"not a regular expression ({exc}); accepted: a regular "
+                          "expression matched against whole topic names, e.g. orders-.*") from None
+    return raw
+
+
 def _transport(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
     """(name servers, gRPC endpoints): exactly one of namesrvAddr and endpoints."""
     ns = opts.get("namesrvAddr")
@@ -274,8 +321,13 @@ def _topics_and_group(opts: Mapping[str, str], endpoints: str | None, ns: str = 
     includeRetryTopic asks for it; names as they travel (wrapped in namespace ``ns``)."""
     topic_raw = opts.get("topic", "")
     topics = tuple(topic_name("topic", topic_raw, t.strip(), ns) for t in topic_raw.split(",") if t.strip())
-    if not topics:
-        raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list")
+    pattern = opts.get("subscribePattern")
+    if pattern is not None and "topic" in opts:
+        raise OptionError("subscribePattern", pattern, "give either topic (named topics) or subscribePattern (the "
+                          "topics a regular expression matches), not both")
+    if not topics and pattern is None:
+        raise OptionError("topic", topic_raw or None, "required: one topic or a comma-separated list (or the option "
+                          "subscribePattern)")
     group_raw = opts.get("consumerGroup")
     group = group_raw if group_raw and group_raw.strip() else None  # blank counts as not given
     if group is not None:
@@ -293,7 +345,7 @@ def _topics_and_group(opts: Mapping[str, str], endpoints: str | None, ns: str = 
     return topics, group, include_retry
 
 
-def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | None, stream: bool, ns: str = ""
+def _starting(opts: Mapping[str, str], topics: _Reads, group: str | None, stream: bool, ns: str = ""
               ) -> tuple[str, Offsets | None]:
     """(startingOffsets: group, earliest, latest or json; the offsets when json). A stream needs
     a consumerGroup (its offsets are kept for it), and so does startingOffsets=group."""
@@ -313,7 +365,7 @@ def _starting(opts: Mapping[str, str], topics: tuple[str, ...], group: str | Non
     return starting, starting_json
 
 
-def _ending(opts: Mapping[str, str], topics: tuple[str, ...], stream: bool, ns: str = ""
+def _ending(opts: Mapping[str, str], topics: _Reads, stream: bool, ns: str = ""
             ) -> tuple[str, Offsets | None]:
     """(endingOffsets: latest or json; the offsets when json): batch reads only."""
     ending_raw = opts.get("endingOffsets", "latest")

@@ -33,6 +33,7 @@ from .marks import mark_below
 from .membership import Membership
 from .options import ReaderOptions
 from .pacing import Pacing, admit_bytes
+from .patterns import matching_topics
 from .queue_range import QueueRange
 from .resets import Resets
 
@@ -69,6 +70,12 @@ class Planner:
         self.keep: Callable[[MessageQueue], bool] | None = None
         #: when latest() last answered and what (see recent_latest)
         self._seen: tuple[float, QueueOffsets] | None = None
+        #: subscribePattern: topics of the list it did not match, and the names of the cluster's
+        #: clusters and brokers (never matched; see topics())
+        self._not_matched: set[str] = set()
+        self._cluster_names: set[str] = set()
+        #: the brokers each topic's route listed last (a topic deleted, see topics())
+        self._brokers_of: dict[str, set[str]] = {}
         #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
         self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
 
@@ -102,17 +109,69 @@ class Planner:
         (a restart), so its planned queues wait for it like any down broker's (see
         :meth:`.Availability.unavailable`). A topic never seen with a route raises TopicNotFoundError."""
         out: list[MessageQueue] = []
-        for topic in self.options.topics:
+        for topic in self.topics():
             try:
                 queues = self.client.message_queues(topic, refresh=True)
             except TopicNotFoundError:
-                if topic not in self._routed:
+                if topic not in self._routed and topic in self.options.topics:
                     raise
+                if topic not in self._routed:  # matched by subscribePattern, not routed yet
+                    log.debug("topic %s is listed and has no route yet; read once it has", topic)
+                    continue
                 log.debug("topic %s has no route now (its brokers restarting?); its queues wait", topic)
                 continue
             self._routed.add(topic)
+            self._brokers_of[topic] = {q.broker for q in queues}
             out.extend(q for q in queues if self.keep is None or self.keep(q))
         return sorted(out)
+
+    def topics(self) -> tuple[str, ...]:
+        """The topics read now: those named; with subscribePattern also those of the name
+        servers' topic list it matches, looked up again at every call (:mod:`.patterns`). A
+        topic matched once stays read (a topic deleted meanwhile is a topic without a route,
+        see :meth:`queues`); new ones join the group's subscriptions (:meth:`.Membership.topics_added`)."""
+        o = self.options
+        if o.topic_pattern is None:
+            return self.ctx.topics
+        listed = self.client.topic_list()  # type: ignore[attr-defined]
+        self._drop_deleted(set(listed))
+        new = [t for t in listed if t not in self.ctx.topics and t not in self._not_matched]
+        if new:  # never seen: the cluster's names are asked again (a broker may have joined)
+            self._cluster_names = self.client.cluster_names()  # type: ignore[attr-defined]
+            matched = matching_topics(o.topic_pattern, new, o.namespace, self._cluster_names)
+            self._not_matched.update(t for t in new if t not in matched)
+            if matched:
+                log.info("subscribePattern %r: reading topics %s too (from their earliest offsets when the query "
+                         "has run before)", o.topic_pattern, ", ".join(matched))
+                self.ctx.topics = tuple(sorted({*self.ctx.topics, *matched}))
+                self.membership.topics_added()
+        return self.ctx.topics
+
+    def _drop_deleted(self, listed: set[str]) -> None:
+        """Topics subscribePattern matched that were deleted stop being read: gone from the
+        topic list while every broker their route listed is listed by the name servers (a
+        broker's restart also takes its topics out of the list, for a while: those are kept,
+        and wait for it like a named topic's queues)."""
+        gone = [t for t in self.ctx.topics if t not in self.options.topics and t not in listed]
+        if not gone:
+            return
+        alive = set(self.client.cluster_brokers())  # type: ignore[attr-defined]
+        deleted = [t for t in gone if self._brokers_of.get(t, set()) <= alive]
+        if deleted:
+            log.warning("subscribePattern %r: topics %s were deleted; no longer read", self.options.topic_pattern,
+                        ", ".join(deleted))
+            self.ctx.topics = tuple(t for t in self.ctx.topics if t not in deleted)
+            for t in deleted:
+                self._routed.discard(t)
+                self._brokers_of.pop(t, None)
+
+    def reading(self, offsets: QueueOffsets) -> QueueOffsets:
+        """``offsets`` without the queues of topics no longer read (a topic subscribePattern
+        matched was deleted, see :meth:`topics`)."""
+        if self.options.topic_pattern is None:
+            return offsets
+        now = set(self.topics())
+        return {mq: off for mq, off in offsets.items() if mq.topic in now}
 
     def latest(self) -> QueueOffsets:
         """Max offsets of the queues the routes list now, without the brokers that do not
@@ -377,7 +436,9 @@ class Planner:
         return self.resets.at_planning(prev, end, restarted)
 
     def check_group(self) -> None:
-        """See :meth:`.Membership.check`."""
+        """See :meth:`.Membership.check` (of the topics subscribePattern matches now, too)."""
+        if self.options.topic_pattern is not None and not self.membership.checked:
+            self.topics()
         self.membership.check()
 
     def join_group(self) -> None:

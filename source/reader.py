@@ -95,7 +95,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         raises DataLossError (failOnDataLoss=false: skipped, logged). Queues of a down broker
         keep their offset; BrokerUnavailableError past brokerDownTimeoutMs."""
         self._started()
-        ends = dict(split_batch_end(start)[0])
+        ends = self.planner.reading(dict(split_batch_end(start)[0]))
         self.planner.adopt_marks(marks_of(start))
         self.planner.adopt_group(group_of(start))
         self.planner.find_resets(ends)

@@ -335,6 +335,10 @@ class RemotingClient(RemotingAdmin):
         """See :meth:`.NameServers.cluster_members`."""
         return self.names.cluster_members()
 
+    def cluster_names(self) -> set[str]:
+        """See :meth:`.NameServers.cluster_names`."""
+        return self.names.cluster_names()
+
     def remember_broker_addr(self, broker: str, addr: str) -> None:
         """See :meth:`.NameServers.remember_broker_addr`."""
         self.names.remember_broker_addr(broker, addr)

@@ -203,6 +203,19 @@ class NameServers:
                 out[str(name)] = members
         return out
 
+    def cluster_names(self) -> set[str]:
+        """The names of the clusters and broker groups the name servers know: brokers create a
+        topic of each name (clusterTopicEnable, brokerTopicEnable), which the topic list shows."""
+        resp = retrying(lambda: self.invoke(
+            RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), "cluster info"), self.config)
+        body = object_body(resp.body, "cluster info") if resp.body else {}
+        names: set[str] = set()
+        for key in ("brokerAddrTable", "clusterAddrTable"):
+            table = body.get(key)
+            if isinstance(table, dict):
+                names.update(str(k) for k in table)
+        return names
+
     def _lists_no_broker(self) -> bool:
         """Whether the name servers list no broker at all (:meth:`cluster_brokers`, one attempt;
         False when that cannot be told)."""

@@ -174,6 +174,8 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("maxTriggerDelay", {"minMessagesPerTrigger": "10", "maxTriggerDelay": "-5s"}, True, "-5s", "whole number"),
     ("maxTriggerDelay", {"minMessagesPerTrigger": "10", "maxTriggerDelay": "1.5s"}, True, "1.5s", "whole number"),
     ("maxTriggerDelay", {"maxTriggerDelay": "5s"}, False, "5s", "only by streaming reads"),
+    ("subscribePattern", {"topic": DROP, "subscribePattern": "orders-("}, True, "orders-(", "regular expression"),
+    ("subscribePattern", {"subscribePattern": "orders-.*"}, False, "orders-.*", "not both"),
     ("maxBytesPerTrigger", {"maxBytesPerTrigger": "0"}, True, "0", "positive whole number of bytes"),
     ("maxBytesPerTrigger", {"maxBytesPerTrigger": "64 parsecs"}, True, "64 parsecs", "k, m or g"),
     ("maxBytesPerTrigger", {"maxBytesPerTrigger": "1.5m"}, True, "1.5m", "64m"),
