@@ -47,6 +47,7 @@ _NAMES = (
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
+    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsetsByTimestamp",
     "minMessagesPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition", "maxBytesPerTrigger",
     *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
     "namespace",
@@ -171,6 +172,14 @@ class ReaderOptions:
     #: a regular expression: the topics of the name servers' list it matches are read, looked up
     #: at every trigger (option subscribePattern; None: just ``topics``)
     topic_pattern: str | None = None
+    #: each named queue starts at its first message stored at or after its time (epoch ms;
+    #: option startingOffsetsByTimestamp; startingTimestamp wins over it)
+    starting_by_timestamp: Offsets | None = None
+    #: a queue of starting_by_timestamp with no message at or after its time: "error" or "latest"
+    starting_by_timestamp_strategy: str = "error"
+    #: batch reads: each named queue up to its first message stored at or after its time
+    #: (option endingOffsetsByTimestamp; endingTimestamp wins over it)
+    ending_by_timestamp: Offsets | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -204,6 +213,16 @@ class ReaderOptions:
         min_per, delay = _pacing(opts, stream)
         max_records = opts.get("maxRecordsPerPartition")
         max_bytes = _max_bytes(opts, stream, endpoints)
+        start_ts_json = opts.get("startingOffsetsByTimestamp")
+        end_ts_json = opts.get("endingOffsetsByTimestamp")
+        if end_ts_json is not None and stream:
+            raise OptionError("endingOffsetsByTimestamp", end_ts_json, "accepted only by batch reads (spark.read); a "
+                              "stream ends with its trigger")
+        strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise OptionError("startingOffsetsByTimestampStrategy", opts["startingOffsetsByTimestampStrategy"],
+                              "accepted: error (a queue with no message at or after its time fails the query) or "
+                              "latest (it starts at its latest offset)")
         return cls(
             namesrv_addr=namesrv,
             endpoints=endpoints,
@@ -236,6 +255,11 @@ class ReaderOptions:
             max_records_per_partition=positive_int("maxRecordsPerPartition", max_records) if max_records else None,
             max_bytes_per_trigger=max_bytes,
             topic_pattern=pattern,
+            starting_by_timestamp=(_timestamps_json("startingOffsetsByTimestamp", start_ts_json, read, ns)
+                                   if start_ts_json is not None else None),
+            starting_by_timestamp_strategy=strategy,
+            ending_by_timestamp=(_timestamps_json("endingOffsetsByTimestamp", end_ts_json, read, ns)
+                                 if end_ts_json is not None else None),
         )
 
 
@@ -343,6 +367,23 @@ def _topics_and_group(opts: Mapping[str, str], endpoints: str | None, ns: str = 
         if retry_topic(group) not in topics:
             topics = (*topics, retry_topic(group))
     return topics, group, include_retry
+
+
+def _timestamps_json(name: str, raw: str, topics: _Reads, ns: str = "") -> Offsets:
+    """A JSON of epoch-millisecond times per queue (startingOffsetsByTimestamp and
+    endingOffsetsByTimestamp): the shape of startingOffsets, a time instead of an offset."""
+    shape = 'JSON like {"topic":{"broker-a:0":1767225600000}}: epoch milliseconds (0 or more) per queue'
+    try:
+        times = Offsets.from_json(raw)
+    except OffsetsFormatError as exc:
+        detail = str(exc).replace("offset ", "time ", 1) if exc.queue_key else ""
+        raise OptionError(name, raw, f"{detail + '; ' if detail else ''}accepted: {shape}") from None
+    if ns:
+        times = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in times.items())
+    for topic in times.topics:
+        if topic not in topics:
+            raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: {topics.describe()}")
+    return times
 
 
 def _starting(opts: Mapping[str, str], topics: _Reads, group: str | None, stream: bool, ns: str = ""

@@ -22,14 +22,14 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient
 from ..client.membership import QueueStatus
-from ..errors import RocketMQSparkError, TopicNotFoundError
+from ..errors import OptionError, RocketMQSparkError, TopicNotFoundError
 from ..model import MessageQueue
 from ..offsets import GroupAtPlanning, Mark
 from .availability import Availability
 from .commits import Commits, QueueOffsets
 from .context import QueryContext
 from .data_loss import DataLoss
-from .marks import mark_below
+from .marks import iso, mark_below
 from .membership import Membership
 from .options import ReaderOptions
 from .pacing import Pacing, admit_bytes
@@ -222,6 +222,33 @@ class Planner:
             self._sleep(POLL_S)
 
     def _starts_of(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Start offsets: startingTimestamp for every queue; else startingOffsetsByTimestamp
+        for the queues it names, and startingOffsets (or the group's offsets) for the rest."""
+        o = self.options
+        by_time = o.starting_by_timestamp if o.starting_timestamp is None else None
+        if by_time:
+            timed = [mq for mq in mqs if mq in by_time]
+            rest = [mq for mq in mqs if mq not in by_time]
+            out = self._starts_without_times(rest) if rest else {}
+            out.update({mq: self._start_at_time(mq, by_time[mq]) for mq in timed})
+            return out
+        return self._starts_without_times(mqs)
+
+    def _start_at_time(self, mq: MessageQueue, ts: int) -> int:
+        """startingOffsetsByTimestamp of ``mq``: its first message stored at or after ``ts``;
+        none there: its latest offset with startingOffsetsByTimestampStrategy=latest, else an
+        OptionError."""
+        found = self.client.search_offset(mq, ts)
+        if found < self.client.max_offset(mq) or self.options.starting_by_timestamp_strategy == "latest":
+            return found
+        last = self.client.store_time_at(mq, found - 1) if found > 0 else None
+        held = f"its last message was stored at {iso(last)}" if last is not None else "it holds no message"
+        raise OptionError("startingOffsetsByTimestamp", f"{mq.key}: {ts}",
+                          f"{mq} has no message stored at or after {iso(ts)} ({held}); accepted: a time at or "
+                          f"before its last message, or startingOffsetsByTimestampStrategy=latest to start such a "
+                          f"queue at its latest offset")
+
+    def _starts_without_times(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         o = self.options
         if o.starting == "group" and o.starting_timestamp is None:
             committed = self.store.read_many(mqs)

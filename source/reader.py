@@ -9,7 +9,7 @@ loop, :mod:`.pull_loop`), so nothing here opens a socket in ``__init__``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ from ..client import BrokerClient
 from ..errors import (
     OptionError,
 )
+from ..model import MessageQueue
 from ..offsets import (
     EARLIEST,
     LATEST,
@@ -175,6 +176,17 @@ def _time_bounds(client: BrokerClient, start: QueueOffsets, end: QueueOffsets, p
     return lo, hi
 
 
+def _ends_at_times(client: BrokerClient, start: QueueOffsets, end: QueueOffsets, times: Mapping[MessageQueue, int]
+                   ) -> QueueOffsets:
+    """endingOffsetsByTimestamp: each queue it names up to (not including) its first message
+    stored at or after its time; to its end when there is none."""
+    out = dict(end)
+    for mq, ts in times.items():
+        if mq in out:
+            out[mq] = min(out[mq], max(start.get(mq, 0), client.search_offset(mq, ts)))
+    return out
+
+
 def _check_ending(given: QueueOffsets, start: QueueOffsets, latest: QueueOffsets) -> None:
     """endingOffsets must lie within each queue's range: past its end nothing is lost, the
     request is wrong; say so at planning time rather than fail reading."""
@@ -221,6 +233,8 @@ class RocketMQBatchReader(DataSourceReader):
                 _check_ending(given, start, latest)
             else:
                 end = latest
+            if o.ending_by_timestamp and o.ending_timestamp is None:
+                end = _ends_at_times(planner.client, start, end, o.ending_by_timestamp)
             if pushed.time_lo is not None or pushed.time_hi is not None:
                 start, end = _time_bounds(planner.client, start, end, pushed)
             return _packed(o, planner.partitions(start, end))

@@ -1244,3 +1244,34 @@ def test_max_bytes_per_trigger_caps_planned_batches_after_max_messages() -> None
     assert end == {Q(0): 15, Q(1): 15}
     end = p.next_end({Q(0): 0, Q(1): 0}, ReadMaxRows(20))
     assert end == {Q(0): 10, Q(1): 10}
+
+
+def test_starting_offsets_by_timestamp_per_queue_with_both_strategies_and_precedence() -> None:
+    # the fake's store time of offset o is o: a queue holding [0, 10) was stored at times 0..9
+    c = FakeClient({Q(0): (0, 10), Q(1): (0, 10), Q(2): (0, 10)})
+    c.store_time_at = lambda mq, off: off  # type: ignore[attr-defined]
+    times = '{"t":{"broker-a:0":3,"broker-a:1":9}}'
+    p = _planner(c, startingOffsetsByTimestamp=times, startingOffsets="latest")
+    assert p.initial() == {Q(0): 3, Q(1): 9, Q(2): 10}  # a queue not named: startingOffsets
+    late = '{"t":{"broker-a:0":3,"broker-a:1":50}}'  # past queue 1's last message
+    with pytest.raises(OptionError, match=r"broker-a:1: 50.*no message stored at or after .*stored at "
+                                          r".*startingOffsetsByTimestampStrategy=latest") as info:
+        _planner(c, startingOffsetsByTimestamp=late).initial()
+    assert info.value.option == "startingOffsetsByTimestamp"
+    p = _planner(c, startingOffsetsByTimestamp=late, startingOffsetsByTimestampStrategy="latest",
+                 startingOffsets="earliest")
+    assert p.initial() == {Q(0): 3, Q(1): 10, Q(2): 0}
+    # startingTimestamp wins over it, as in Kafka
+    assert _planner(c, startingOffsetsByTimestamp=late, startingTimestamp="5").initial() == {Q(0): 5, Q(1): 5, Q(2): 5}
+
+
+def test_ending_offsets_by_timestamp_of_a_batch_read() -> None:
+    from rocketmq_spark.source.reader import _ends_at_times
+    c = FakeClient({Q(0): (0, 10), Q(1): (0, 10)})
+    times = ReaderOptions.parse({"namesrvAddr": "127.0.0.1:9876", "topic": "t",
+                                 "endingOffsetsByTimestamp": '{"t":{"broker-a:0":4,"broker-a:1":99}}'},
+                                stream=False).ending_by_timestamp
+    assert times is not None
+    ends = _ends_at_times(c, {Q(0): 2, Q(1): 0}, {Q(0): 10, Q(1): 10}, times)  # type: ignore[arg-type]
+    assert ends == {Q(0): 4, Q(1): 10}  # up to the first message at/after the time; none: to the end
+    assert _ends_at_times(c, {Q(0): 6}, {Q(0): 10}, times) == {Q(0): 6}  # type: ignore[arg-type]
