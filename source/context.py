@@ -35,8 +35,10 @@ class QueryContext:
 
     @property
     def subscriptions(self) -> dict[str, str]:
-        """topic -> tag expression of the topics read now, as consumers tell brokers what they read."""
-        return {t: self.options.sub_expression for t in self.topics}
+        """topic -> tag expression of the topics read now, as consumers tell brokers what they read
+        (``*`` with an SQL92 filter, which goes with each pull instead)."""
+        expr = self.options.sub_expression if self.options.sub_type == "TAG" else "*"
+        return {t: expr for t in self.topics}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -17,6 +17,7 @@ from pyspark.sql.types import StructType
 
 from ..client import Credentials
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS
+from ..codec.sql92 import Sql92Error, compile_sql92
 from ..errors import OptionError
 from ..names import retry_topic
 from ..namespaces import wrap
@@ -43,7 +44,8 @@ from .patterns import matching_topics
 __all__ = ["ReaderOptions", "asked_columns"]
 
 _NAMES = (
-    "namesrvAddr", "endpoints", "topic", "subscribePattern", "consumerGroup", "subExpression", "startingOffsets",
+    "namesrvAddr", "endpoints", "topic", "subscribePattern", "consumerGroup", "subExpression", "subExpressionType",
+    "startingOffsets",
     "startingTimestamp", "consumeFromWhere", "endingOffsets", "maxMessagesPerTrigger", "commitOffsets",
     "failOnDataLoss", "minPartitions", "minMessagesPerPartition", "pullBatchSize", "allowSharedGroup",
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
@@ -172,6 +174,8 @@ class ReaderOptions:
     #: a regular expression: the topics of the name servers' list it matches are read, looked up
     #: at every trigger (option subscribePattern; None: just ``topics``)
     topic_pattern: str | None = None
+    #: how sub_expression filters: TAG (tags) or SQL92 (message properties, filtered by the broker)
+    sub_type: str = "TAG"
     #: each named queue starts at its first message stored at or after its time (epoch ms;
     #: option startingOffsetsByTimestamp; startingTimestamp wins over it)
     starting_by_timestamp: Offsets | None = None
@@ -213,6 +217,7 @@ class ReaderOptions:
         min_per, delay = _pacing(opts, stream)
         max_records = opts.get("maxRecordsPerPartition")
         max_bytes = _max_bytes(opts, stream, endpoints)
+        sub_type = _sub_type(opts, endpoints)
         start_ts_json = opts.get("startingOffsetsByTimestamp")
         end_ts_json = opts.get("endingOffsetsByTimestamp")
         if end_ts_json is not None and stream:
@@ -255,6 +260,7 @@ class ReaderOptions:
             max_records_per_partition=positive_int("maxRecordsPerPartition", max_records) if max_records else None,
             max_bytes_per_trigger=max_bytes,
             topic_pattern=pattern,
+            sub_type=sub_type,
             starting_by_timestamp=(_timestamps_json("startingOffsetsByTimestamp", start_ts_json, read, ns)
                                    if start_ts_json is not None else None),
             starting_by_timestamp_strategy=strategy,
@@ -301,6 +307,35 @@ def _max_bytes(opts: Mapping[str, str], stream: bool, endpoints: str | None) -> 
         raise OptionError("maxBytesPerTrigger", raw, "accepted: a positive whole number of bytes, or with a unit "
                           "k, m or g (binary: 1k = 1024 bytes), e.g. 64m")
     return int(digits) * _BYTE_UNITS[unit]
+
+
+def _sub_type(opts: Mapping[str, str], endpoints: str | None) -> str:
+    """subExpressionType: TAG, or SQL92 with subExpression a property filter (checked here: an
+    Apache RocketMQ broker given one it cannot compile filters nothing, silently)."""
+    raw = opts.get("subExpressionType", "TAG")
+    kind = raw.strip().upper()
+    if kind not in ("TAG", "SQL92"):
+        raise OptionError("subExpressionType", raw, "accepted: TAG (subExpression names tags) or SQL92 "
+                          "(subExpression filters by message properties, e.g. a > 5 AND region IN ('eu','us'))")
+    if kind == "SQL92":
+        expr = opts.get("subExpression", "").strip()
+        if not expr or expr == "*":
+            raise OptionError("subExpression", opts.get("subExpression"), "with subExpressionType=SQL92: an SQL92 "
+                              "expression over message properties, e.g. a > 5 AND region IN ('eu','us')")
+        if endpoints:
+            raise OptionError("subExpressionType", raw, "SQL92 reads need namesrvAddr: released gRPC proxies do not "
+                              "serve pulls")
+        try:
+            tail = compile_sql92(expr).ignored_tail
+        except Sql92Error as exc:
+            raise OptionError("subExpression", opts["subExpression"], f"not an SQL92 filter RocketMQ accepts: {exc}; "
+                              "accepted: comparisons (=, <>, <, <=, >, >=), BETWEEN, IN, IS NULL, AND, OR, NOT "
+                              "over property names, 'strings' and numbers") from None
+        if tail:
+            raise OptionError("subExpression", opts["subExpression"], f"RocketMQ's parser stops before {tail!r} and "
+                              "ignores the rest (a broker would filter by what comes before it alone); accepted: one "
+                              "expression: comparisons (=, <>, <, <=, >, >=), BETWEEN, IN, IS NULL, AND, OR, NOT")
+    return kind
 
 
 def _pattern(opts: Mapping[str, str], endpoints: str | None) -> str | None:

@@ -61,7 +61,7 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     c = client or _connect(part)
     if part.broker_addr:
         c.remember_broker_addr(part.mq.broker, part.broker_addr)
-    tags = tag_set(subscribed_tags(part.sub_expression))
+    tags = _tags(part)
     try:
         for batch in _read(part, c, _decoded_columns(part, tags is not None)):
             batch = only_subscribed(batch, tags)
@@ -380,6 +380,12 @@ class PullLoop:
         self.frontier = offsets[-1] + self.step
 
 
+def _tags(part: QueueRange) -> frozenset[int] | None:
+    """The tags a TAG subscription names, to drop the others a broker's hash filter lets by
+    (None: every tag; an SQL92 filter is the broker's alone)."""
+    return tag_set(subscribed_tags(part.sub_expression)) if part.sub_type == "TAG" else None
+
+
 def _retry_asked(part: QueueRange) -> bool:
     """Whether the rows carry the retry columns (includeRetryTopic) and the query asks for one."""
     return part.retry_columns and (part.columns is None or bool({"retryTopic", "reconsumeTimes"} & set(part.columns)))
@@ -417,13 +423,15 @@ def _read(part: QueueRange, c: BrokerClient, columns: tuple[str, ...] | None = N
                                 f"offsets [{first}, {upto}) do not decode: {exc}") from None
         return no_retry_origin(batch) if retry and not origin else batch
 
-    unfiltered = tag_set(subscribed_tags(part.sub_expression)) is None
+    # a filtered pull's next offset skips what did not match: offsets ahead cannot be computed
+    unfiltered = part.sub_type == "TAG" and _tags(part) is None
+    kind = part.sub_type
     pulls = PullLoop(part,
                      lambda off: c.pull_async(mq, off, part.pull_batch_size, group=part.group,
-                                              subscription=part.sub_expression),
+                                              subscription=part.sub_expression, expression_type=kind),
                      lambda pending: c.pull_result(mq, pending), _CAPPED_AHEAD if unfiltered else 1,
                      lambda offs: c.pull_async_many(mq, offs, part.pull_batch_size, group=part.group,
-                                                    subscription=part.sub_expression),
+                                                    subscription=part.sub_expression, expression_type=kind),
                      None if (mark := part.mark) is None else lambda: _other_store(c, mq, mark),
                      lambda: c.connection_epoch(mq.broker))
     for res, nxt in _until_gone(pulls):

@@ -49,9 +49,10 @@ class Pushed:
                 and (self.brokers is None or mq.broker in self.brokers)
                 and (self.queue_ids is None or mq.queue_id in self.queue_ids))
 
-    def sub_expression(self, given: str) -> str:
-        """The subscription to read with: the option's (``given``) narrowed to the pushed tags."""
-        if self.tags is None:
+    def sub_expression(self, given: str, sub_type: str = "TAG") -> str:
+        """The subscription to read with: the option's (``given``) narrowed to the pushed tags
+        (an SQL92 filter is kept as it is: Spark filters the rows by tag after it)."""
+        if self.tags is None or sub_type != "TAG":
             return given
         allowed = subscribed_tags(given)
         tags = self.tags if allowed is None else self.tags & allowed

@@ -55,3 +55,6 @@ class QueueRange(InputPartition):
     #: the namespace ``mq`` and ``group`` are wrapped in ("" for none): the task's client names
     #: it, and the rows it yields name the user's topics (see rocketmq_spark.namespaces)
     namespace: str = ""
+    #: how ``sub_expression`` filters: TAG (a tag expression; the task drops tags it does not
+    #: name too) or SQL92 (a property filter the broker applies)
+    sub_type: str = "TAG"

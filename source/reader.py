@@ -219,7 +219,7 @@ class RocketMQBatchReader(DataSourceReader):
         if o.ending_timestamp is not None:
             hi = o.ending_timestamp if pushed.time_hi is None else min(pushed.time_hi, o.ending_timestamp)
             pushed = replace(pushed, time_hi=hi)
-        sub = pushed.sub_expression(o.sub_expression)
+        sub = pushed.sub_expression(o.sub_expression, o.sub_type)
         if pushed.nothing or not sub:
             return []
         planner = Planner(replace(o, sub_expression=sub))

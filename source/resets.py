@@ -255,7 +255,8 @@ class Resets:
         try:
             with bounded(REPROBE_BUDGET_S):
                 res = self.ctx.client.pull(mq, at, 1, group=self.ctx.options.consumer_group or "",
-                                       subscription=self.ctx.options.sub_expression)
+                                           subscription=self.ctx.options.sub_expression,
+                                           expression_type=self.ctx.options.sub_type)
         except RocketMQSparkError as exc:
             log.info("%s: not asked whether a reset waits on the broker: %s", mq, exc)
             return False
@@ -339,7 +340,8 @@ class Resets:
         (it ignores the group's commits of the queue until then); elsewhere an empty read."""
         try:
             self.ctx.client.pull(mq, offset, 1, group=self.ctx.options.consumer_group or "",
-                             subscription=self.ctx.options.sub_expression)
+                                 subscription=self.ctx.options.sub_expression,
+                                 expression_type=self.ctx.options.sub_type)
         except RocketMQSparkError as exc:
             log.info("%s: reset not released on the broker (its commits may be ignored until the next "
                      "pull of the group): %s", mq, exc)

@@ -161,7 +161,8 @@ def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker | Target]:
         finally:
             rmq.stop(grace_s=3)  # a throw-away store: no need to wait for a clean shutdown
         return
-    with EmbeddedBroker() as mq:
+    # property filters on, as the session's Apache RocketMQ has them (enablePropertyFilter=true)
+    with EmbeddedBroker(enable_property_filter=True) as mq:
         yield mq if kind is None else Target.of_embedded(mq)
 
 

@@ -1,5 +1,5 @@
 """SQL92 filter cases, (expression, message properties, delivered?), shared by the unit tests of
-rocketmq_spark.broker.sql92 and by any test that runs them against a broker.
+rocketmq_spark.codec.sql92 and by any test that runs them against a broker.
 
 Every expected value was derived by reading Apache RocketMQ's filter module (the same classes in
 5.3.3 and 5.5.0: filter/src/main/java/org/apache/rocketmq/filter/) and the broker's

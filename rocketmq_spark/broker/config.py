@@ -38,6 +38,9 @@ class BrokerConfig:
     #: PULL_OFFSET_MOVED to the reset offset; nothing is pushed. Off: the 4.x way, the offsets are
     #: written and pushed to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET)
     server_side_reset: bool = True
+    #: Java's enablePropertyFilter (off by default, as there): subscriptions of expressionType
+    #: SQL92 filter pulls by message properties; off, such a pull is refused (SYSTEM_ERROR)
+    enable_property_filter: bool = False
     default_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
     #: Real brokers cap a pull at 32 messages / 256 KiB from memory; the embedded one

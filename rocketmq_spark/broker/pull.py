@@ -5,8 +5,11 @@ the messages a pull gets (:meth:`Pulls.get`, through the group's tag filter), an
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable
 
+from ..codec.record import decode_record
+from ..codec.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from ..codec.tags import tag_filter
 from ..remoting.codes import ResponseCode
 from .config import BrokerConfig
@@ -46,10 +49,40 @@ class Pulls:
             return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
         return None
 
-    def get(self, topic: str, queue_id: int, offset: int, max_nums: int, subscription: str = "*") -> GetResult:
+    def filter_refusal(self, kind: str, expression: str) -> tuple[int, str] | None:
+        """Why a pull with a subscription of expression type ``kind`` (not TAG) is refused, as a
+        Java broker refuses it, or None: SQL92 needs enable_property_filter; another type, or
+        an expression that does not compile, cannot be parsed."""
+        if kind.upper() != "SQL92":
+            return ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+        if not self.config.enable_property_filter:
+            return ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}"
+        try:
+            self._sql92(expression)
+        except Sql92Error:
+            # a Java broker compiles it (ConsumerFilterManager.build), logs the failure and
+            # filters nothing; the embedded broker says so instead of delivering everything
+            return ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+        return None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def _sql92(expression: str) -> Sql92Filter:
+        return compile_sql92(expression)
+
+    def get(self, topic: str, queue_id: int, offset: int, max_nums: int, subscription: str = "*",
+            expression_type: str = "TAG") -> GetResult:
         """Up to ``max_nums`` messages (at most the broker's pull limits) of the queue from
-        ``offset`` that match the tag expression ``subscription``."""
+        ``offset`` that match ``subscription``: a tag expression, or with ``expression_type``
+        SQL92 a filter over each message's properties (see :meth:`filter_refusal`)."""
         count = max(1, min(max_nums, self.config.max_pull_messages))
+        if expression_type.upper() == "SQL92":
+            sql = self._sql92(subscription)
+
+            def matches(_taghash: int, record: bytes) -> bool:
+                return sql.matches(decode_record(record).properties)
+
+            return self.store.get(topic, queue_id, offset, count, self.config.max_pull_bytes, matches)
         return self.store.get(topic, queue_id, offset, count, self.config.max_pull_bytes, tag_filter(subscription))
 
     async def wait_for_messages(self, topic: str, queue_ids: Iterable[int], timeout_s: float) -> None:

@@ -435,9 +435,11 @@ class RemotingService:
                 "suggestWhichBrokerId": "0", "nextBeginOffset": str(reset),
                 "minOffset": str(b.store.min_offset(topic, queue_id)),
                 "maxOffset": str(b.store.max_offset(topic, queue_id))}, remark="OFFSET_RESET")
-        if ext.get("expressionType", "TAG").upper() not in ("TAG", ""):
-            return req.response_to(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                                   remark="only TAG subscriptions are supported by the embedded broker")
+        kind = ext.get("expressionType") or "TAG"
+        if kind.upper() != "TAG":
+            refused = b.pulls.filter_refusal(kind, ext.get("subscription", ""))
+            if refused is not None:
+                return req.response_to(refused[0], remark=refused[1])
         sys_flag = _int(ext, "sysFlag", 0)
         if sys_flag & 0x1:
             commit = _int(ext, "commitOffset", -1)
@@ -454,7 +456,7 @@ class RemotingService:
         ext = req.ext_fields
         offset = int(ext["queueOffset"])
         res = self.broker.pulls.get(ext["topic"], int(ext["queueId"]), offset, _int(ext, "maxMsgNums", 32),
-                                    ext.get("subscription", "*"))
+                                    ext.get("subscription", "*"), ext.get("expressionType") or "TAG")
         fields = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(res.next_offset),

@@ -53,6 +53,9 @@ def _add_broker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto-create", action="store_true", help="refuse unknown topics instead of creating them")
     p.add_argument("--max-pull-messages", type=int, default=None,
                    help="cap on messages per pull (a real broker serves 32)")
+    p.add_argument("--enable-property-filter", action="store_true",
+                   help="serve SQL92 property filters (a reader's subExpressionType=SQL92), as Apache RocketMQ's "
+                        "enablePropertyFilter=true does (off by default, as there)")
     p.add_argument("--acl", action="append", default=[], metavar="AK:SK",
                    help="ACL on: accept requests signed with access key AK and secret key SK (repeatable; the name "
                         "server does not check signatures)")
@@ -117,6 +120,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"register_interval_ms": args.register_interval_ms}
     if args.max_pull_messages:
         extra["max_pull_messages"] = args.max_pull_messages
+    if args.enable_property_filter:
+        extra["enable_property_filter"] = True
     acl = _acl_table(args)
     if acl:
         extra["acl"] = acl

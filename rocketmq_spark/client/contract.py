@@ -186,12 +186,12 @@ class BrokerClient(Protocol):
     # -- reading ----------------------------------------------------------------------
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
-                   subscription: str = "*", suspend_ms: int = 0) -> Any:
+                   subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> Any:
         """Start a pull of up to ``max_nums`` messages from ``offset`` and return at once; the
         opaque pending pull is resolved by :meth:`pull_result` (several may be in flight)."""
 
     def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
-                        subscription: str = "*") -> list[Any]:
+                        subscription: str = "*", expression_type: str = "TAG") -> list[Any]:
         """:meth:`pull_async` at several offsets of one queue at once (a transport may write
         them together), in order; each resolved with :meth:`pull_result`."""
 
@@ -200,7 +200,7 @@ class BrokerClient(Protocol):
         raises ConnectionFailedError)."""
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
-             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+             subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> PullResult:
         """A pull, waited for, retried on transient faults."""
 
     def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,

@@ -446,13 +446,13 @@ class GrpcClient(SequentialManyQueueCalls):
     # -- pulls ----------------------------------------------------------------------
 
     def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
-                   subscription: str = "*", suspend_ms: int = 0) -> tuple[Any, int, str]:
+                   subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> tuple[Any, int, str]:
         """Start a pull (the stream runs while the caller does other work); resolve it with
         :meth:`pull_result`."""
         req = pb.PullMessageRequest(offset=offset, batch_size=max_nums)
         req.group.name = group or "rocketmq-spark"
         req.message_queue.CopyFrom(self._pb_queue(mq))
-        req.filter_expression.type = pb.TAG
+        req.filter_expression.type = pb.SQL if expression_type == "SQL92" else pb.TAG
         req.filter_expression.expression = subscription or "*"
         set_millis(req.long_polling_timeout, suspend_ms)
         addr = self.broker_addr(mq.broker, mq.topic)
@@ -461,9 +461,10 @@ class GrpcClient(SequentialManyQueueCalls):
         return call, offset, req.group.name
 
     def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
-                        subscription: str = "*") -> list[tuple[Any, int, str]]:
+                        subscription: str = "*", expression_type: str = "TAG") -> list[tuple[Any, int, str]]:
         """One PullMessage stream per offset (streams are not written together)."""
-        return [self.pull_async(mq, off, max_nums, group=group, subscription=subscription) for off in offsets]
+        return [self.pull_async(mq, off, max_nums, group=group, subscription=subscription,
+                                expression_type=expression_type) for off in offsets]
 
     def pull_result(self, mq: MessageQueue, pending: tuple[Any, int, str]) -> PullResult:
         call, offset, group = pending
@@ -504,9 +505,10 @@ class GrpcClient(SequentialManyQueueCalls):
         return PullResult(state, next_offset, low, high, b"", tuple(messages))
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
-             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+             subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> PullResult:
         return retrying(lambda: self.pull_result(mq, self.pull_async(
-            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)), self.config)
+            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms,
+            expression_type=expression_type)), self.config)
 
     def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
              columns: Sequence[str] | None = None) -> pa.RecordBatch:

@@ -76,6 +76,9 @@ _READ_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.GET_MAX_OFFSET, R
                          RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.QUERY_CONSUMER_OFFSET,
                          RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUME_QUEUE})
 
+#: how a broker without enablePropertyFilter refuses an SQL92 pull (PullMessageProcessor's remark)
+_NO_PROPERTY_FILTER = "does not support consumer to filter message by"
+
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
     ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
@@ -729,9 +732,10 @@ class RemotingClient(RemotingAdmin):
         return self.send_results(target, 1, resp)[0]
 
     def pull_request(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
-                     subscription: str = "*", suspend_ms: int = 0) -> RemotingCommand:
+                     subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> RemotingCommand:
         """The PULL_MESSAGE request :meth:`pull_async` sends (no offset committed with it;
-        ``suspend_ms`` > 0: the broker may hold it that long for new messages)."""
+        ``suspend_ms`` > 0: the broker may hold it that long for new messages); ``subscription``
+        is a tag expression, or with ``expression_type`` SQL92 a property filter."""
         sys_flag = 0x4 | (0x2 if suspend_ms > 0 else 0)
         return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
             "consumerGroup": group or "rocketmq-spark",
@@ -744,7 +748,7 @@ class RemotingClient(RemotingAdmin):
             "suspendTimeoutMillis": str(suspend_ms),
             "subscription": subscription,
             "subVersion": "0",
-            "expressionType": "TAG",
+            "expressionType": expression_type,
             "bname": mq.broker,
         })
 
@@ -753,21 +757,23 @@ class RemotingClient(RemotingAdmin):
         master unless the broker said otherwise), see :meth:`.NameServers.read_addr`."""
         return self.names.read_addr(mq.broker, mq.topic, self._pull_from.get(mq, MASTER_ID))
 
-    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "",
-                   subscription: str = "*", suspend_ms: int = 0) -> Future[RemotingCommand]:
+    def pull_async(self, mq: MessageQueue, offset: int, max_nums: int, *, group: str = "", subscription: str = "*",
+                   suspend_ms: int = 0, expression_type: str = "TAG") -> Future[RemotingCommand]:
         """Send a pull without waiting; resolve it with :meth:`pull_result`."""
         addr = self._pull_addr(mq)
         fut = self._conn(addr, f"pull of {mq}").send(
-            self.pull_request(mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms))
+            self.pull_request(mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms,
+                              expression_type=expression_type))
         fut.hold_s = suspend_ms / 1000.0  # type: ignore[attr-defined]  # the broker may hold it that long
         return fut
 
     def pull_async_many(self, mq: MessageQueue, offsets: Sequence[int], max_nums: int, *, group: str = "",
-                        subscription: str = "*") -> list[Reply]:
+                        subscription: str = "*", expression_type: str = "TAG") -> list[Reply]:
         """Pulls at ``offsets`` written to the broker with one ``sendall``."""
         addr = self._pull_addr(mq)
         return self._conn(addr, f"pull of {mq}").send_many(
-            [self.pull_request(mq, off, max_nums, group=group, subscription=subscription) for off in offsets])
+            [self.pull_request(mq, off, max_nums, group=group, subscription=subscription,
+                               expression_type=expression_type) for off in offsets])
 
     def pull_result(self, mq: MessageQueue, pending: Future[RemotingCommand] | Reply) -> PullResult:
         """Wait for a pull: the request timeout, plus the time a long-polling pull may be held."""
@@ -792,6 +798,10 @@ class RemotingClient(RemotingAdmin):
             # brokerDownTimeoutMs, until the master is back or the slave has the topic)
             raise ConnectionFailedError(addr, op, f"the slave does not know topic {mq.topic!r} yet (a slave copies "
                                         "its master's topics once a minute); waiting for it or the master")
+        if status is None and resp.code == ResponseCode.SYSTEM_ERROR and _NO_PROPERTY_FILTER in (resp.remark or ""):
+            raise BrokerError(resp.code, f"{resp.remark}: a property filter (subExpressionType=SQL92) needs a broker "
+                              "started with enablePropertyFilter=true in its broker.conf",
+                              address=addr, operation=op)
         if status is None:  # (the consumer group is not known here: the topic is named)
             raise self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
         return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
@@ -814,9 +824,10 @@ class RemotingClient(RemotingAdmin):
             self._pull_from[mq] = suggested
 
     def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, group: str = "",
-             subscription: str = "*", suspend_ms: int = 0) -> PullResult:
+             subscription: str = "*", suspend_ms: int = 0, expression_type: str = "TAG") -> PullResult:
         return self._retrying(lambda: self.pull_result(mq, self.pull_async(
-            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms)))
+            mq, offset, max_nums, group=group, subscription=subscription, suspend_ms=suspend_ms,
+            expression_type=expression_type)))
 
     def rows(self, mq: MessageQueue, results: Sequence[PullResult], end: int | None = None,
              columns: Sequence[str] | None = None) -> pa.RecordBatch:

@@ -1,11 +1,11 @@
-"""rocketmq_spark.broker.sql92 gives the deliveries of Apache RocketMQ's SQL92 filter (the shared
+"""rocketmq_spark.codec.sql92 gives the deliveries of Apache RocketMQ's SQL92 filter (the shared
 table in tests/sql92_cases.py) and refuses what its parser refuses, saying what and where."""
 
 from __future__ import annotations
 
 import pytest
 
-from rocketmq_spark.broker.sql92 import Sql92Error, Sql92EvaluationError, Sql92Filter, compile_sql92
+from rocketmq_spark.codec.sql92 import Sql92Error, Sql92EvaluationError, Sql92Filter, compile_sql92
 from sql92_cases import SQL92_CASES
 
 
