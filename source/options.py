@@ -17,7 +17,6 @@ from pyspark.sql.types import StructType
 
 from ..client import Credentials
 from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS
-from ..codec.sql92 import Sql92Error, compile_sql92
 from ..errors import OptionError
 from ..names import retry_topic
 from ..namespaces import wrap
@@ -325,6 +324,8 @@ def _sub_type(opts: Mapping[str, str], endpoints: str | None) -> str:
         if endpoints:
             raise OptionError("subExpressionType", raw, "SQL92 reads need namesrvAddr: released gRPC proxies do not "
                               "serve pulls")
+        from ..codec.sql92 import Sql92Error, compile_sql92  # only SQL92 reads need the parser
+
         try:
             tail = compile_sql92(expr).ignored_tail
         except Sql92Error as exc:
