@@ -108,12 +108,18 @@ def _offsets_json(name: str, raw: str, topics: _Reads, keywords: str, ns: str = 
         if exc.queue_key is None:
             raise OptionError(name, raw, f"accepted: {keywords} or {shape}") from None
         raise OptionError(name, raw, f"{exc}; accepted: {shape}") from None
+    return _of_topics_read(name, raw, offsets, topics, ns)
+
+
+def _of_topics_read(name: str, raw: str, given: Offsets, topics: _Reads, ns: str) -> Offsets:
+    """``given`` (per queue, by the user's topic names) with the wire names of namespace ``ns``;
+    an OptionError for a topic the query does not read."""
     if ns:
-        offsets = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in offsets.items())
-    for topic in offsets.topics:
+        given = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in given.items())
+    for topic in given.topics:
         if topic not in topics:
             raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: {topics.describe()}")
-    return offsets
+    return given
 
 
 @dataclass(frozen=True)
@@ -414,12 +420,7 @@ def _timestamps_json(name: str, raw: str, topics: _Reads, ns: str = "") -> Offse
     except OffsetsFormatError as exc:
         detail = str(exc).replace("offset ", "time ", 1) if exc.queue_key else ""
         raise OptionError(name, raw, f"{detail + '; ' if detail else ''}accepted: {shape}") from None
-    if ns:
-        times = Offsets((replace(mq, topic=wrap(ns, mq.topic)), v) for mq, v in times.items())
-    for topic in times.topics:
-        if topic not in topics:
-            raise OptionError(name, raw, f"topic {topic!r} is not read; accepted: {topics.describe()}")
-    return times
+    return _of_topics_read(name, raw, times, topics, ns)
 
 
 def _starting(opts: Mapping[str, str], topics: _Reads, group: str | None, stream: bool, ns: str = ""

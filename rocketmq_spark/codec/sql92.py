@@ -335,17 +335,21 @@ class _BoolCast(_Node):
         return str(self.operand)
 
 
-class _And(_Node):
-    """Java nests AND two by two, left first; folding the operands in that order is the same
-    (the first FALSE ends it, otherwise any UNKNOWN makes it UNKNOWN) and keeps a long chain off
-    the Python stack."""
+class _Junction(_Node):
+    """AND (``decides`` FALSE) and OR (``decides`` TRUE). Java nests them two by two, left
+    first; folding the operands in that order is the same (the first operand equal to
+    ``decides`` ends it, otherwise any UNKNOWN makes it UNKNOWN) and keeps a long chain off the
+    Python stack."""
 
     boolean = True
     operands: list[_Node]
+    decides: bool
+    word: str
 
     def __init__(self, left: _Node, right: _Node) -> None:
-        self.operands = [*(left.operands if isinstance(left, _And) else [left]),
-                         *(right.operands if isinstance(right, _And) else [right])]
+        kind = type(self)
+        self.operands = [*(left.operands if isinstance(left, kind) else [left]),
+                         *(right.operands if isinstance(right, kind) else [right])]
 
     def eval(self, props: _Props) -> _Value:
         unknown = False
@@ -353,34 +357,20 @@ class _And(_Node):
             v = operand.eval(props)
             if v is None:
                 unknown = True
-            elif not v:
-                return False
-        return None if unknown else True
+            elif bool(v) is self.decides:
+                return self.decides
+        return None if unknown else not self.decides
 
     def __str__(self) -> str:
-        return "(" + " AND ".join(map(str, self.operands)) + ")"
+        return "(" + f" {self.word} ".join(map(str, self.operands)) + ")"
 
 
-class _Or(_Node):
-    boolean = True
-    operands: list[_Node]
+class _And(_Junction):
+    decides, word = False, "AND"
 
-    def __init__(self, left: _Node, right: _Node) -> None:
-        self.operands = [*(left.operands if isinstance(left, _Or) else [left]),
-                         *(right.operands if isinstance(right, _Or) else [right])]
 
-    def eval(self, props: _Props) -> _Value:
-        unknown = False
-        for operand in self.operands:
-            v = operand.eval(props)
-            if v is None:
-                unknown = True
-            elif v:
-                return True
-        return None if unknown else False
-
-    def __str__(self) -> str:
-        return "(" + " OR ".join(map(str, self.operands)) + ")"
+class _Or(_Junction):
+    decides, word = True, "OR"
 
 
 class _Equal(_Node):
