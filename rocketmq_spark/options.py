@@ -18,9 +18,9 @@ from .namespaces import NAMESPACE_RULE, namespace_problem, wrap
 from .remoting.acl import Credentials
 from .tls import TlsConfig
 
-__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "canonical_options", "credentials", "duration_ms", "endpoint_list",
-           "group_name", "namespace", "namesrv_list", "non_negative_int", "parse_bool", "parse_positive_int",
-           "positive_int", "tls_config", "topic_name"]
+__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "byte_size", "canonical_options", "credentials", "duration_ms",
+           "endpoint_list", "group_name", "namespace", "namesrv_list", "non_negative_int", "parse_bool",
+           "parse_positive_int", "positive_int", "tls_config", "topic_name"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
@@ -130,17 +130,39 @@ def non_negative_int(name: str, raw: str) -> int:
 _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+#: maxBytesPerTrigger-style sizes: binary units, as Spark's byte strings (a bare number is bytes)
+_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def _scaled(raw: str, units: Mapping[str, int], bare: str) -> int | None:
+    """``raw`` as a whole number with one of ``units`` (``bare`` when it has none), scaled by
+    it; None when it is not that."""
+    v = raw.strip().lower()
+    digits = v.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = v[len(digits):].strip() or bare
+    if not digits.isascii() or not digits.isdigit() or unit not in units:
+        return None
+    return int(digits) * units[unit]
+
+
 def duration_ms(name: str, raw: str) -> int:
     """Option ``name`` as a duration in milliseconds, >= 0: ``500ms``, ``30s``, ``15m``
     (``15min``), ``1h``, ``1d``, or a bare number of milliseconds (as Spark reads Kafka's
     maxTriggerDelay)."""
-    v = raw.strip().lower()
-    digits = v.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
-    unit = v[len(digits):].strip() or "ms"
-    if not digits.isascii() or not digits.isdigit() or unit not in _DURATION_UNITS:
+    ms = _scaled(raw, _DURATION_UNITS, "ms")
+    if ms is None:
         raise OptionError(name, raw, "accepted: a whole number with a unit: ms, s, m (or min), h, d, e.g. 30s or 15m "
                           "(a bare number is milliseconds)")
-    return int(digits) * _DURATION_UNITS[unit]
+    return ms
+
+
+def byte_size(name: str, raw: str) -> int:
+    """Option ``name`` as a positive number of bytes: ``65536``, ``64k``, ``64m``, ``1g`` (binary)."""
+    n = _scaled(raw, _BYTE_UNITS, "b")
+    if not n:
+        raise OptionError(name, raw, "accepted: a positive whole number of bytes, or with a unit k, m or g (binary: "
+                          "1k = 1024 bytes), e.g. 64m")
+    return n
 
 
 def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:

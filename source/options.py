@@ -24,6 +24,7 @@ from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
     TLS_OPTIONS,
+    byte_size,
     canonical_options,
     credentials,
     duration_ms,
@@ -198,6 +199,7 @@ class ReaderOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, stream: bool) -> ReaderOptions:
         opts = canonical_options(options, _NAMES, hidden=_HIDDEN)
+        _check_read_kind(opts, stream)
         namesrv, endpoints = _transport(opts)
         ns = namespace(opts.get("namespace"))
         topics, group, include_retry = _topics_and_group(opts, endpoints, ns)
@@ -213,9 +215,6 @@ class ReaderOptions:
             raise OptionError("onOffsetReset", opts["onOffsetReset"], f"accepted: {', '.join(ON_OFFSET_RESET)}")
         ts = opts.get("startingTimestamp")
         ending_ts = opts.get("endingTimestamp")
-        if ending_ts is not None and stream:
-            raise OptionError("endingTimestamp", ending_ts, "accepted only by batch reads (spark.read); a stream "
-                              "ends with its trigger")
         max_per = opts.get("maxMessagesPerTrigger")
         min_parts = opts.get("minPartitions")
         per_part = opts.get("minMessagesPerPartition", str(MIN_MESSAGES_PER_PARTITION))
@@ -225,9 +224,6 @@ class ReaderOptions:
         sub_type = _sub_type(opts, endpoints)
         start_ts_json = opts.get("startingOffsetsByTimestamp")
         end_ts_json = opts.get("endingOffsetsByTimestamp")
-        if end_ts_json is not None and stream:
-            raise OptionError("endingOffsetsByTimestamp", end_ts_json, "accepted only by batch reads (spark.read); a "
-                              "stream ends with its trigger")
         strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
         if strategy not in ("error", "latest"):
             raise OptionError("startingOffsetsByTimestampStrategy", opts["startingOffsetsByTimestampStrategy"],
@@ -274,23 +270,29 @@ class ReaderOptions:
         )
 
 
+#: options that only a stream (spark.readStream) or only a batch read (spark.read) takes
+_STREAM_ONLY = ("minMessagesPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger")
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+
+
+def _check_read_kind(opts: Mapping[str, str], stream: bool) -> None:
+    """OptionError for an option the other kind of read takes."""
+    for name in _BATCH_ONLY if stream else _STREAM_ONLY:
+        if name in opts:
+            raise OptionError(name, opts[name], "accepted only by batch reads (spark.read); a stream ends with its "
+                              "trigger" if stream else "accepted only by streaming reads (spark.readStream): a batch "
+                              "read reads what is there")
+
+
 def _pacing(opts: Mapping[str, str], stream: bool) -> tuple[int | None, int]:
     """(minMessagesPerTrigger or None, maxTriggerDelay in ms): streams only; the delay bounds the
     minimum's wait, so it is given with it."""
     min_raw, delay_raw = opts.get("minMessagesPerTrigger"), opts.get("maxTriggerDelay")
-    for name, raw in (("minMessagesPerTrigger", min_raw), ("maxTriggerDelay", delay_raw)):
-        if raw is not None and not stream:
-            raise OptionError(name, raw, "accepted only by streaming reads (spark.readStream): a batch read reads "
-                              "what is there")
     if delay_raw is not None and min_raw is None:
         raise OptionError("maxTriggerDelay", delay_raw, "bounds how long a batch waits for minMessagesPerTrigger "
                           "messages: give minMessagesPerTrigger too")
     min_per = positive_int("minMessagesPerTrigger", min_raw) if min_raw is not None else None
     return min_per, duration_ms("maxTriggerDelay", delay_raw if delay_raw is not None else MAX_TRIGGER_DELAY)
-
-
-#: maxBytesPerTrigger's units (binary, as Spark's byte strings)
-_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
 
 
 def _max_bytes(opts: Mapping[str, str], stream: bool, endpoints: str | None) -> int | None:
@@ -299,19 +301,10 @@ def _max_bytes(opts: Mapping[str, str], stream: bool, endpoints: str | None) -> 
     raw = opts.get("maxBytesPerTrigger")
     if raw is None:
         return None
-    if not stream:
-        raise OptionError("maxBytesPerTrigger", raw, "accepted only by streaming reads (spark.readStream): a batch "
-                          "read reads what is there")
     if endpoints:
         raise OptionError("maxBytesPerTrigger", raw, "the message sizes come from the brokers' consume queues, which "
                           "the gRPC protocol (endpoints) does not serve: use namesrvAddr")
-    v = raw.strip().lower()
-    digits = v.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
-    unit = v[len(digits):].strip() or "b"
-    if not digits.isascii() or not digits.isdigit() or int(digits) == 0 or unit not in _BYTE_UNITS:
-        raise OptionError("maxBytesPerTrigger", raw, "accepted: a positive whole number of bytes, or with a unit "
-                          "k, m or g (binary: 1k = 1024 bytes), e.g. 64m")
-    return int(digits) * _BYTE_UNITS[unit]
+    return byte_size("maxBytesPerTrigger", raw)
 
 
 def _sub_type(opts: Mapping[str, str], endpoints: str | None) -> str:
@@ -447,9 +440,6 @@ def _ending(opts: Mapping[str, str], topics: _Reads, stream: bool, ns: str = ""
             ) -> tuple[str, Offsets | None]:
     """(endingOffsets: latest or json; the offsets when json): batch reads only."""
     ending_raw = opts.get("endingOffsets", "latest")
-    if stream and "endingOffsets" in opts:
-        raise OptionError("endingOffsets", ending_raw, "accepted only by batch reads (spark.read); a stream "
-                          "ends with its trigger")
     if ending_raw.strip().lower() == "latest":
         return "latest", None
     return "json", _offsets_json("endingOffsets", ending_raw, topics, "latest", ns)
