@@ -76,6 +76,8 @@ class Planner:
         self._cluster_names: set[str] = set()
         #: the brokers each topic's route listed last (a topic deleted, see topics())
         self._brokers_of: dict[str, set[str]] = {}
+        #: when topics() last asked the name servers for their topic list
+        self._listed_at: float | None = None
         #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
         self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
 
@@ -127,13 +129,16 @@ class Planner:
 
     def topics(self) -> tuple[str, ...]:
         """The topics read now: those named; with subscribePattern also those of the name
-        servers' topic list it matches, looked up again at every call (:mod:`.patterns`). A
+        servers' topic list it matches, looked up again when the last look is older than
+        :data:`RECENT_S` (once per trigger, :mod:`.patterns`). A
         topic matched once stays read (a topic deleted meanwhile is a topic without a route,
         see :meth:`queues`); new ones join the group's subscriptions (:meth:`.Membership.topics_added`)."""
         o = self.options
-        if o.topic_pattern is None:
-            return self.ctx.topics
+        if o.topic_pattern is None or (self._listed_at is not None
+                                       and time.monotonic() - self._listed_at <= RECENT_S):
+            return self.ctx.topics  # (one topic list per trigger: latestOffset asks it first, then its planning)
         listed = self.client.topic_list()  # type: ignore[attr-defined]
+        self._listed_at = time.monotonic()
         self._drop_deleted(set(listed))
         new = [t for t in listed if t not in self.ctx.topics and t not in self._not_matched]
         if new:  # never seen: the cluster's names are asked again (a broker may have joined)

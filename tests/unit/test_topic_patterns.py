@@ -59,8 +59,10 @@ class _Listing:
         self.listed = list(listed)
         self.routed = set(listed)
         self.alive = {"broker-a"}
+        self.asked = 0  # topic lists asked
 
     def topic_list(self) -> list[str]:
+        self.asked += 1
         return sorted(self.listed)
 
     def cluster_names(self) -> set[str]:
@@ -81,19 +83,26 @@ def test_the_planner_reads_new_matching_topics_keeps_restarting_ones_and_drops_d
     opts = ReaderOptions.parse({"namesrvAddr": "127.0.0.1:9876", "subscribePattern": "orders-.*|Default.*",
                                 "consumerGroup": "g", "commitOffsets": "false"}, stream=True)
     p = Planner(opts, c)  # type: ignore[arg-type]
-    assert [q.topic for q in p.queues()] == ["orders-eu"]
+
+    def trigger() -> Planner:  # the next trigger: the topic list is asked again
+        p._listed_at = None  # type: ignore[attr-defined]
+        return p
+
+    assert [q.topic for q in trigger().queues()] == ["orders-eu"]
     c.listed.append("orders-us")  # created while the query runs; listed before it has a route
-    assert [q.topic for q in p.queues()] == ["orders-eu"]
+    assert [q.topic for q in trigger().queues()] == ["orders-eu"]
     c.routed.add("orders-us")
-    assert [q.topic for q in p.queues()] == ["orders-eu", "orders-us"]
+    assert [q.topic for q in trigger().queues()] == ["orders-eu", "orders-us"]
     # its broker restarting: the name servers drop its topics for a while; they are kept
     c.listed.remove("orders-eu")
     c.alive = set()
-    assert p.topics() == ("orders-eu", "orders-us")
+    assert trigger().topics() == ("orders-eu", "orders-us")
     # deleted: gone from the list while its broker is listed
     c.alive = {"broker-a"}
-    assert p.topics() == ("orders-us",)
-    assert p.reading({MessageQueue("orders-eu", "broker-a", 0): 5, MessageQueue("orders-us", "broker-a", 0): 7}) == \
-        {MessageQueue("orders-us", "broker-a", 0): 7}
+    asked = c.asked
+    eu, us = MessageQueue("orders-eu", "broker-a", 0), MessageQueue("orders-us", "broker-a", 0)
+    assert trigger().reading({eu: 5, us: 7}) == {us: 7}
+    assert p.topics() == ("orders-us",) and [q.topic for q in p.queues()] == ["orders-us"]
+    assert c.asked == asked + 1  # one topic list per trigger
     c.listed.append("orders-eu")  # created again: read again, as a new topic
-    assert p.topics() == ("orders-eu", "orders-us")
+    assert trigger().topics() == ("orders-eu", "orders-us")
