@@ -8,7 +8,8 @@ import asyncio
 import functools
 from collections.abc import Iterable
 
-from ..codec.record import decode_record
+from ..codec.properties import decode_properties
+from ..codec.record import properties_text
 from ..codec.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from ..codec.tags import tag_filter
 from ..remoting.codes import ResponseCode
@@ -80,7 +81,7 @@ class Pulls:
             sql = self._sql92(subscription)
 
             def matches(_taghash: int, record: bytes) -> bool:
-                return sql.matches(decode_record(record).properties)
+                return sql.matches(decode_properties(properties_text(record)))  # the rest not decoded
 
             return self.store.get(topic, queue_id, offset, count, self.config.max_pull_bytes, matches)
         return self.store.get(topic, queue_id, offset, count, self.config.max_pull_bytes, tag_filter(subscription))
