@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RocketMQSparkError
+from ..errors import NoPermissionError, RocketMQSparkError, TopicNotFoundError
 from ..model import MessageQueue
 from .common import (
     CliError,
@@ -65,13 +65,25 @@ def progress_rows(client: RemotingClient, group: str, topic: str | None, namesrv
         require_topic(client, topic, namesrv)
         topics = [topic]
     else:
-        topics = [t for t in client.topic_list() if not is_system_topic(t)]
+        topics = [t for t in client.topic_list() if not is_system_topic(t) and _readable(client, t)]
     rows = group_progress(client, group, topics)
     if not rows:
         where = f"topic {topic!r}" if topic else f"any topic on {namesrv}"
         raise CliError(f"consumer group {group!r} has no committed offsets on {where}: check the group name "
                        "(it is case-sensitive) or let a consumer commit first")
     return rows
+
+
+def _readable(client: Any, topic: str) -> bool:
+    """Whether a topic the name servers list can be read now (looking for a group's topics among
+    them all): one without a route yet, or whose queues are write-only, holds nothing to show and
+    must not fail the command."""
+    try:
+        client.message_queues(topic)
+    except (TopicNotFoundError, NoPermissionError) as exc:
+        log.info("topic %s left out: %s", topic, exc)
+        return False
+    return True
 
 
 @dataclass(frozen=True)
