@@ -1,0 +1,203 @@
+"""Sending message traces (options traceEnabled, traceTopic) off the hot path.
+
+A task hands its trace records (:mod:`rocketmq_spark.codec.trace`) to the process's
+:class:`TraceDispatcher` for its settings and goes on; a daemon thread gathers them into trace
+messages of up to :data:`MAX_BODY` bytes (keys: the traced message ids and keys, up to
+:data:`MAX_KEYS_TEXT` characters a message) and sends them to the trace topic's queues in turn,
+over a client of its own. As the Java client's trace dispatcher, tracing never fails or holds
+up what is traced: a record the queue has no room for (:data:`MAX_PENDING`) is dropped, a
+send that fails is dropped, both counted and logged (once a minute at most). A task waits for
+what it traced at its end (:meth:`TraceDispatcher.flush`, bounded), so a worker that exits
+after the task loses none.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from ..codec import BatchEntry, PropertyKey, encode_properties
+from ..errors import RocketMQSparkError
+from .contract import BrokerClient
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MAX_BODY", "MAX_KEYS_TEXT", "MAX_PENDING", "TRACE_PRODUCER_GROUP", "TraceCounts", "TraceDispatcher",
+           "dispatcher"]
+
+#: a trace message's body at most (bytes; the Java dispatcher's 128,000)
+MAX_BODY = 128_000
+#: its KEYS property at most (characters): a message's properties are at most 32,767 bytes
+MAX_KEYS_TEXT = 16_000
+#: records waiting to be sent at most; past it new ones are dropped (counted)
+MAX_PENDING = 50_000
+#: the producer group trace messages are sent as (the Java client's prefix)
+TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
+#: a failure or drop is logged at most this often (seconds); the counts say how many
+_LOG_EVERY_S = 60.0
+
+
+@dataclass
+class TraceCounts:
+    """What a dispatcher did with the records handed to it."""
+
+    sent: int = 0  # records in trace messages the broker stored
+    failed: int = 0  # records in trace messages whose send failed
+    dropped: int = 0  # records not queued: the queue was full
+
+
+class TraceDispatcher:
+    """Trace records to ``topic`` (as it travels: wrapped in a namespace already) over a
+    client ``connect()`` opens on first use; see the module docstring."""
+
+    def __init__(self, connect: Callable[[], BrokerClient], topic: str) -> None:
+        self.topic = topic
+        self.counts = TraceCounts()
+        self._connect = connect
+        self._client: BrokerClient | None = None
+        self._pending: deque[tuple[str, tuple[str, ...]]] = deque()
+        self._cond = threading.Condition()
+        self._busy = 0  # records taken off the queue and not sent (or failed) yet
+        self._closed = False
+        self._rr = itertools.count()
+        self._last_log = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"rocketmq-trace-{topic}", daemon=True)
+        self._thread.start()
+
+    def add(self, records: Iterable[tuple[str, Iterable[str]]]) -> None:
+        """Queue ``(record text, its keys)`` pairs; returns at once."""
+        dropped = 0
+        with self._cond:
+            for text, keys in records:
+                if len(self._pending) >= MAX_PENDING:
+                    dropped += 1
+                    continue
+                self._pending.append((text, tuple(keys)))
+            self._cond.notify()
+            self.counts.dropped += dropped
+        if dropped:
+            self._note(f"{dropped} trace records dropped: {MAX_PENDING} were waiting to be sent to {self.topic!r}")
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every record queued so far to be sent (or to fail);
+        True when none is left."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._pending or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is queued (up to ``timeout_s``), stop the thread, close the client."""
+        self.flush(timeout_s)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+        if self._client is not None:
+            self._client.close()
+
+    # -- the sending thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch = self._take()
+                self._busy = len(batch)
+            try:
+                self._send(batch)
+            except BaseException as exc:  # never let tracing stop: count, log, go on
+                self.counts.failed += len(batch)
+                self._note(f"sending {len(batch)} trace records to {self.topic!r} failed: {exc}"
+                           f"{_hint(exc, self.topic)}")
+            else:
+                self.counts.sent += len(batch)
+            finally:
+                with self._cond:
+                    self._busy = 0
+                    self._cond.notify_all()
+
+    def _take(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The records of the next trace message (called holding the lock)."""
+        batch: list[tuple[str, tuple[str, ...]]] = []
+        size = keys_len = 0
+        pending = self._pending
+        while pending:
+            text, keys = pending[0]
+            more = sum(len(k) + 1 for k in keys)
+            if batch and (size + len(text) > MAX_BODY or keys_len + more > MAX_KEYS_TEXT):
+                break
+            pending.popleft()
+            batch.append((text, keys))
+            size += len(text)
+            keys_len += more
+        return batch
+
+    def _send(self, batch: list[tuple[str, tuple[str, ...]]]) -> None:
+        keys = list(dict.fromkeys(k for _, ks in batch for k in ks))
+        body = "".join(text for text, _ in batch).encode()
+        props = {PropertyKey.KEYS: " ".join(keys), PropertyKey.UNIQ_KEY: uuid.uuid4().hex.upper(),
+                 PropertyKey.WAIT: "true"}
+        if self._client is None:
+            self._client = self._connect()
+        client = self._client
+        queues = client.message_queues(self.topic, writable=True)
+        if not queues:
+            raise RocketMQSparkError(f"topic {self.topic!r} has no writable queue")
+        mq = queues[next(self._rr) % len(queues)]
+        client.send_batch(mq, [BatchEntry(body, encode_properties(props))], producer_group=TRACE_PRODUCER_GROUP)
+
+    def _note(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_EVERY_S:
+            self._last_log = now
+            c = self.counts
+            log.warning("message trace: %s (so far in this process: %d records sent, %d failed, %d dropped; "
+                        "tracing never fails the query)", what, c.sent, c.failed, c.dropped)
+
+
+def _hint(exc: BaseException, topic: str) -> str:
+    text = str(exc).lower()
+    if "topic" in text and ("not exist" in text or "no route" in text or "not found" in text):
+        return (f". Create the topic {topic!r} (Apache RocketMQ creates RMQ_SYS_TRACE_TOPIC with "
+                "traceTopicEnable=true in broker.conf), or name another with the option traceTopic")
+    return ""
+
+
+_lock = threading.Lock()
+_dispatchers: dict[Hashable, TraceDispatcher] = {}
+
+
+def dispatcher(key: Hashable, connect: Callable[[], BrokerClient], topic: str) -> TraceDispatcher:
+    """The process's dispatcher for ``key`` (the connection settings and the topic): one thread
+    and one client however many tasks trace."""
+    with _lock:
+        d = _dispatchers.get(key)
+        if d is None:
+            d = _dispatchers[key] = TraceDispatcher(connect, topic)
+        return d
+
+
+def _close_all() -> None:
+    with _lock:
+        ds = list(_dispatchers.values())
+        _dispatchers.clear()
+    for d in ds:
+        d.close(2.0)
+
+
+atexit.register(_close_all)

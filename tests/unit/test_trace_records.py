@@ -1,0 +1,124 @@
+"""Trace records in the Java client's format (rocketmq_spark.codec.trace) and the dispatcher that
+sends them off the hot path (rocketmq_spark.client.trace): what it batches into a trace message,
+and that failures and a full queue are counted and logged, never raised."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from rocketmq_spark.client import trace as dispatch
+from rocketmq_spark.codec import decode_properties
+from rocketmq_spark.codec.trace import MessageType, Pub, Sub, decode_trace, encode_pub, encode_sub, trace_keys
+from rocketmq_spark.errors import TopicNotFoundError
+from rocketmq_spark.model import MessageQueue
+
+S, E = "\x01", "\x02"
+
+
+def test_a_pub_record_has_the_java_encoders_fields_in_its_order() -> None:
+    pub = Pub(1700000000123, "pg", "orders", "MSGID", "tagA", "k1 k2", "127.0.0.1:10911", 42, 7,
+              MessageType.TRANSACTION_HALF, "OFFSETID")
+    assert encode_pub(pub) == S.join(["Pub", "1700000000123", "DefaultRegion", "pg", "orders", "MSGID", "tagA",
+                                      "k1 k2", "127.0.0.1:10911", "42", "7", "1", "OFFSETID", "true"]) + E
+
+
+def test_sub_records_one_per_message_before_and_after() -> None:
+    sub = Sub(1700000000000, "cg", "REQ", ("A", "B"), ("ka", ""), (0, 3))
+    assert encode_sub(sub, after=False) == [
+        S.join(["SubBefore", "1700000000000", "DefaultRegion", "cg", "REQ", "A", "0", "ka"]) + E,
+        S.join(["SubBefore", "1700000000000", "DefaultRegion", "cg", "REQ", "B", "3", ""]) + E]
+    after = encode_sub(sub, after=True, cost_ms=5, done_ms=1700000000009)
+    assert after[1] == S.join(["SubAfter", "REQ", "B", "5", "true", "", "0", "1700000000009", "cg"]) + E
+    decoded = decode_trace("".join(after))
+    assert [(r.type, r.fields["msgId"], r.fields["group"], r.fields["costTime"]) for r in decoded] == \
+        [("SubAfter", "A", "cg", "5"), ("SubAfter", "B", "cg", "5")]
+
+
+def test_separators_inside_a_value_do_not_split_the_record() -> None:
+    pub = Pub(1, "g", "t", "ID", f"a{S}b", f"k{E}", "h:1", 1, 0, MessageType.NORMAL, "O")
+    (rec,) = decode_trace(encode_pub(pub))
+    assert rec.fields["tags"] == "a b" and rec.fields["keys"] == "k " and rec.fields["success"] == "true"
+
+
+def test_a_record_is_found_by_its_message_id_and_each_key() -> None:
+    assert list(trace_keys("ID", "k1 k2")) == ["ID", "k1", "k2"]
+    assert list(trace_keys("ID", "")) == ["ID"]
+
+
+class _Client:
+    """What the dispatcher uses of a client: the trace topic's queues and a send."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.fail, self.sends, self.closed = fail, [], False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def message_queues(self, topic: str, *, refresh: bool = False, writable: bool = False) -> list[MessageQueue]:
+        return [MessageQueue(topic, "b", 0), MessageQueue(topic, "b", 1)]
+
+    def send_batch(self, mq, entries, **kw):  # type: ignore[no-untyped-def]
+        self.gate.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        self.sends.append((mq, entries, kw))
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_records_go_out_in_trace_messages_bounded_by_body_and_keys(monkeypatch) -> None:
+    monkeypatch.setattr(dispatch, "MAX_BODY", 1000)
+    monkeypatch.setattr(dispatch, "MAX_KEYS_TEXT", 300)
+    client = _Client()
+    client.gate.clear()  # the first send waits: the rest pile up and are batched
+    d = dispatch.TraceDispatcher(lambda: client, "TRACE_T")  # type: ignore[arg-type, return-value]
+    d.add([("x" * 100 + E, ["ID0"])])
+    d.add(("y" * 90 + E, [f"ID{i}", f"K{i}"]) for i in range(1, 40))
+    client.gate.set()
+    assert d.flush(10)
+    d.close()
+    assert d.counts.sent == 40 and d.counts.failed == d.counts.dropped == 0 and client.closed
+    bodies = [entries[0].body for _mq, entries, _kw in client.sends]
+    assert b"".join(bodies).count(E.encode()) == 40
+    for _mq, (entry,), kw in client.sends:
+        props = decode_properties(entry.properties)
+        records = decode_trace(entry.body.decode())
+        assert len(entry.body) <= 1000 and len(props["KEYS"]) <= 300
+        assert kw["producer_group"] == dispatch.TRACE_PRODUCER_GROUP and props["UNIQ_KEY"]
+        assert records  # each trace message is found by the keys of the records it holds
+    assert {mq.queue_id for mq, _e, _k in client.sends} == {0, 1}  # the trace topic's queues in turn
+
+
+def test_a_failing_send_is_counted_and_logged_with_what_to_do_never_raised(caplog) -> None:
+    client = _Client(TopicNotFoundError("topic 'NOPE' does not exist"))
+    d = dispatch.TraceDispatcher(lambda: client, "NOPE")  # type: ignore[arg-type, return-value]
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.client.trace"):
+        d.add([("r" + E, ["ID"])] * 3)
+        assert d.flush(10)
+    d.close()
+    assert (d.counts.sent, d.counts.failed) == (0, 3)
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "3 trace records to 'NOPE' failed" in msg and "traceTopicEnable=true" in msg and "0 records sent" in msg
+
+
+def test_a_full_queue_drops_new_records_and_counts_them(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(dispatch, "MAX_PENDING", 5)
+    client = _Client()
+    client.gate.clear()
+    d = dispatch.TraceDispatcher(lambda: client, "T")  # type: ignore[arg-type, return-value]
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.client.trace"):
+        d.add([("a" + E, ["I"])])
+        # wait until the sending thread holds the first record (its send blocked on the gate)
+        for _ in range(1000):
+            if d._busy:
+                break
+            threading.Event().wait(0.01)
+        d.add([("b" + E, ["I"])] * 8)
+    assert d.counts.dropped == 3
+    assert any("3 trace records dropped" in r.getMessage() for r in caplog.records)
+    client.gate.set()
+    assert d.flush(10)
+    d.close()
+    assert d.counts.sent == 6
