@@ -14,18 +14,20 @@ from collections.abc import Iterable, Mapping
 from .client.remoting import parse_namesrv_addr
 from .errors import OptionError
 from .names import GROUP_RULE, TOPIC_RULE, group_problem, topic_problem
-from .namespaces import NAMESPACE_RULE, namespace_problem, wrap
+from .namespaces import NAMESPACE_RULE, is_system_resource, namespace_problem, wrap
 from .remoting.acl import Credentials
 from .tls import TlsConfig
 
-__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "byte_size", "canonical_options", "credentials", "duration_ms",
-           "endpoint_list", "group_name", "namespace", "namesrv_list", "non_negative_int", "parse_bool",
-           "parse_positive_int", "positive_int", "tls_config", "topic_name"]
+__all__ = ["CREDENTIAL_OPTIONS", "TLS_OPTIONS", "TRACE_OPTIONS", "byte_size", "canonical_options", "credentials",
+           "duration_ms", "endpoint_list", "group_name", "namespace", "namesrv_list", "non_negative_int", "parse_bool",
+           "parse_positive_int", "positive_int", "tls_config", "topic_name", "trace_topic"]
 
 #: ACL options of the reader and the writer (accessKey and secretKey go together).
 CREDENTIAL_OPTIONS = ("accessKey", "secretKey", "securityToken")
 #: TLS options of the reader, the writer, the committer and the CLI (see :func:`tls_config`).
 TLS_OPTIONS = ("tls", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "tlsVerifyHostname")
+#: message trace options of the reader and the writer (see :func:`trace_topic`)
+TRACE_OPTIONS = ("traceEnabled", "traceTopic")
 #: Values of options whose lower-cased name contains one of these are never echoed in errors.
 _SECRET_WORDS = ("secret", "token", "password", "signature")
 
@@ -163,6 +165,28 @@ def byte_size(name: str, raw: str) -> int:
         raise OptionError(name, raw, "accepted: a positive whole number of bytes, or with a unit k, m or g (binary: "
                           "1k = 1024 bytes), e.g. 64m")
     return n
+
+
+def trace_topic(opts: Mapping[str, str], endpoints: str | None, ns: str) -> str | None:
+    """The topic message traces go to as it travels (wrapped in namespace ``ns`` unless a
+    system topic, as the Java client's trace producer sends it), or None without
+    traceEnabled=true. traceTopic alone is refused (it would trace nothing), and so is a
+    system trace topic over gRPC (5.x proxies refuse sends to system topics)."""
+    from .codec.trace import DEFAULT_TRACE_TOPIC
+
+    enabled = parse_bool("traceEnabled", opts.get("traceEnabled", "false"))
+    raw = opts.get("traceTopic")
+    if not enabled:
+        if raw is not None:
+            raise OptionError("traceTopic", raw, "names where message traces go: give traceEnabled=true too")
+        return None
+    topic = raw.strip() if raw is not None else DEFAULT_TRACE_TOPIC
+    wire = topic_name("traceTopic", raw if raw is not None else topic, topic, ns)
+    if endpoints and is_system_resource(wire):
+        raise OptionError("traceTopic", raw if raw is not None else topic,
+                          f"{topic!r} is a system topic, and 5.x proxies (endpoints) refuse sends to system topics: "
+                          "name a topic of your own with traceTopic, or use namesrvAddr")
+    return wire
 
 
 def _address_list(name: str, raw: str, accepted: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from ..errors import OptionError
 from ..options import (
     CREDENTIAL_OPTIONS,
     TLS_OPTIONS,
+    TRACE_OPTIONS,
     canonical_options,
     credentials,
     endpoint_list,
@@ -34,6 +35,7 @@ from ..options import (
     positive_int,
     tls_config,
     topic_name,
+    trace_topic,
 )
 from ..tls import TlsConfig
 
@@ -41,7 +43,7 @@ __all__ = ["WriterOptions", "check_columns"]
 
 _NAMES = ("namesrvAddr", "endpoints", "topic", "producerGroup", "delivery", "maxBatchMessages", "maxBatchBytes",
           "maxMessageSize", "compressThreshold", "consumerGroup", "maxReconsumeTimes", "errorColumn",
-          "failOnDataLoss", *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
+          "failOnDataLoss", *CREDENTIAL_OPTIONS, *TLS_OPTIONS, *TRACE_OPTIONS,
           "namespace")
 _DELIVERIES = ("at-least-once", "exactly-once", "send-back")
 #: Set by Spark for streaming writes (the exactly-once record lives under it), and for file-like sinks.
@@ -78,6 +80,9 @@ class WriterOptions:
     #: ``send_back_group`` are the names as they travel, wrapped in it; a row's topic column
     #: names the user's topic, wrapped before it is sent (see rocketmq_spark.namespaces)
     namespace: str = ""
+    #: tasks send a Pub trace record of each message they send to this topic (as it travels;
+    #: options traceEnabled, traceTopic); None: no tracing
+    trace_topic: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriterOptions:
@@ -140,6 +145,7 @@ class WriterOptions:
             fail_on_data_loss=fail_on_data_loss,
             tls=tls_config(opts),
             namespace=space,
+            trace_topic=trace_topic(opts, endpoints, space),
         )
 
     def connect(self, *, endpoints: bool = True) -> BrokerClient:

@@ -68,6 +68,7 @@ from .encode import (
     row_properties,
 )
 from .options import WriterOptions
+from .tracing import WriteTrace
 from .transactional import (
     BROKER_DOWN_S,
     TaskReport,
@@ -102,6 +103,7 @@ class _Send(NamedTuple):
     batch_properties: str
     ordered: bool  # a message group's: retried on its queue, never moved
     uniq: str  # a half message's UNIQ_KEY ("" otherwise)
+    sent: float = 0.0  # when it went out (time.time(); traced sends only)
 
 
 _WINDOW = 8  # batch sends in flight per task
@@ -162,8 +164,8 @@ class _Sender:
         self.txns: list[Txn] = []
         #: sends in flight: (answer, queue, messages, sysFlag, the batch's own properties)
         self._inflight: deque[_Send] = deque()
-        #: half messages waiting to go out with their burst: (queue, request, entry, sysFlag, UNIQ_KEY)
-        self._queued: list[tuple[MessageQueue, Any, list[BatchEntry], int, str]] = []
+        #: half messages waiting to go out with their burst: (queue, request, entry, sysFlag, UNIQ_KEY, when)
+        self._queued: list[tuple[MessageQueue, Any, list[BatchEntry], int, str, float]] = []
         self._buffers: dict[tuple[str, str | None], tuple[list[BatchEntry], int]] = {}
         #: a row's topic -> the name it is sent to (wrapped in the namespace), checked
         self._wire_topics: dict[str, str] = {}
@@ -173,6 +175,8 @@ class _Sender:
         tag = (f"{batch_id if batch_id is not None else -1}:{self.partition}:{self.attempt}:"
                f"{self.txlog.sink_id if self.txlog is not None else '-'}:{self.nonce}")
         self._half_suffix = half_properties(opts.producer_group, tag)
+        #: traceEnabled: a Pub trace record of every message stored
+        self.trace = WriteTrace(opts) if opts.trace_topic is not None else None
 
     # -- queues ---------------------------------------------------------------------
 
@@ -238,7 +242,8 @@ class _Sender:
         columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_rows`). Every message
         carries the properties :mod:`.encode` defines."""
         option_topic = self.opts.topic
-        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic \
+        # a traced send names each message (its Pub record): not the encoded batches of _add_plain
+        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic and self.trace is None \
                 and self._add_plain(batch, option_topic):
             return
         if self.opts.exactly_once and option_topic and self._bodies_only(batch):
@@ -396,7 +401,7 @@ class _Sender:
         req: Any = self.client.send_request(mq, entries, producer_group=self.opts.producer_group, sys_flag=sys_flag,
                                             batch_properties=batch_properties)
         if uniq and not ordered:  # a half message: written with the rest of its burst
-            self._queued.append((mq, req, entries, sys_flag, uniq))  # type: ignore[arg-type]
+            self._queued.append((mq, req, entries, sys_flag, uniq, time.time()))  # type: ignore[arg-type]
             if len(self._queued) >= _TX_BURST:
                 self._drain(_TX_WINDOW)
             return
@@ -405,7 +410,7 @@ class _Sender:
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
             fut = Future()
             fut.set_exception(exc)
-        self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq))
+        self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq, time.time()))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
     def _send_queued(self) -> None:
@@ -417,8 +422,8 @@ class _Sender:
             failed: Future[Any] = Future()
             failed.set_exception(exc)
             futs = [failed] * len(queued)
-        for (mq, _, entries, sys_flag, uniq), fut in zip(queued, futs, strict=True):
-            self._inflight.append(_Send(fut, mq, entries, sys_flag, "", False, uniq))
+        for (mq, _, entries, sys_flag, uniq, at), fut in zip(queued, futs, strict=True):
+            self._inflight.append(_Send(fut, mq, entries, sys_flag, "", False, uniq, at))
 
     def _drain(self, keep: int) -> None:
         """Send the queued half messages, then wait for answers until ``keep`` are in flight."""
@@ -427,11 +432,16 @@ class _Sender:
         while len(self._inflight) > keep:
             send = self._inflight.popleft()
             prepared = bool(send.sys_flag & TransactionType.PREPARED)
+            results: list[Any] | None = None
             try:
                 resp = send.answer.result(self.client.config.request_timeout_s)
                 # only the outcome here: a half message's transaction is read from an answer
-                # that stored it, below (an answer it cannot be read from is not sent again)
-                self.client.check_sent(send.queue, len(send.entries), resp)
+                # that stored it, below (an answer it cannot be read from is not sent again);
+                # a traced send's Pub records need each message's result
+                if self.trace is not None:
+                    results = self.client.send_results(send.queue, len(send.entries), resp)
+                else:
+                    self.client.check_sent(send.queue, len(send.entries), resp)
             except AccessDeniedError:  # the same answer every time: fail the task at once
                 raise
             except Exception as exc:  # retried below with bounds, then reported
@@ -442,6 +452,8 @@ class _Sender:
             else:
                 if prepared:
                     self.txns.append(self.client.half_transaction(send.queue, resp, send.uniq))
+            if self.trace is not None and results is not None:
+                self._traced(send, results)
 
     def _retry(self, send: _Send, first: BaseException) -> list[Any]:
         """Send again, with backoff: three attempts, and while the broker cannot be reached
@@ -472,6 +484,16 @@ class _Sender:
         raise RocketMQSparkError(f"partition {self.partition}: sending {len(entries)} messages to {target} "
                                  f"failed after {attempt + 1} attempts: {last}") from last
 
+    def _traced(self, send: _Send, results: list[Any]) -> None:
+        """Pub trace records of a send that stored ``results`` (tracing never fails the task)."""
+        if self.trace is None:
+            return
+        try:
+            self.trace.sent(self.client, send.entries, results, send.sys_flag,  # type: ignore[arg-type]
+                            int(send.sent * 1000), int((time.time() - send.sent) * 1000))
+        except Exception as exc:
+            log.warning("message trace: the Pub records of a send to %s were not made: %s", send.queue, exc)
+
     def _send_half(self, topic: str, group: str | None, entry: BatchEntry, sys_flag: int, uniq: str) -> None:
         entry.properties += self._half_suffix
         q = self._group_queue(topic, group) if group else self._next_queue(topic)
@@ -483,6 +505,8 @@ class _Sender:
         self._buffers.clear()
         self._drain(0)
         self.client.close()
+        if self.trace is not None:
+            self.trace.flush()
         return TaskReport(self.partition, self.rows, [t.to_list() for t in self.txns], self.sums, self.nonce)
 
     def abort_own(self) -> None:

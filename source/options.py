@@ -24,6 +24,7 @@ from ..offsets import Offsets, OffsetsFormatError
 from ..options import (
     CREDENTIAL_OPTIONS,
     TLS_OPTIONS,
+    TRACE_OPTIONS,
     byte_size,
     canonical_options,
     credentials,
@@ -37,6 +38,7 @@ from ..options import (
     positive_int,
     tls_config,
     topic_name,
+    trace_topic,
 )
 from ..tls import TlsConfig
 from .patterns import matching_topics
@@ -51,7 +53,7 @@ _NAMES = (
     "brokerDownTimeoutMs", "onOffsetReset", "includeRetryTopic", "filterPushdown", "endingTimestamp",
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsetsByTimestamp",
     "minMessagesPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition", "maxBytesPerTrigger",
-    *CREDENTIAL_OPTIONS, *TLS_OPTIONS,
+    *CREDENTIAL_OPTIONS, *TLS_OPTIONS, *TRACE_OPTIONS,
     "namespace",
 )
 #: minMessagesPerPartition's default: about what a Python task reads in the time Spark takes to
@@ -190,6 +192,9 @@ class ReaderOptions:
     #: batch reads: each named queue up to its first message stored at or after its time
     #: (option endingOffsetsByTimestamp; endingTimestamp wins over it)
     ending_by_timestamp: Offsets | None = None
+    #: read tasks send trace records (SubBefore, SubAfter) of what they read to this topic (as
+    #: it travels; options traceEnabled, traceTopic); None: no tracing
+    trace_topic: str | None = None
 
     @property
     def subscriptions(self) -> dict[str, str]:
@@ -267,6 +272,7 @@ class ReaderOptions:
             starting_by_timestamp_strategy=strategy,
             ending_by_timestamp=(_timestamps_json("endingOffsetsByTimestamp", end_ts_json, read, ns)
                                  if end_ts_json is not None else None),
+            trace_topic=trace_topic(opts, endpoints, ns),
         )
 
 

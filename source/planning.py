@@ -376,7 +376,8 @@ class Planner:
         return [QueueRange(mq, s, e, o.namesrv_addr, o.endpoints, o.consumer_group or "", o.sub_expression,
                            o.pull_batch_size, o.fail_on_data_loss, o.broker_down_timeout_ms, o.credentials,
                            o.include_retry_topic, o.columns, addrs.get(mq.broker), silent.get(mq.broker, 0.0),
-                           mark_below(known.get(mq), end[mq]), o.tls, o.namespace, o.sub_type)
+                           mark_below(known.get(mq), end[mq]), o.tls, o.namespace, o.sub_type,
+                           o.trace_topic)
                 for mq, s, e in ranges]
 
     def _known_addr(self, mq: MessageQueue) -> str | None:

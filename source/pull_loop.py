@@ -37,6 +37,7 @@ from .marks import iso, store_time_in
 from .packing import PackedRanges
 from .queue_range import QueueRange
 from .task_clients import kept_client
+from .tracing import TRACE_COLUMNS, ReadTrace, flush_traces
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +63,19 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     if part.broker_addr:
         c.remember_broker_addr(part.mq.broker, part.broker_addr)
     tags = _tags(part)
+    trace = ReadTrace(part) if part.trace_topic is not None else None
     try:
         for batch in _read(part, c, _decoded_columns(part, tags is not None)):
             batch = only_subscribed(batch, tags)
+            started = trace.before(batch) if trace is not None else None
             if part.columns is not None and tuple(batch.schema.names) != part.columns:
                 batch = batch.select(list(part.columns))
             if part.namespace and batch.num_rows:
                 batch = unwrap_columns(batch, part.namespace)
             if batch.num_rows:
                 yield batch
+            if started is not None:  # Spark asked for the next batch: this one is consumed
+                trace.after(started)  # type: ignore[union-attr]
     finally:
         if own:
             c.close()
@@ -398,6 +403,8 @@ def _decoded_columns(part: QueueRange, tag_filter: bool) -> tuple[str, ...] | No
     if part.columns is None:
         return None
     need = set(part.columns) | ({"tag"} if tag_filter else set()) | ({"queueOffset"} if _retry_asked(part) else set())
+    if part.trace_topic is not None:
+        need |= set(TRACE_COLUMNS)
     decoded = tuple(c for c in part.columns if c in ARROW_SCHEMA.names)
     return decoded + tuple(c for c in ARROW_SCHEMA.names if c in need and c not in decoded)
 
@@ -464,8 +471,21 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     the worker keeps between tasks (:mod:`.task_clients`); any other partition is the one Spark
     makes up when partitions() found nothing to read (an empty topic): it reads as no rows."""
     if isinstance(partition, QueueRange):
-        return kept_client(partition, _connect, lambda c: read_range(partition, c))
+        return _flushing(partition, kept_client(partition, _connect, lambda c: read_range(partition, c)))
     if isinstance(partition, PackedRanges):
         ranges = partition.ranges
-        return kept_client(ranges[0], _connect, lambda c: (b for part in ranges for b in read_range(part, c)))
+        return _flushing(ranges[0], kept_client(ranges[0], _connect,
+                                                lambda c: (b for part in ranges for b in read_range(part, c))))
     return iter(())
+
+
+def _flushing(part: QueueRange, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, then (traceEnabled) a wait for the task's trace records to be sent."""
+    if part.trace_topic is None:
+        return batches
+    return _then_flush(part, batches)
+
+
+def _then_flush(part: QueueRange, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+    flush_traces(part)

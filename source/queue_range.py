@@ -58,3 +58,6 @@ class QueueRange(InputPartition):
     #: how ``sub_expression`` filters: TAG (a tag expression; the task drops tags it does not
     #: name too) or SQL92 (a property filter the broker applies)
     sub_type: str = "TAG"
+    #: the topic the task sends trace records of what it hands on to (as it travels; option
+    #: traceEnabled): None, no tracing (see :mod:`.tracing`)
+    trace_topic: str | None = None

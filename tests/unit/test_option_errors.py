@@ -165,6 +165,10 @@ READER_CASES: list[tuple[str, dict[str, object], bool, object, str]] = [
     ("minMessagesPerPartition", {"minMessagesPerPartition": "lots"}, True, "lots", "whole number"),
     ("maxRecordsPerPartition", {"maxRecordsPerPartition": "0"}, False, "0", "positive integer"),
     ("maxRecordsPerPartition", {"maxRecordsPerPartition": "1e5"}, True, "1e5", "positive integer"),
+    # message trace
+    ("traceEnabled", {"traceEnabled": "maybe"}, True, "maybe", "true or false"),
+    ("traceTopic", {"traceTopic": "T"}, True, "T", "give traceEnabled=true too"),
+    ("traceTopic", {"traceEnabled": "true", "traceTopic": "a b"}, False, "a b", "letters, digits"),
     # pacing: streams only; the delay with a minimum
     ("minMessagesPerTrigger", {"minMessagesPerTrigger": "0"}, True, "0", "positive integer"),
     ("minMessagesPerTrigger", {"minMessagesPerTrigger": "100"}, False, "100", "only by streaming reads"),
@@ -334,6 +338,10 @@ WRITER_CASES: list[tuple[str, dict[str, object], object, str]] = [
     ("topic", {"topic": "   "}, None, "STRING column named topic"),
     ("namespace", {"namespace": "bad ns"}, "bad ns", "not '%'"),
     ("producerGroup", {"producerGroup": ""}, "", "non-empty"),
+    ("traceEnabled", {"traceEnabled": "2"}, "2", "true or false"),
+    ("traceTopic", {"traceTopic": "T"}, "T", "give traceEnabled=true too"),
+    ("traceTopic", {"namesrvAddr": DROP, "endpoints": "h:8081", "traceEnabled": "true"}, "RMQ_SYS_TRACE_TOPIC",
+     "refuse sends to system topics"),
     ("producerGroup", {"producerGroup": "  "}, "  ", "non-empty"),
     ("delivery", {"delivery": "maybe"}, "maybe", "at-least-once, exactly-once, send-back"),
     ("delivery", {"delivery": "exactly_once"}, "exactly_once", "at-least-once, exactly-once, send-back"),

@@ -1,0 +1,57 @@
+"""Message trace of a write task (option traceEnabled): a Pub record for each message a send
+stored, as a Java producer's trace hook records it (message id, tags, keys, store host, body
+length, the send's time, the message type: normal, a transaction's half message, or delayed;
+the broker's offset message id). Sent by :mod:`rocketmq_spark.client.trace`, off the task's
+path; the task waits for them (a few seconds at most) when it finishes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..client import BrokerClient, connect
+from ..client.trace import TraceDispatcher, dispatcher
+from ..codec import BatchEntry, PropertyKey, TransactionType
+from ..codec.trace import MessageType, Pub, encode_pub, trace_keys
+from ..model import SendResult
+from ..namespaces import unwrap
+from .options import WriterOptions
+
+__all__ = ["WriteTrace"]
+
+#: how long a task waits at its end for its trace records to be sent (seconds)
+FLUSH_S = 5.0
+_DELAY_KEYS = (PropertyKey.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+class WriteTrace:
+    """The trace of one task's sends (see the module docstring)."""
+
+    def __init__(self, opts: WriterOptions) -> None:
+        def open_client() -> BrokerClient:
+            return connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials, tls=opts.tls)
+
+        key = (opts.namesrv_addr, opts.endpoints, opts.credentials, opts.tls, opts.trace_topic)
+        self.dispatcher: TraceDispatcher = dispatcher(key, open_client, opts.trace_topic or "")
+        self.namespace = opts.namespace
+        self.group = unwrap(opts.namespace, opts.producer_group)
+
+    def sent(self, client: BrokerClient, entries: Sequence[BatchEntry], results: Sequence[SendResult], sys_flag: int,
+             started_ms: int, cost_ms: int) -> None:
+        """Pub records of ``entries``, stored as ``results`` say, by a send that went out at
+        ``started_ms`` (epoch ms) and took ``cost_ms``."""
+        records = []
+        half = bool(sys_flag & TransactionType.PREPARED)
+        for entry, res in zip(entries, results, strict=False):
+            props = entry.property_map()
+            kind = (MessageType.TRANSACTION_HALF if half else
+                    MessageType.DELAY if any(k in props for k in _DELAY_KEYS) else MessageType.NORMAL)
+            msg_id = props.get(PropertyKey.UNIQ_KEY) or res.msg_id
+            keys = props.get(PropertyKey.KEYS, "")
+            mq = res.queue
+            pub = Pub(started_ms, self.group, unwrap(self.namespace, mq.topic), msg_id, props.get(PropertyKey.TAGS, ""),
+                      keys, client.broker_addr(mq.broker, mq.topic), len(entry.body), cost_ms, kind, res.msg_id)
+            records.append((encode_pub(pub), list(trace_keys(msg_id, keys))))
+        self.dispatcher.add(records)
+
+    def flush(self) -> None:
+        self.dispatcher.flush(FLUSH_S)
