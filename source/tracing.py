@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..client import BrokerClient, connect
 from ..client.trace import TraceDispatcher, dispatcher
-from ..codec.trace import Sub, encode_sub, trace_keys
+from ..codec.trace import DEFAULT_REGION
 from ..namespaces import unwrap
 from .context import client_config
 from .queue_range import QueueRange
@@ -44,6 +46,32 @@ def _dispatcher(part: QueueRange) -> TraceDispatcher:
     return dispatcher(key, open_client, topic)
 
 
+def _field(value: object) -> str:
+    # a separator inside a value would split the record (as the scalar encoder does)
+    return str(value).replace("\x01", " ").replace("\x02", " ")
+
+
+class _Handed(NamedTuple):
+    """A batch handed on: what its SubAfter records need."""
+
+    request_id: str
+    ids: pa.Array
+    keys: pa.Array  # each message's keys, space-separated ("" for none)
+    found_by: pa.Array  # per message: its id and keys, each followed by a space
+    since: float  # time.monotonic() when handed on
+
+
+def sub_records(kind: str, head: Sequence[object], ids: pa.Array, middle: Sequence[object] | pa.Array,
+                keys: pa.Array, tail: Sequence[object]) -> pa.Array:
+    """One record per message, vectorised: ``kind``, the ``head`` fields, the message id,
+    ``middle`` (fields, or a string array of one field per message), its keys, the ``tail``
+    fields, split by \\x01 and ended by \\x02 (what :func:`~rocketmq_spark.codec.trace.encode_sub`
+    writes one by one)."""
+    mid: list[object] = [middle] if isinstance(middle, pa.Array) else [_field(v) for v in middle]
+    parts = [kind, *(_field(v) for v in head), ids, *mid, keys, *(_field(v) for v in tail)]
+    return pc.binary_join_element_wise(pc.binary_join_element_wise(*parts, "\x01"), "\x02", "")
+
+
 class ReadTrace:
     """The trace of one task's read of ``part`` (see the module docstring)."""
 
@@ -51,32 +79,30 @@ class ReadTrace:
         self.dispatcher = _dispatcher(part)
         self.group = unwrap(part.namespace, part.group)
 
-    def before(self, batch: pa.RecordBatch) -> tuple[Sub, float] | None:
+    def before(self, batch: pa.RecordBatch) -> _Handed | None:
         """SubBefore records of ``batch`` (rows about to be handed on), queued; what
         :meth:`after` needs (None for an empty batch)."""
-        n = batch.num_rows
-        if not n:
+        if not batch.num_rows:
             return None
-        ids = batch.column(batch.schema.get_field_index("messageId")).to_pylist()
-        keys = [" ".join(k) if k else "" for k in batch.column(batch.schema.get_field_index("keys")).to_pylist()]
+        ids = pc.fill_null(batch.column(batch.schema.get_field_index("messageId")), "")
+        keys = pc.fill_null(pc.binary_join(batch.column(batch.schema.get_field_index("keys")), " "), "")
         at = batch.schema.get_field_index("reconsumeTimes")
-        retries = batch.column(at).to_pylist() if at >= 0 else [0] * n
-        sub = Sub(int(time.time() * 1000), self.group, uuid.uuid4().hex.upper(), tuple(ids), tuple(keys),
-                  tuple(r or 0 for r in retries))
-        self.dispatcher.add(_records(sub, encode_sub(sub, after=False)))
-        return sub, time.monotonic()
+        retries: Sequence[object] | pa.Array = (pc.fill_null(pc.cast(batch.column(at), pa.string()), "0")
+                                                if at >= 0 else ["0"])
+        found_by = pc.binary_join_element_wise(
+            pc.if_else(pc.equal(keys, ""), ids, pc.binary_join_element_wise(ids, keys, " ")), " ", "")
+        handed = _Handed(uuid.uuid4().hex.upper(), ids, keys, found_by, time.monotonic())
+        head = (int(time.time() * 1000), DEFAULT_REGION, self.group, handed.request_id)
+        self.dispatcher.add_arrays(sub_records("SubBefore", head, ids, retries, keys, ()), found_by)
+        return handed
 
-    def after(self, started: tuple[Sub, float]) -> None:
-        """SubAfter records of a batch Spark took (``started``: what :meth:`before` returned)."""
-        sub, t0 = started
-        cost = int((time.monotonic() - t0) * 1000 / len(sub.msg_ids))
-        self.dispatcher.add(_records(sub, encode_sub(sub, after=True, cost_ms=cost, done_ms=int(time.time() * 1000))))
-
-
-def _records(sub: Sub, records: list[str]) -> Iterator[tuple[str, list[str]]]:
-    """``records`` (of ``sub``, one per message) with the keys each is found by."""
-    for rec, msg_id, keys in zip(records, sub.msg_ids, sub.keys, strict=True):
-        yield rec, list(trace_keys(msg_id, keys))
+    def after(self, handed: _Handed) -> None:
+        """SubAfter records of a batch Spark took (``handed``: what :meth:`before` returned)."""
+        cost = int((time.monotonic() - handed.since) * 1000 / len(handed.ids))
+        # fields: request id, id, cost, success, keys, context code (0: SUCCESS), time, group
+        records = sub_records("SubAfter", (handed.request_id,), handed.ids, (cost, "true"), handed.keys,
+                              (0, int(time.time() * 1000), self.group))
+        self.dispatcher.add_arrays(records, handed.found_by)
 
 
 def flush_traces(part: QueueRange) -> None:

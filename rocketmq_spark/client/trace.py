@@ -23,6 +23,9 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+
 from ..codec import BatchEntry, PropertyKey, encode_properties
 from ..errors import RocketMQSparkError
 from .contract import BrokerClient
@@ -34,8 +37,8 @@ __all__ = ["MAX_BODY", "MAX_KEYS_TEXT", "MAX_PENDING", "TRACE_PRODUCER_GROUP", "
 
 #: a trace message's body at most (bytes; the Java dispatcher's 128,000)
 MAX_BODY = 128_000
-#: its KEYS property at most (characters): a message's properties are at most 32,767 bytes
-MAX_KEYS_TEXT = 16_000
+#: its KEYS property at most (bytes): a message's properties are at most 32,767 bytes
+MAX_KEYS_TEXT = 30_000
 #: records waiting to be sent at most; past it new ones are dropped (counted)
 MAX_PENDING = 50_000
 #: the producer group trace messages are sent as (the Java client's prefix)
@@ -53,6 +56,39 @@ class TraceCounts:
     dropped: int = 0  # records not queued: the queue was full
 
 
+def _offsets(arr: pa.Array) -> np.ndarray:
+    """The value offsets of a string array (its ``len + 1`` bounds in its data buffer)."""
+    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset:]
+
+
+class _Chunk:
+    """Records waiting to be sent: ``records`` (each ended by \\x02) and, per record, the
+    keys it is found by, space-separated and ending with a space; ``at``: the first not taken."""
+
+    __slots__ = ("at", "data", "key_data", "key_offsets", "offsets")
+
+    def __init__(self, records: pa.Array, keys: pa.Array) -> None:
+        records, keys = records.cast(pa.string()), keys.cast(pa.string())  # 32-bit offsets
+        self.offsets, self.key_offsets = _offsets(records), _offsets(keys)
+        self.data, self.key_data = records.buffers()[2], keys.buffers()[2]
+        self.at = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1 - self.at
+
+    def take(self, body_room: int, keys_room: int, least: int) -> tuple[bytes, bytes, int]:
+        """(records, their keys, how many) from ``at``: as many as fit ``body_room`` bytes and
+        ``keys_room`` characters of keys, at least ``least``."""
+        o, k, i = self.offsets, self.key_offsets, self.at
+        n = min(int(np.searchsorted(o, o[i] + body_room, side="right")),
+                int(np.searchsorted(k, k[i] + keys_room, side="right"))) - 1 - i
+        n = min(max(n, least), len(self))
+        j = i + n
+        self.at = j
+        return (self.data[int(o[i]):int(o[j])].to_pybytes() if n else b"",
+                self.key_data[int(k[i]):int(k[j])].to_pybytes() if n else b"", n)
+
+
 class TraceDispatcher:
     """Trace records to ``topic`` (as it travels: wrapped in a namespace already) over a
     client ``connect()`` opens on first use; see the module docstring."""
@@ -62,7 +98,8 @@ class TraceDispatcher:
         self.counts = TraceCounts()
         self._connect = connect
         self._client: BrokerClient | None = None
-        self._pending: deque[tuple[str, tuple[str, ...]]] = deque()
+        self._pending: deque[_Chunk] = deque()
+        self._waiting = 0  # records in ``_pending``
         self._cond = threading.Condition()
         self._busy = 0  # records taken off the queue and not sent (or failed) yet
         self._closed = False
@@ -73,14 +110,26 @@ class TraceDispatcher:
 
     def add(self, records: Iterable[tuple[str, Iterable[str]]]) -> None:
         """Queue ``(record text, its keys)`` pairs; returns at once."""
-        dropped = 0
+        recs, keys = [], []
+        for text, ks in records:
+            recs.append(text)
+            keys.append("".join(f"{k} " for k in ks))
+        if recs:
+            self.add_arrays(pa.array(recs, pa.string()), pa.array(keys, pa.string()))
+
+    def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
+        """Queue records given as Arrow strings (no nulls): each record ended by \\x02, and per
+        record its keys, each followed by a space; returns at once."""
+        n = len(records)
         with self._cond:
-            for text, keys in records:
-                if len(self._pending) >= MAX_PENDING:
-                    dropped += 1
-                    continue
-                self._pending.append((text, tuple(keys)))
-            self._cond.notify()
+            room = MAX_PENDING - self._waiting
+            dropped = max(0, n - room)
+            if dropped < n:
+                if dropped:
+                    records, keys = records.slice(0, n - dropped), keys.slice(0, n - dropped)
+                self._pending.append(_Chunk(records, keys))
+                self._waiting += n - dropped
+                self._cond.notify()
             self.counts.dropped += dropped
         if dropped:
             self._note(f"{dropped} trace records dropped: {MAX_PENDING} were waiting to be sent to {self.topic!r}")
@@ -90,7 +139,7 @@ class TraceDispatcher:
         True when none is left."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._pending or self._busy:
+            while self._waiting or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -112,46 +161,48 @@ class TraceDispatcher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._waiting and not self._closed:
                     self._cond.wait()
-                if not self._pending:
+                if not self._waiting:
                     return
-                batch = self._take()
-                self._busy = len(batch)
+                body, keys, n = self._take()
+                self._busy = n
             try:
-                self._send(batch)
+                self._send(body, keys)
             except BaseException as exc:  # never let tracing stop: count, log, go on
-                self.counts.failed += len(batch)
-                self._note(f"sending {len(batch)} trace records to {self.topic!r} failed: {exc}"
-                           f"{_hint(exc, self.topic)}")
+                self.counts.failed += n
+                self._note(f"sending {n} trace records to {self.topic!r} failed: {exc}{_hint(exc, self.topic)}")
             else:
-                self.counts.sent += len(batch)
+                self.counts.sent += n
             finally:
                 with self._cond:
                     self._busy = 0
                     self._cond.notify_all()
 
-    def _take(self) -> list[tuple[str, tuple[str, ...]]]:
-        """The records of the next trace message (called holding the lock)."""
-        batch: list[tuple[str, tuple[str, ...]]] = []
-        size = keys_len = 0
+    def _take(self) -> tuple[bytes, bytes, int]:
+        """The records of the next trace message and their keys (called holding the lock)."""
+        bodies, keys, count = [], [], 0
+        body_room, keys_room = MAX_BODY, MAX_KEYS_TEXT
         pending = self._pending
-        while pending:
-            text, keys = pending[0]
-            more = sum(len(k) + 1 for k in keys)
-            if batch and (size + len(text) > MAX_BODY or keys_len + more > MAX_KEYS_TEXT):
+        while pending and body_room > 0 and keys_room > 0:
+            chunk = pending[0]
+            body, ks, n = chunk.take(body_room, keys_room, 0 if count else 1)
+            if not n:
                 break
-            pending.popleft()
-            batch.append((text, keys))
-            size += len(text)
-            keys_len += more
-        return batch
+            bodies.append(body)
+            keys.append(ks)
+            count += n
+            body_room -= len(body)
+            keys_room -= len(ks)
+            if not len(chunk):
+                pending.popleft()
+        self._waiting -= count
+        return b"".join(bodies), b"".join(keys), count
 
-    def _send(self, batch: list[tuple[str, tuple[str, ...]]]) -> None:
-        keys = list(dict.fromkeys(k for _, ks in batch for k in ks))
-        body = "".join(text for text, _ in batch).encode()
-        props = {PropertyKey.KEYS: " ".join(keys), PropertyKey.UNIQ_KEY: uuid.uuid4().hex.upper(),
-                 PropertyKey.WAIT: "true"}
+    def _send(self, body: bytes, keys: bytes) -> None:
+        # a message's SubBefore and SubAfter may share a trace message: each key once
+        unique = " ".join(dict.fromkeys(k for k in keys.decode().split(" ") if k))
+        props = {PropertyKey.KEYS: unique, PropertyKey.UNIQ_KEY: uuid.uuid4().hex.upper(), PropertyKey.WAIT: "true"}
         if self._client is None:
             self._client = self._connect()
         client = self._client

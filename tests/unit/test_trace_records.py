@@ -122,3 +122,31 @@ def test_a_full_queue_drops_new_records_and_counts_them(monkeypatch, caplog) -> 
     assert d.flush(10)
     d.close()
     assert d.counts.sent == 6
+
+
+def test_a_read_tasks_vectorised_records_are_the_scalar_encoders() -> None:
+    import pyarrow as pa
+
+    from rocketmq_spark.source.tracing import ReadTrace
+
+    sent: list[tuple[list[str], list[str]]] = []
+
+    class _Dispatcher:
+        def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
+            sent.append((records.to_pylist(), keys.to_pylist()))
+
+    trace = ReadTrace.__new__(ReadTrace)
+    trace.dispatcher, trace.group = _Dispatcher(), "cg"  # type: ignore[assignment]
+    batch = pa.record_batch({
+        "messageId": pa.array(["A", "B", "C"]),
+        "keys": pa.array([["k1", "k2"], [], None], pa.list_(pa.string())),
+        "reconsumeTimes": pa.array([0, 2, None], pa.int32())})
+    handed = trace.before(batch)
+    assert handed is not None
+    trace.after(handed)
+    (before, found_by), (after, found_by2) = sent
+    sub = Sub(int(before[0].split(S)[1]), "cg", handed.request_id, ("A", "B", "C"), ("k1 k2", "", ""), (0, 2, 0))
+    assert before == encode_sub(sub, after=False)
+    fields = after[0].split(S)
+    assert after == encode_sub(sub, after=True, cost_ms=int(fields[3]), done_ms=int(fields[7].rstrip(E)))
+    assert found_by == found_by2 == ["A k1 k2 ", "B ", "C "]
