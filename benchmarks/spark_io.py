@@ -120,6 +120,8 @@ JAVA_TX_THREADS = 32
 PROJECTED = "body BINARY, queueOffset BIGINT"
 #: issue 22: the projected read at >= 1.5x the full-schema read's rows/s
 PROJECTED_TARGET_RATIO = 1.5
+#: where the traced read sends its trace records (created with the source topics)
+TRACE_TOPIC = "bench-trace"
 
 
 @dataclass(frozen=True)
@@ -505,16 +507,17 @@ def _stream_row(spark: Any, reader: Any, workdir: str, label: str, name: str, n:
 
 def spark_rocketmq_source(spark: Any, ns: str, topic: str, n: int, body_size: int, workdir: str,
                           name: str = "rocketmq -> noop (Spark)", endpoints: str | None = None,
-                          schema: str | None = None) -> Row:
+                          schema: str | None = None, options: dict[str, str] | None = None) -> Row:
     """The reader over remoting (name server ``ns``), or over gRPC when ``endpoints`` is given;
-    ``schema``: a user-given schema (a projection of the row schema)."""
+    ``schema``: a user-given schema (a projection of the row schema); ``options``: more reader
+    options."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     where = {"endpoints": endpoints} if endpoints else {"namesrvAddr": ns}
     reader = spark.readStream.format("rocketmq")
     if schema:
         reader = reader.schema(schema)
     reader = (reader.options(**where).option("topic", topic)
-              .option("consumerGroup", group).option("startingOffsets", "earliest"))
+              .option("consumerGroup", group).option("startingOffsets", "earliest").options(**(options or {})))
     return _stream_row(spark, reader, workdir, "rmq", name, n, body_size)
 
 
@@ -698,6 +701,10 @@ SOURCE: dict[str, Callable[[Run, Topic], Row]] = {
     # the same read with a schema of two fields (body, queueOffset): only those decoded
     "projected": lambda r, t: spark_rocketmq_source(r.spark, r.ns, t.name, t.n, t.size, r.workdir,
                                                     name="rocketmq (body, queueOffset) -> noop", schema=PROJECTED),
+    # the full read with message trace on (SubBefore and SubAfter records of every message)
+    "traced": lambda r, t: spark_rocketmq_source(r.spark, r.ns, t.name, t.n, t.size, r.workdir,
+                                                 name="rocketmq traceEnabled -> noop",
+                                                 options={"traceEnabled": "true", "traceTopic": TRACE_TOPIC}),
 }
 
 
@@ -717,6 +724,9 @@ def source_section(run: Run) -> None:
         for r in rows.values():
             r.params["ratio_to_synthetic"] = round(r.msgs_per_s / ss.msgs_per_s, 3)
         rp.params["ratio_to_full_schema"] = round(rp.msgs_per_s / rs.msgs_per_s, 3)
+        rt = rows["traced"]
+        run.out["ratios"][f"traced_{t.size}B"] = rt.params["ratio_to_untraced"] = round(
+            rt.msgs_per_s / rs.msgs_per_s, 3)
         run.out["source"] += rows.values()
 
 
@@ -899,6 +909,7 @@ class Preload(threading.Thread):
             self.warm_ready.set()
             if not self.sources:
                 return
+            pc.create_topic(TRACE_TOPIC, QUEUES)  # the traced read's trace records go there
             for size, n in ((100, self.sizes.small), (4096, self.sizes.large)):
                 if n > 0:
                     self.topics.append(self._source_topic(pc, size, n))
@@ -1156,6 +1167,9 @@ def _print_source(res: dict[str, Any], repeat: int) -> None:
         elif k == "pushed_read":
             print(f"a 1/24 storeTimestamp window, read with filterPushdown: {v:.2f}x faster than without "
                   "(the same count)")
+        elif k.startswith("traced_"):
+            print(f"read with traceEnabled / without at {k[7:]}: {v:.2f} (the trace records of every message "
+                  "sent by each worker's background thread)")
         elif k.startswith("projected_"):
             print(f"projected read (schema {PROJECTED}) / full-schema read at {k[10:]}: {v:.2f} "
                   f"(target >= {PROJECTED_TARGET_RATIO})")

@@ -39,8 +39,8 @@ __all__ = ["MAX_BODY", "MAX_KEYS_TEXT", "MAX_PENDING", "TRACE_PRODUCER_GROUP", "
 MAX_BODY = 128_000
 #: its KEYS property at most (bytes): a message's properties are at most 32,767 bytes
 MAX_KEYS_TEXT = 30_000
-#: records waiting to be sent at most; past it new ones are dropped (counted)
-MAX_PENDING = 50_000
+#: bytes of records (and their keys) waiting to be sent at most; past it new ones are dropped (counted)
+MAX_PENDING = 64 * 1024 * 1024
 #: the producer group trace messages are sent as (the Java client's prefix)
 TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
 #: a failure or drop is logged at most this often (seconds); the counts say how many
@@ -76,6 +76,20 @@ class _Chunk:
     def __len__(self) -> int:
         return len(self.offsets) - 1 - self.at
 
+    @property
+    def size(self) -> int:
+        """Bytes of the records not taken yet and of their keys."""
+        i = self.at
+        return int(self.offsets[-1] - self.offsets[i] + self.key_offsets[-1] - self.key_offsets[i])
+
+    def fitting(self, room: int) -> int:
+        """Keep only the first records that fit in ``room`` bytes (with their keys): how many."""
+        both = self.offsets + self.key_offsets
+        n = max(0, int(np.searchsorted(both, both[0] + room, side="right")) - 1)
+        if n < len(self):
+            self.offsets, self.key_offsets = self.offsets[:n + 1], self.key_offsets[:n + 1]
+        return n
+
     def take(self, body_room: int, keys_room: int, least: int) -> tuple[bytes, bytes, int]:
         """(records, their keys, how many) from ``at``: as many as fit ``body_room`` bytes and
         ``keys_room`` characters of keys, at least ``least``."""
@@ -100,6 +114,7 @@ class TraceDispatcher:
         self._client: BrokerClient | None = None
         self._pending: deque[_Chunk] = deque()
         self._waiting = 0  # records in ``_pending``
+        self._waiting_bytes = 0  # their bytes and their keys'
         self._cond = threading.Condition()
         self._busy = 0  # records taken off the queue and not sent (or failed) yet
         self._closed = False
@@ -119,20 +134,23 @@ class TraceDispatcher:
 
     def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
         """Queue records given as Arrow strings (no nulls): each record ended by \\x02, and per
-        record its keys, each followed by a space; returns at once."""
+        record its keys, each followed by a space; returns at once. Records past
+        :data:`MAX_PENDING` bytes waiting are dropped (counted, logged)."""
         n = len(records)
+        if not n:
+            return
+        chunk = _Chunk(records, keys)
         with self._cond:
-            room = MAX_PENDING - self._waiting
-            dropped = max(0, n - room)
-            if dropped < n:
-                if dropped:
-                    records, keys = records.slice(0, n - dropped), keys.slice(0, n - dropped)
-                self._pending.append(_Chunk(records, keys))
-                self._waiting += n - dropped
+            kept = chunk.fitting(MAX_PENDING - self._waiting_bytes)
+            if kept:
+                self._pending.append(chunk)
+                self._waiting += kept
+                self._waiting_bytes += chunk.size
                 self._cond.notify()
-            self.counts.dropped += dropped
-        if dropped:
-            self._note(f"{dropped} trace records dropped: {MAX_PENDING} were waiting to be sent to {self.topic!r}")
+            self.counts.dropped += n - kept
+        if kept < n:
+            self._note(f"{n - kept} trace records dropped: {MAX_PENDING // (1024 * 1024)} MiB of records were waiting "
+                       f"to be sent to {self.topic!r}")
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for every record queued so far to be sent (or to fail);
@@ -191,6 +209,7 @@ class TraceDispatcher:
                 break
             bodies.append(body)
             keys.append(ks)
+            self._waiting_bytes -= len(body) + len(ks)
             count += n
             body_room -= len(body)
             keys_room -= len(ks)

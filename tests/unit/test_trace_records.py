@@ -104,7 +104,7 @@ def test_a_failing_send_is_counted_and_logged_with_what_to_do_never_raised(caplo
 
 
 def test_a_full_queue_drops_new_records_and_counts_them(monkeypatch, caplog) -> None:
-    monkeypatch.setattr(dispatch, "MAX_PENDING", 5)
+    monkeypatch.setattr(dispatch, "MAX_PENDING", 5 * 4)  # 5 records of 2 bytes with 2 of keys
     client = _Client()
     client.gate.clear()
     d = dispatch.TraceDispatcher(lambda: client, "T")  # type: ignore[arg-type, return-value]
