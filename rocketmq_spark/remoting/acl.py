@@ -165,6 +165,7 @@ _NEEDS: dict[int, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     32: (("Topic", "topic", _GET),),  # GET_EARLIEST_MSG_STORETIME
     202: (("Topic", "topic", _GET),),  # GET_TOPIC_STATS_INFO
     321: (("Topic", "topic", _GET),),  # QUERY_CONSUME_QUEUE (Get on its consumerGroup too: never sent)
+    12: (("Topic", "topic", ("Sub", "Get")),),  # QUERY_MESSAGE (mqadmin queryMsgByKey, queryMsgTraceById)
     17: (("Topic", "topic", ("Create",)),),  # UPDATE_AND_CREATE_TOPIC
     222: (("Group", "group", ("Update",)), ("Topic", "topic", ("Update",))),  # INVOKE_BROKER_TO_RESET_OFFSET
     307: (("Group", "consumerGroup", _GET),),  # GET_CONSUMER_RUNNING_INFO
