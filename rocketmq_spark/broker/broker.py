@@ -26,6 +26,7 @@ from .connection import Connection
 from .delayed import DelayedDelivery
 from .flusher import Flusher
 from .groups import ConsumerGroups
+from .keyindex import KeyIndex
 from .pull import Pulls
 from .send import Sends
 from .state import (
@@ -63,6 +64,8 @@ class Broker:
         self.topics = TopicConfigs(os.path.join(root, "config"))
         self.offsets = ConsumerOffsets(os.path.join(root, "config"))
         self.clients = ClientRegistry()
+        #: messages by key (QUERY_MESSAGE), built as topics are queried
+        self.key_index = KeyIndex(self.store)
         self.on_topics_changed: list[Callable[[], None]] = []
         self.flusher: Flusher | None = None
         self.groups = ConsumerGroups(config, self.store, self.topics, self._topics_changed,

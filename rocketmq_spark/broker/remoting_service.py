@@ -58,6 +58,13 @@ _LONG_KEYS = ("topic", "queueId", "sysFlag", "flag", "bornTimestamp", "reconsume
               "producerGroup", "properties", "batch")
 _SHORT_KEYS = ("b", "e", "f", "h", "g", "j", "l", "a", "i", "m")
 
+#: QUERY_MESSAGE's cap on the messages answered (Java's messageStoreConfig maxMsgsNumBatch), and
+#: its number for a query by message id (defaultQueryMaxNum; the request says which by the
+#: ``_UNIQUE_KEY_QUERY`` field, MixAll.UNIQUE_MSG_QUERY_FLAG)
+_QUERY_MAX_NUM = 64
+_QUERY_MAX_NUM_UNIQUE = 32
+_UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
 #: the values of a topic's ``message.type`` attribute (Java's TopicMessageType; NORMAL when unset)
 TOPIC_MESSAGE_TYPES = frozenset({"UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"})
 
@@ -164,6 +171,7 @@ class RemotingService:
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id,
+            RequestCode.QUERY_MESSAGE: self.query_message,
             RequestCode.HEART_BEAT: self.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
             RequestCode.END_TRANSACTION: self.end_transaction,
@@ -631,6 +639,37 @@ class RemotingService:
         if rec is None:
             return req.response_to(ResponseCode.SYSTEM_ERROR, remark=f"no message at commit log offset {pos}")
         return req.response_to(body=rec)
+
+    def query_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """QUERY_MESSAGE (12; mqadmin queryMsgByKey and queryMsgTraceById, the Java client's
+        queryMessage): the newest ``maxNum`` messages of ``topic`` stored from
+        ``beginTimestamp`` to ``endTimestamp`` (ms, both included) whose KEYS hold ``key`` or
+        whose UNIQ_KEY is ``key`` (with 5.5's ``indexType`` T: whose TAGS are ``key``;
+        :class:`.KeyIndex`), their records end to end as stored, in commit-log order. ``maxNum``
+        is capped at 64 (Java's maxMsgsNumBatch) and is 32 (its defaultQueryMaxNum) when
+        ``_UNIQUE_KEY_QUERY`` is true (a query by message id, of index type U in 5.5). 5.5's
+        ``lastKey`` (paging of its RocksDB index) is ignored, as its file index ignores it. None
+        found: QUERY_NOT_FOUND, as a Java broker answers (whose remark blames the time range
+        whatever the cause)."""
+        ext = req.ext_fields
+        topic, key = ext.get("topic"), ext.get("key")
+        if topic is None or key is None:
+            raise ValueError(f"missing header field {'topic' if topic is None else 'key'}")
+        unique = (ext.get(_UNIQUE_KEY_QUERY) or "").lower() == "true"  # as Java's Boolean.parseBoolean
+        max_num = min(_QUERY_MAX_NUM_UNIQUE if unique else _int(ext, "maxNum"), _QUERY_MAX_NUM)
+        begin, end = _int(ext, "beginTimestamp"), _int(ext, "endTimestamp")
+        store = self.broker.store
+        found = self.broker.key_index.query(topic, key, max_num, begin, end,
+                                            by_tag=not unique and ext.get("indexType") == "T")
+        records = [rec for pos, size in found if (rec := store.record_at(pos, size)) is not None]
+        if not records:
+            return req.response_to(ResponseCode.QUERY_NOT_FOUND,
+                                   ext_fields={"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"},
+                                   remark="can not find message, maybe time range not correct")
+        # the index is up to date: every message stored so far is in it
+        return req.response_to(ext_fields={"indexLastUpdateTimestamp": str(store.last_store_timestamp),
+                                           "indexLastUpdatePhyoffset": str(store.commitlog.write_pos)},
+                               body=b"".join(records))
 
     # -- groups and their clients ---------------------------------------------------
 

@@ -349,6 +349,11 @@ class MessageStore:
             return False
         return self.commitlog.write_pos - cq.entry(offset)[0] <= self.config.in_memory_bytes
 
+    @property
+    def last_store_timestamp(self) -> int:
+        """The store time of the newest message (ms; 0 before the first)."""
+        return self._last_ts
+
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
         if not cq or cq.max_offset <= cq.min_offset:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ..codec import (
     BatchEntry,
     EncodedBatch,
+    MessageRecord,
     decode_records,
     encode_batch,
     java_string_hash,
@@ -840,6 +841,36 @@ class RemotingClient(RemotingAdmin):
         res = self.pull(mq, offset, 1)
         recs = decode_records(res.body) if res.status == "FOUND" and res.body else []
         return recs[0].store_timestamp if recs else None
+
+    def query_messages(self, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0,
+                       end_ms: int = 2**63 - 1, unique: bool = False) -> list[MessageRecord]:
+        """The messages of ``topic`` stored from ``begin_ms`` to ``end_ms`` (epoch ms, both
+        included) that carry ``key`` among their KEYS, or with ``unique`` whose message id
+        (UNIQ_KEY, else the offset id) is ``key``: QUERY_MESSAGE (mqadmin queryMsgByKey, the Java
+        client's queryMessage) to each broker group of the topic's route (its master, else a
+        slave), in the order the groups are routed and each group's in commit-log order.
+
+        A broker answers its newest ``max_num`` matches at most (at most 64; 32 with
+        ``unique``: the broker decides). Brokers find keys by hash: the messages whose keys or
+        topic only collide are left out here, as the Java client does. A broker group that has
+        none answers QUERY_NOT_FOUND, counted as none; TopicNotFoundError when the topic is not
+        routed. Java brokers index asynchronously: a message just stored may not be found yet."""
+        route = self.route(topic)
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms), "_UNIQUE_KEY_QUERY": "true" if unique else "false"}
+        out: list[MessageRecord] = []
+        for b in route.broker_datas:
+            addr = route.any_addr(b.broker_name)
+            if addr is None:
+                continue
+            resp = self.invoke(addr, RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=ext),
+                               f"query of topic {topic} by key {key!r}",
+                               ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                out.extend(decode_records(resp.body))
+        if unique:
+            return [r for r in out if r.msg_id == key]
+        return [r for r in out if r.topic == topic and key in r.keys]
 
     # -- sending ------------------------------------------------------------------
 

@@ -17,13 +17,16 @@ The rule, checked against apache/rocketmq (facts only, our own code):
 - Older 4.x hooks built the sorted map from ``AccessKey``/``SecurityToken`` plus the custom
   header's non-null declared fields (name -> ``toString()``). Those names and values are
   exactly the extFields ``makeCustomHeaderToNet`` writes, so for requests whose extFields are
-  all header fields (every request this client sends) both versions sign the same bytes.
+  all header fields (every request this client sends but QUERY_MESSAGE) both versions sign the
+  same bytes.
 - ``acl/common/AclUtils.java`` ``combineRequestContent``: the values (not the keys) of the
   sorted map, ``Signature`` skipped, concatenated, encoded UTF-8, followed by the body bytes
   (none when the body is null). ``calSignature`` -> ``AclSigner.java``: HmacSHA1 keyed with the
   secret key's UTF-8 bytes, Base64 (standard alphabet, padded, no line breaks).
 - ``acl/plain/PlainAccessResource.java`` ``parse`` (broker side): recomputes over every
-  received extField except ``Signature`` and ``_UNIQUE_KEY_QUERY`` (MixAll.UNIQUE_MSG_QUERY_FLAG).
+  received extField except ``Signature``, and except ``_UNIQUE_KEY_QUERY``
+  (MixAll.UNIQUE_MSG_QUERY_FLAG, no header field) from clients of 4.9.3 and before (request
+  version <= 399, the older hooks above); ACL 2.0's DefaultAuthenticationContextBuilder the same.
 - ``acl/common/SessionCredentials.java``: the extField names ``AccessKey``, ``SecretKey`` (never
   sent), ``Signature``, ``SecurityToken``; charset UTF-8.
 
@@ -61,8 +64,11 @@ __all__ = [
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
-#: Left out of the content by the broker (Java's MixAll.UNIQUE_MSG_QUERY_FLAG).
+#: Left out of the content by the broker when an old client sent it (Java's MixAll.UNIQUE_MSG_QUERY_FLAG).
 _UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+#: MQVersion.Version.V4_9_3's ordinal: requests of this version and before are signed without
+#: _UNIQUE_KEY_QUERY
+_V4_9_3 = 399
 _MASK = "***"
 
 
@@ -130,7 +136,8 @@ def verify_request(cmd: RemotingCommand, secrets: Mapping[str, str]) -> str | No
     secret = secrets.get(ak)
     if secret is None:
         return f"request code {cmd.code}: AccessKey {ak!r} is unknown to this broker"
-    expected = calc_signature(signing_content(ext, cmd.body, (SIGNATURE, _UNIQUE_KEY_QUERY)), secret)
+    unsigned = (SIGNATURE, _UNIQUE_KEY_QUERY) if cmd.version <= _V4_9_3 else (SIGNATURE,)
+    expected = calc_signature(signing_content(ext, cmd.body, unsigned), secret)
     if not hmac.compare_digest(expected.encode("ascii"), sig.encode("utf-8", "replace")):
         return f"request code {cmd.code}: signature mismatch for AccessKey {ak!r} (wrong secret key?)"
     return None
@@ -165,6 +172,7 @@ _NEEDS: dict[int, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     32: (("Topic", "topic", _GET),),  # GET_EARLIEST_MSG_STORETIME
     202: (("Topic", "topic", _GET),),  # GET_TOPIC_STATS_INFO
     321: (("Topic", "topic", _GET),),  # QUERY_CONSUME_QUEUE (Get on its consumerGroup too: never sent)
+    12: (("Topic", "topic", ("Sub", "Get")),),  # QUERY_MESSAGE (mqadmin queryMsgByKey, queryMsgTraceById)
     17: (("Topic", "topic", ("Create",)),),  # UPDATE_AND_CREATE_TOPIC
     222: (("Group", "group", ("Update",)), ("Topic", "topic", ("Update",))),  # INVOKE_BROKER_TO_RESET_OFFSET
     307: (("Group", "consumerGroup", _GET),),  # GET_CONSUMER_RUNNING_INFO

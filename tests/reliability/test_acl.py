@@ -94,6 +94,20 @@ def acl_broker() -> Iterator[EmbeddedBroker]:
         yield mq
 
 
+def test_a_query_by_message_id_is_signed_with_its_flag_but_by_old_clients() -> None:
+    # QUERY_MESSAGE's _UNIQUE_KEY_QUERY is no header field: clients up to 4.9.3 (request version
+    # <= 399) signed the header's fields only, newer ones every extField; brokers check each so
+    cmd = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={"topic": "T", "key": "k", "_UNIQUE_KEY_QUERY": "true"})
+    sign_request(cmd, Credentials(AK, SK))
+    assert verify_request(RemotingCommand.decode(cmd.encode()[4:]), {AK: SK}) is None
+    old = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={"topic": "T", "key": "k"}, version=399)
+    sign_request(old, Credentials(AK, SK))
+    old.ext_fields["_UNIQUE_KEY_QUERY"] = "true"
+    assert verify_request(RemotingCommand.decode(old.encode()[4:]), {AK: SK}) is None
+    old.version = 435  # a newer client's request signed without the flag is refused
+    assert "mismatch" in (verify_request(RemotingCommand.decode(old.encode()[4:]), {AK: SK}) or "")
+
+
 @pytest.fixture()
 def signed(acl_broker: EmbeddedBroker) -> Iterator[RemotingClient]:
     c = RemotingClient(acl_broker.namesrv_addr, credentials=Credentials(AK, SK))
@@ -125,6 +139,10 @@ def test_signed_client_does_everything(signed: RemotingClient, topic: str) -> No
     assert signed.query_consumer_offset("g_acl", qs[1]) == 5
     assert signed.consumer_ids("g_acl", signed.broker_addr(qs[0].broker)) == []
     assert topic in signed.topic_configs(signed.broker_addr(qs[0].broker))
+    # QUERY_MESSAGE, by key and by message id (signed with its _UNIQUE_KEY_QUERY flag)
+    signed.send(qs[0], b"keyed", "KEYS\x01k1\x02UNIQ_KEY\x01U-acl\x02")
+    assert [m.body for m in signed.query_messages(topic, "k1")] == [b"keyed"] == [
+        m.body for m in signed.query_messages(topic, "U-acl", unique=True)]
 
 
 def test_offset_committer_listener_signs_its_commits(acl_broker: EmbeddedBroker, signed: RemotingClient,

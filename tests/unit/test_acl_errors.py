@@ -33,6 +33,7 @@ def test_request_needs_follow_the_brokers_table() -> None:
     assert PULL == [("Topic:T", ("Sub",)), ("Group:G", ("Sub",))]
     assert request_needs(RequestCode.SEND_MESSAGE_V2, {"b": "T"}) == [("Topic:T", ("Pub",))]
     assert request_needs(RequestCode.GET_MAX_OFFSET, {"topic": "T"}) == [("Topic:T", ("Get",))]
+    assert request_needs(RequestCode.QUERY_MESSAGE, {"topic": "T", "key": "k"}) == [("Topic:T", ("Sub", "Get"))]
     assert request_needs(RequestCode.QUERY_CONSUMER_OFFSET, {"topic": "T", "consumerGroup": "G"}) == [
         ("Topic:T", ("Sub", "Get")), ("Group:G", ("Sub", "Get"))]
     assert request_needs(RequestCode.UPDATE_CONSUMER_OFFSET, {"topic": "T", "consumerGroup": "G"})[1] == (
