@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -27,17 +28,12 @@ BROKERS = ("embedded", "real")
 DRIVER = os.path.join(os.path.dirname(__file__), "eos_driver.py")
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, DRIVER, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-
-
 def _restarted(spark, namesrv: str, src: str, dst: str, ckpt: str) -> None:  # type: ignore[no-untyped-def]
-    """The restarted driver: the same query on the same checkpoint (what eos_driver.py's normal
-    mode runs), in this session's SparkSession, which is another driver than the killed one: its
+    """The restarted driver: the same query on the same checkpoint (what eos_driver.py runs for
+    a job), in this session's SparkSession, which is another driver than the killed one: its
     JVM, Python workers and clients all started after the kill."""
     q = (spark.readStream.format("rocketmq").option("namesrvAddr", namesrv).option("topic", src)
-         .option("consumerGroup", "g_kill").option("startingOffsets", "earliest").load().select("body")
+         .option("consumerGroup", f"g_kill_{src}").option("startingOffsets", "earliest").load().select("body")
          .writeStream.format("rocketmq").option("namesrvAddr", namesrv).option("topic", dst)
          .option("delivery", "exactly-once").option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
@@ -45,19 +41,35 @@ def _restarted(spark, namesrv: str, src: str, dst: str, ckpt: str) -> None:  # t
     assert q.exception() is None, q.exception()
 
 
-def _killed(broker, client, tmp_path, src: str, dst: str, rows: int, crash: str):  # type: ignore[no-untyped-def]
-    """``rows`` rows in ``src`` (2 queues), then the driver copying them to ``dst`` exactly-once,
-    killed at ``crash``; -> (src, dst, checkpoint location)."""
-    broker.create_topic(src, queues=2)
-    broker.create_topic(dst, queues=2)
-    qs = client.message_queues(src)
-    for i in range(rows):
-        client.send(qs[i % 2], b"row-%d" % i)
-    assert settles_at(client, src, rows) == rows
-    ckpt = str(tmp_path / "ck")
-    killed = _run(broker.namesrv_addr, src, dst, ckpt, crash)
-    assert killed.returncode == -9, killed.stderr[-3000:]
-    return src, dst, ckpt
+#: the killed jobs: mode -> rows copied
+KILLS = {"kill-before-commit": 25, "kill-after-record": 25, "kill-mid-commit": 600}
+
+
+@pytest.fixture(scope="module")
+def killed(broker, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One driver (a subprocess) copying a source topic (2 queues) to a destination exactly-once
+    for each of :data:`KILLS`, side by side, SIGKILLed once every job stopped at its point (see
+    eos_driver.py): mode -> (src, dst, checkpoint location)."""
+    base = tmp_path_factory.mktemp("killed")
+    client = RemotingClient(broker.namesrv_addr)
+    jobs = {}
+    try:
+        for mode, rows in KILLS.items():
+            src = broker.create_topic(f"K_SRC_{mode[5:10]}", queues=2)
+            dst = broker.create_topic(f"K_DST_{mode[5:10]}", queues=2)
+            qs = client.message_queues(src)
+            for i in range(rows):
+                client.send(qs[i % 2], b"row-%d" % i)
+            assert settles_at(client, src, rows) == rows
+            jobs[mode] = (src, dst, str(base / mode))
+    finally:
+        client.close()
+    run = subprocess.run([sys.executable, DRIVER, broker.namesrv_addr,
+                          *(",".join((*job, mode)) for mode, job in jobs.items())],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert run.returncode == -9, run.stderr[-3000:]
+    return jobs
 
 
 def _written(broker, client, dst: str, at_least: int) -> list:  # type: ignore[no-untyped-def]
@@ -80,9 +92,9 @@ def _written(broker, client, dst: str, at_least: int) -> list:  # type: ignore[n
 
 
 @pytest.mark.parametrize("crash", ["kill-before-commit", "kill-after-record"])
-def test_driver_killed_before_commit_then_restarted_writes_each_row_once(spark, broker, client, tmp_path,
+def test_driver_killed_before_commit_then_restarted_writes_each_row_once(spark, broker, client, killed,
                                                                          crash) -> None:
-    src, dst, ckpt = _killed(broker, client, tmp_path, f"K_SRC_{crash[5:10]}", f"K_DST_{crash[5:10]}", 25, crash)
+    src, dst, ckpt = killed[crash]
     before = sum(client.max_offset(q) for q in client.message_queues(dst))
     assert before == (25 if crash == "kill-after-record" else 0) or before == 0
     _restarted(spark, broker.namesrv_addr, src, dst, ckpt)
@@ -90,12 +102,12 @@ def test_driver_killed_before_commit_then_restarted_writes_each_row_once(spark, 
     assert sorted(rows) == sorted(b"row-%d" % i for i in range(25))  # each row exactly once
 
 
-def test_driver_killed_part_way_through_the_commit_writes_each_row_once(spark, broker, client, tmp_path) -> None:
-    # 600 rows: the commit's END_TRANSACTIONs go 128 at a time, 256 in flight; the driver dies
-    # right after marking the first ones answered, with more sent: the broker applies those, and
-    # the replay must find them in the destination rather than commit them again
-    src, dst, ckpt = _killed(broker, client, tmp_path, "K_SRC_mid", "K_DST_mid", 600, "kill-mid-commit")
-    commits = tmp_path / "ck" / "rocketmq-sink" / "commits"
+def test_driver_killed_part_way_through_the_commit_writes_each_row_once(spark, broker, client, killed) -> None:
+    # 600 rows: the commit's END_TRANSACTIONs go 128 at a time, 256 in flight; the driver stops
+    # right after marking the first ones answered, with more sent, and dies: the broker applies
+    # those, and the replay must find them in the destination rather than commit them again
+    src, dst, ckpt = killed["kill-mid-commit"]
+    commits = Path(ckpt) / "rocketmq-sink" / "commits"
     recorded = json.loads((commits / "0.json").read_text())
     marked = int((commits / "0.progress").read_text())
     assert 0 < marked < 600 and len(recorded["txns"]) == 600 and not (commits / "0.ended").exists()
