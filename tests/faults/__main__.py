@@ -25,6 +25,13 @@ from .nemesis import FAULTS
 from .suite import DEFAULT_FAULTS, SuiteConfig, check_workdir, output_lines, run_suite, verdict
 
 
+def _option(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. subscribePattern=FaultsA")
+    return key.strip(), value
+
+
 def _pair(text: str) -> tuple[float, float]:
     lo, _, hi = text.partition(",")
     try:
@@ -78,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--release", default=None, metavar="X.Y.Z",
                    help=f"the Apache RocketMQ release of broker kind real (default {VERSION}), fetched from Maven "
                         "Central on first use")
+    r.add_argument("--reader-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                   help="one more option of the queries' reader (repeatable), e.g. subscribePattern=FaultsA or "
+                        "minMessagesPerTrigger=50; a subscribePattern replaces the option topic")
     r.add_argument("-v", "--verbose", action="store_true", help="log every event as it happens")
     args = p.parse_args(argv)
     if args.command == "list":
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = SuiteConfig(broker=broker, seed=seed, minutes=args.minutes, faults=args.faults, out=args.out,
                           rate=args.rate, queues=args.queues, out_queues=args.queues, concurrency=args.concurrency,
                           hold_s=args.hold, gap_s=args.gap, use_netns=not args.no_netns,
-                          release=args.release)
+                          release=args.release, reader_options=tuple(args.reader_option))
         result = run_suite(cfg)
         print(result.table, flush=True)
         print(f"results written to {args.out / f'faults-{broker}.json'}\n", flush=True)

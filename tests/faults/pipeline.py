@@ -80,11 +80,14 @@ def start_queries(spark: SparkSession, cfg: dict[str, Any], available_now: bool,
     out = cfg["out_dir"]
     ckpt = os.path.join(out, "checkpoints")
 
+    more = cfg.get("reader_options", {})
+
     def source(group: str) -> Any:
-        return (spark.readStream.format("rocketmq").option("namesrvAddr", cfg["namesrv"])
-                .option("topic", cfg["topic_a"]).option("consumerGroup", group)
-                .option("startingOffsets", "earliest")
-                .option("failOnDataLoss", str(cfg["fail_on_data_loss"]).lower()).load())
+        r = spark.readStream.format("rocketmq").option("namesrvAddr", cfg["namesrv"])
+        if "subscribePattern" not in more:
+            r = r.option("topic", cfg["topic_a"])
+        return (r.option("consumerGroup", group).option("startingOffsets", "earliest")
+                .option("failOnDataLoss", str(cfg["fail_on_data_loss"]).lower()).options(**more).load())
 
     def trigger(w: Any) -> Any:
         if available_now:

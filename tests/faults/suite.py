@@ -80,6 +80,9 @@ class SuiteConfig:
     #: wiped broker start again at offset 0: with false the reader reads them again from there,
     #: with true it fails naming them, and so would every restart), else true
     fail_on_data_loss: bool | None = None
+    #: more options of the three queries' reader, e.g. (("subscribePattern", "FaultsA"),); a
+    #: subscribePattern replaces the option topic
+    reader_options: tuple[tuple[str, str], ...] = ()
 
     def command(self) -> str:
         """The command line that runs this configuration again."""
@@ -91,6 +94,8 @@ class SuiteConfig:
             args.append("--no-netns")
         if self.release is not None and self.broker == "real":
             args += ["--release", self.release]
+        for k, v in self.reader_options:
+            args += ["--reader-option", f"{k}={v}"]
         return " ".join(shlex.quote(a) for a in args)
 
 
@@ -214,7 +219,8 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
         cluster.create_topics(run.topics)
         driver = run.driver = Driver(workdir, {"namesrv": cluster.namesrv_addr, "topic_a": TOPIC_A, "topic_b": TOPIC_B,
                                                "topic_c": TOPIC_C, "trigger_ms": cfg.trigger_ms,
-                                               "fail_on_data_loss": fail_on_data_loss, "id_digits": ID_DIGITS},
+                                               "fail_on_data_loss": fail_on_data_loss, "id_digits": ID_DIGITS,
+                                               "reader_options": dict(cfg.reader_options)},
                                      run.event)
         driver.start()
         driver.supervise()
