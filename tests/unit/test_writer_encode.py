@@ -61,7 +61,7 @@ def _sender(opts: WriterOptions) -> Any:
     s.client = _FakeClient()
     s._queues, s._rr, s._uniq_prefix, s._seq, s.rows = {}, 0, "0123456789ABCDEF012345", 41, 0
     s.txns, s._inflight, s._queued, s._buffers, s._paused = [], collections.deque(), [], {}, {}
-    s._wire_topics, s.sums, s.nonce = {}, {}, "n0"
+    s._wire_topics, s.sums, s.nonce, s.trace = {}, {}, "n0", None
     return s
 
 
