@@ -35,10 +35,17 @@ class QueryContext:
 
     @property
     def subscriptions(self) -> dict[str, str]:
-        """topic -> tag expression of the topics read now, as consumers tell brokers what they read
-        (``*`` with an SQL92 filter, which goes with each pull instead)."""
+        """topic -> tag expression of the topics read now, for a broker's first contact with the
+        group (``*`` with an SQL92 filter: see :attr:`member_subscriptions`)."""
         expr = self.options.sub_expression if self.options.sub_type == "TAG" else "*"
         return {t: expr for t in self.topics}
+
+    @property
+    def member_subscriptions(self) -> dict[str, str]:
+        """topic -> expression (of type ``options.sub_type``) of the topics read now, as an
+        online consumer of the group tells its brokers what it reads (mqadmin consumerConnection
+        shows them)."""
+        return {t: self.options.sub_expression for t in self.topics}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -105,7 +105,8 @@ class Membership:
             return
         self._joined = True
         try:
-            self._member = self.ctx.client.join_group(o.consumer_group, self.ctx.subscriptions, self._running_info)
+            self._member = self.ctx.client.join_group(o.consumer_group, self.ctx.member_subscriptions,
+                                                      self._running_info, expression_type=o.sub_type)
         except RocketMQSparkError as exc:  # presence is for the tools: reading goes on without it
             log.warning("consumer group %s: not registered as an online consumer: %s", o.consumer_group, exc)
 

@@ -170,8 +170,10 @@ class BrokerClient(Protocol):
         transport cannot list them (gRPC)."""
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
-        """Become an online consumer of ``group`` (topic -> tag expression subscriptions) on
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
+                   expression_type: str = "TAG") -> GroupPresence | None:
+        """Become an online consumer of ``group`` (topic -> expression subscriptions, tag
+        expressions or, with ``expression_type`` SQL92, property filters) on
         the brokers serving the topics, until the returned member is closed: brokers and their
         tools list it, its resets are pushed to it, ``running_info`` answers what it has
         planned, processed and committed (see :mod:`.membership`). Over gRPC the member is a

@@ -529,13 +529,15 @@ class GrpcClient(SequentialManyQueueCalls):
         return None
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
+                   expression_type: str = "TAG") -> GroupPresence | None:
         """What the 5.x protocol allows: a simple consumer's Telemetry session (its settings name
         the group and subscriptions; brokers list it as an online consumer) and a Heartbeat on
         the Java client's interval, NotifyClientTermination when closed. The protocol pushes no
         resets to a consumer (brokers reset on the server side: the reader finds them by the
         group's offsets changing) and has no running-info request, so ``running_info`` is not
-        asked (see :class:`~.membership.GrpcGroupMember`)."""
+        asked (see :class:`~.membership.GrpcGroupMember`). Subscriptions are tag expressions
+        (``expression_type`` TAG: SQL92 reads need remoting)."""
         member = GrpcGroupMember(self, self.endpoints[self._index], group, subscriptions)
         member.start()
         return member

@@ -102,12 +102,12 @@ class RemotingGroupCalls(Protocol):
     def broker_addr(self, broker: str, topic: str | None = None) -> str: ...
 
     def heartbeat_consumer(self, group: str, client_id: str, broker_addr: str, subscriptions: dict[str, str], *,
-                           consume_type: str = ...) -> None: ...
+                           consume_type: str = ..., expression_type: str = ...) -> None: ...
 
     def unregister_consumer(self, group: str, client_id: str, broker_addr: str, *,
                             timeout_s: float | None = None) -> None: ...
 
-    def subscription_data(self, topic: str, expression: str) -> dict[str, Any]: ...
+    def subscription_data(self, topic: str, expression: str, expression_type: str = ...) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -173,12 +173,13 @@ class RemotingGroupMember(_Heartbeats):
 
     def __init__(self, client: RemotingGroupCalls, group: str, subscriptions: dict[str, str],
                  running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
-                 interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+                 interval_s: float = HEARTBEAT_INTERVAL_S, expression_type: str = "TAG") -> None:
         super().__init__(interval_s)
         self.client = client
         client.on_request = self._on_request
         self.group = group
         self.subscriptions = dict(subscriptions)
+        self.expression_type = expression_type  # of every subscription: TAG or SQL92
         self.running_info = running_info
         self.client_id = f"{client.client_id}@{id(self):x}"
         self.started_ms = int(time.time() * 1000)
@@ -230,7 +231,7 @@ class RemotingGroupMember(_Heartbeats):
                 return
             try:
                 self.client.heartbeat_consumer(self.group, self.client_id, addr, self.subscriptions,
-                                               consume_type="CONSUME_ACTIVELY")
+                                               consume_type="CONSUME_ACTIVELY", expression_type=self.expression_type)
             except RocketMQSparkError as exc:
                 log.info("heartbeat of group %s to %s failed: %s", self.group, addr, exc)
                 with self._lock:
@@ -280,7 +281,8 @@ class RemotingGroupMember(_Heartbeats):
             "messageModel": "CLUSTERING",
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
         }
-        subs = [self.client.subscription_data(topic, expr) for topic, expr in sorted(self.subscriptions.items())]
+        subs = [self.client.subscription_data(topic, expr, self.expression_type)
+                for topic, expr in sorted(self.subscriptions.items())]
         try:
             queues = self.running_info()
         except Exception:  # a broken callback must not leave the tool without an answer

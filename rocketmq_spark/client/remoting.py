@@ -1120,34 +1120,37 @@ class RemotingClient(RemotingAdmin):
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), "heartbeat")
 
     @staticmethod
-    def subscription_data(topic: str, expression: str) -> dict[str, Any]:
-        """A TAG subscription as Java's SubscriptionData serializes (heartbeats, running info)."""
-        tags = sorted(subscribed_tags(expression) or ())
+    def subscription_data(topic: str, expression: str, expression_type: str = "TAG") -> dict[str, Any]:
+        """A subscription as Java's SubscriptionData serializes (heartbeats, running info): a TAG
+        expression with its tags and their hash codes, or an SQL92 filter as it is."""
+        tags = sorted(subscribed_tags(expression) or ()) if expression_type == "TAG" else []
         return {"topic": topic, "subString": expression or "*", "tagsSet": tags,
                 "codeSet": [java_string_hash(t) for t in tags], "subVersion": int(time.time() * 1000),
-                "expressionType": "TAG", "classFilterMode": False}
+                "expressionType": expression_type, "classFilterMode": False}
 
     def heartbeat_consumer(self, group: str, client_id: str, broker_addr: str,
-                           subscriptions: dict[str, str], *, consume_type: str = "CONSUME_PASSIVELY") -> None:
+                           subscriptions: dict[str, str], *, consume_type: str = "CONSUME_PASSIVELY",
+                           expression_type: str = "TAG") -> None:
         """HEART_BEAT as a consumer of ``group`` (CLUSTERING) subscribed to ``subscriptions``
         (topic -> tag expression). Brokers create the group (with autoCreateSubscriptionGroup)
         and its retry topic %RETRY%<group>, which RocketMQ's tools (mqadmin consumerProgress)
         need; until UNREGISTER_CLIENT or the connection closes, the client is listed as an
         online consumer of the group. ``consume_type``: CONSUME_ACTIVELY for a consumer that
         pulls itself (a pull or lite-pull consumer, a Spark query), CONSUME_PASSIVELY for a push
-        consumer."""
-        subs = [self.subscription_data(topic, expr) for topic, expr in sorted(subscriptions.items())]
+        consumer. ``expression_type``: how the expressions filter (TAG, or SQL92 property filters)."""
+        subs = [self.subscription_data(topic, expr, expression_type) for topic, expr in sorted(subscriptions.items())]
         body = json.dumps({"clientID": client_id, "producerDataSet": [], "consumerDataSet": [{
             "groupName": group, "consumeType": consume_type, "messageModel": "CLUSTERING",
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": subs, "unitMode": False}]}).encode()
         self.invoke(broker_addr, RemotingCommand(RequestCode.HEART_BEAT, body=body), f"heartbeat of group {group!r}")
 
     def join_group(self, group: str, subscriptions: dict[str, str],
-                   running_info: Callable[[], dict[MessageQueue, QueueStatus]]) -> GroupPresence | None:
+                   running_info: Callable[[], dict[MessageQueue, QueueStatus]], *,
+                   expression_type: str = "TAG") -> GroupPresence | None:
         """Become an online consumer of ``group`` on the brokers of ``subscriptions`` until the
         member is closed (see :class:`~.membership.RemotingGroupMember`), over a client of its own."""
         member = RemotingGroupMember(RemotingClient(self.namesrv_addrs, self.config), group, subscriptions,
-                                     running_info)
+                                     running_info, expression_type=expression_type)
         member.start()
         return member
 

@@ -69,3 +69,31 @@ def test_a_broker_without_property_filters_refuses_naming_the_setting(tmp_path) 
                 c.pull(q, 0, 1, group="g", subscription="a > 1", expression_type="SQL92")
         finally:
             c.close()
+
+
+def test_a_running_sql92_query_is_listed_with_its_filter(spark, broker, client, real_rocketmq, tmp_path) -> None:
+    # the group's heartbeats carry the SQL92 subscription (expressionType SQL92), as a Java
+    # consumer's do: mqadmin consumerConnection shows the filter, not "*"
+    topic = broker.create_topic("SQL92_MEMBER", queues=1)
+    expr = "a > 5 AND region IN ('eu')"
+    q = (spark.readStream.format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+         .option("consumerGroup", "g_sql92_member").option("subExpressionType", "SQL92").option("subExpression", expr)
+         .load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="1 second").start())
+    try:
+        out = ""
+
+        def listed() -> bool:
+            nonlocal out
+            try:
+                out = real_rocketmq.mqadmin("consumerConnection", "-g", "g_sql92_member", namesrv=broker.namesrv_addr)
+            except RuntimeError as exc:  # not listed yet: "no consumer" is an exception there
+                out = str(exc)
+                return False
+            return topic in out
+
+        assert wait_until(listed, 60, every_s=1.0), out
+        (line,) = [ln for ln in out.splitlines() if ln.startswith(topic)]
+        assert line.split(None, 1)[1].strip() == expr, out
+    finally:
+        q.stop()
