@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from ..checkpoints import BrokerOffsetStore, InFlightTracker
 from ..client import BrokerClient
 from ..client.membership import QueueStatus
-from ..errors import OptionError, RocketMQSparkError, TopicNotFoundError
+from ..errors import AccessDeniedError, OptionError, RocketMQSparkError, TopicNotFoundError
 from ..model import MessageQueue
 from ..offsets import GroupAtPlanning, Mark
 from .availability import Availability
@@ -78,6 +78,7 @@ class Planner:
         self._brokers_of: dict[str, set[str]] = {}
         #: when topics() last asked the name servers for their topic list
         self._listed_at: float | None = None
+        self._list_failing = False  # the last look at the topic list failed (logged once)
         #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
         self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
 
@@ -137,12 +138,28 @@ class Planner:
         if o.topic_pattern is None or (self._listed_at is not None
                                        and time.monotonic() - self._listed_at <= RECENT_S):
             return self.ctx.topics  # (one topic list per trigger: latestOffset asks it first, then its planning)
-        listed = self.client.topic_list()  # type: ignore[attr-defined]
         self._listed_at = time.monotonic()
-        self._drop_deleted(set(listed))
-        new = [t for t in listed if t not in self.ctx.topics and t not in self._not_matched]
-        if new:  # never seen: the cluster's names are asked again (a broker may have joined)
-            self._cluster_names = self.client.cluster_names()  # type: ignore[attr-defined]
+        try:
+            listed = self.client.topic_list()  # type: ignore[attr-defined]
+            self._drop_deleted(set(listed))
+            new = [t for t in listed if t not in self.ctx.topics and t not in self._not_matched]
+            if new:  # never seen: the cluster's names are asked again (a broker may have joined)
+                self._cluster_names = self.client.cluster_names()  # type: ignore[attr-defined]
+        except AccessDeniedError:
+            raise
+        except RocketMQSparkError as exc:
+            # the name servers restarting or out of reach: the topics matched so far are read on
+            # (their routes are known, as a named topic's are), the list asked again next trigger
+            if not self._list_failing:
+                log.warning("subscribePattern %r: the name servers' topic list cannot be had now (%s); reading "
+                            "the topics matched so far (%s) and asking again at every trigger", o.topic_pattern,
+                            exc, ", ".join(self.ctx.topics) or "none yet")
+            self._list_failing = True
+            return self.ctx.topics
+        if self._list_failing:
+            log.warning("subscribePattern %r: the name servers list topics again", o.topic_pattern)
+            self._list_failing = False
+        if new:
             matched = matching_topics(o.topic_pattern, new, o.namespace, self._cluster_names)
             self._not_matched.update(t for t in new if t not in matched)
             if matched:

@@ -106,3 +106,40 @@ def test_the_planner_reads_new_matching_topics_keeps_restarting_ones_and_drops_d
     assert c.asked == asked + 1  # one topic list per trigger
     c.listed.append("orders-eu")  # created again: read again, as a new topic
     assert trigger().topics() == ("orders-eu", "orders-us")
+
+
+def test_name_servers_out_of_reach_keep_the_matched_topics_read(caplog) -> None:
+    import logging
+
+    from rocketmq_spark.errors import AccessDeniedError, ConnectionFailedError
+
+    c = _Listing(["orders-eu"])
+    opts = ReaderOptions.parse({"namesrvAddr": "127.0.0.1:9876", "subscribePattern": "orders-.*",
+                                "consumerGroup": "g", "commitOffsets": "false"}, stream=True)
+    p = Planner(opts, c)  # type: ignore[arg-type]
+    assert p.topics() == ("orders-eu",)
+    down = ConnectionFailedError("127.0.0.1:9876", "topic list", "connection refused")
+
+    def refused() -> list[str]:
+        raise down
+
+    c.topic_list = refused  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.planning"):
+        for _ in range(3):  # a name server restarting: three triggers without a topic list
+            p._listed_at = None  # type: ignore[attr-defined]
+            assert p.topics() == ("orders-eu",)
+            assert [q.topic for q in p.queues()] == ["orders-eu"]
+    (warned,) = [r.getMessage() for r in caplog.records]  # once, not at every trigger
+    assert "topic list cannot be had now" in warned and "orders-eu" in warned and "connection refused" in warned
+    c.topic_list = lambda: ["orders-eu", "orders-us"]  # type: ignore[method-assign]
+    c.routed.add("orders-us")
+    p._listed_at = None  # type: ignore[attr-defined]
+    assert p.topics() == ("orders-eu", "orders-us")  # back: new topics are found again
+
+    def denied() -> list[str]:
+        raise AccessDeniedError("refused", address="127.0.0.1:9876", operation="topic list")
+
+    c.topic_list = denied  # type: ignore[method-assign]
+    p._listed_at = None  # type: ignore[attr-defined]
+    with pytest.raises(AccessDeniedError):  # not a fault to ride out
+        p.topics()
