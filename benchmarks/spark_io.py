@@ -583,24 +583,26 @@ def sink_frame(spark: Any, n: int, body_size: int) -> Any:
     return df
 
 
-def spark_sink(spark: Any, c: RemotingClient, ns: str, df: Any, n: int, body_size: int, delivery: str) -> Row:
+def spark_sink(spark: Any, c: RemotingClient, ns: str, df: Any, n: int, body_size: int, delivery: str,
+               options: dict[str, str] | None = None, label: str = "") -> Row:
     topic = f"bench-sink-{delivery.split('-')[0]}-{uuid.uuid4().hex[:6]}"
     c.create_topic(topic, QUEUES)
     w = (df.write.mode("append").format("rocketmq").option("namesrvAddr", ns).option("topic", topic)
-         .option("delivery", delivery))
+         .option("delivery", delivery).options(**(options or {})))
     with TreeMeter() as m:
         w.save()
     got = topic_count(c, topic, n)
     check(got == n, f"write {delivery}: the topic holds {got} of {n} messages")
-    return _measured(f"write {delivery} (Spark)", "sink", n, body_size, m,
+    return _measured(f"write {delivery}{label} (Spark)", "sink", n, body_size, m,
                      params={"topic": topic, "partitions": df.rdd.getNumPartitions(), "verified_count": got})
 
 
-def spark_write(spark: Any, c: RemotingClient, ns: str, n: int, delivery: str) -> Row:
+def spark_write(spark: Any, c: RemotingClient, ns: str, n: int, delivery: str,
+                options: dict[str, str] | None = None, label: str = "") -> Row:
     """:func:`spark_sink` of a fresh cached frame of ``n`` 100-byte rows (dropped after)."""
     df = sink_frame(spark, n, 100)
     try:
-        return spark_sink(spark, c, ns, df, n, 100, delivery)
+        return spark_sink(spark, c, ns, df, n, 100, delivery, options, label)
     finally:
         df.unpersist()
 
@@ -790,9 +792,12 @@ SINK: dict[str, Callable[[Run], Row]] = {
     "exactly-once": lambda r: spark_write(r.spark, r.c, r.ns, r.sizes.sink_eos, "exactly-once"),
     "client transactions": lambda r: client_transactions(r.c, f"bench-tx-{uuid.uuid4().hex[:6]}", r.sizes.sink_eos,
                                                          100),
+    # with message trace on: a Pub record per message (and the per-row encoder: see docs/options.md)
+    "at-least-once traced": lambda r: spark_write(r.spark, r.c, r.ns, r.sizes.sink, "at-least-once",
+                                                  {"traceEnabled": "true", "traceTopic": TRACE_TOPIC}, " traceEnabled"),
 }
 #: the order of the sink rows in the table and the JSON
-SINK_LISTED = ("at-least-once", "exactly-once", "client send", "client transactions")
+SINK_LISTED = ("at-least-once", "exactly-once", "client send", "client transactions", "at-least-once traced")
 
 
 def sink_section(run: Run) -> None:
@@ -800,6 +805,7 @@ def sink_section(run: Run) -> None:
     stops Python processes idle for a minute: a cold start costs ~1-2 s per write job)."""
     if run.sizes.warm_up:
         warm_up_writer(run.spark, run.c, run.ns, run.sizes.sink_eos >= 10_000)
+    run.c.create_topic(TRACE_TOPIC, QUEUES)  # where the traced write's Pub records go
     rows: dict[str, Row] = {}
     for key, scenario in SINK.items():
         rows[key] = row = scenario(run)
@@ -1183,9 +1189,10 @@ def _print_sink(res: dict[str, Any]) -> None:
     print(format_table(res["sink"]))
     if len(res["sink"]) != len(SINK_LISTED):
         return
-    alo, _, cs, ct = res["sink"]
+    alo, _, cs, ct, traced = res["sink"]
     print(f"at-least-once: {alo.msgs_per_s:,.0f} msgs/s (target >= {SINK_TARGET:,}); the same send pattern "
-          f"without Spark: {cs.msgs_per_s:,.0f} msgs/s")
+          f"without Spark: {cs.msgs_per_s:,.0f} msgs/s; with traceEnabled: {traced.msgs_per_s:,.0f} msgs/s "
+          f"({traced.msgs_per_s / alo.msgs_per_s:.2f}x)")
     print(f"exactly-once pattern without Spark: half sends {ct.params['half_msgs_per_s']:,.0f} msgs/s "
           f"({ct.params['half_send_s']:.2f}s), then END_TRANSACTION ({ct.params['end_in_flight']} in flight) "
           f"{ct.params['end_transactions_per_s']:,.0f}/s ({ct.params['end_transaction_s']:.2f}s)")
