@@ -7,20 +7,51 @@ path; the task waits for them (a few seconds at most) when it finishes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..client import BrokerClient, connect
-from ..client.trace import TraceDispatcher, dispatcher
+from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by
 from ..codec import BatchEntry, PropertyKey, TransactionType
-from ..codec.trace import MessageType, Pub, encode_pub, trace_keys
+from ..codec.trace import DEFAULT_REGION, MessageType, Pub, encode_pub, trace_keys
 from ..model import SendResult
 from ..namespaces import unwrap
 from .options import WriterOptions
 
-__all__ = ["WriteTrace"]
+__all__ = ["PlainRows", "WriteTrace"]
 
 #: how long a task waits at its end for its trace records to be sent (seconds)
 FLUSH_S = 5.0
 _DELAY_KEYS = (PropertyKey.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+class PlainRows(NamedTuple):
+    """What Pub records need of rows sent as one encoded batch (the columnar path), in order:
+    their message ids, tags and keys ("" where none), body lengths."""
+
+    ids: pa.Array
+    tags: pa.Array
+    keys: pa.Array
+    body_lengths: pa.Array
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch, uniq_prefix: str, first_seq: int) -> PlainRows:
+        """The rows of ``batch`` whose message ids are ``uniq_prefix`` + the sequence numbers
+        from ``first_seq`` (10 hex digits), as :func:`.encode.encode_plain_rows` names them."""
+        n = batch.num_rows
+        ids = pa.array([f"{uniq_prefix}{s:010X}" for s in range(first_seq, first_seq + n)], pa.string())
+
+        def text(name: str) -> pa.Array:
+            i = batch.schema.get_field_index(name)
+            return pc.fill_null(batch.column(i).cast(pa.string()), "") if i >= 0 else pa.array([""] * n, pa.string())
+
+        body = batch.column(batch.schema.get_field_index("body"))
+        return cls(ids, text("tag"), text("keys"), pc.cast(pc.binary_length(body.cast(pa.binary())), pa.string()))
+
+    def slice(self, start: int, count: int) -> PlainRows:
+        return PlainRows(*(a.slice(start, count) for a in self))
 
 
 class WriteTrace:
@@ -52,6 +83,18 @@ class WriteTrace:
                       keys, client.broker_addr(mq.broker, mq.topic), len(entry.body), cost_ms, kind, res.msg_id)
             records.append((encode_pub(pub), list(trace_keys(msg_id, keys))))
         self.dispatcher.add(records)
+
+    def sent_rows(self, client: BrokerClient, rows: PlainRows, results: Sequence[SendResult], started_ms: int,
+                  cost_ms: int) -> None:
+        """Pub records of plain ``rows`` one batch send stored as ``results`` say (column-wise)."""
+        if not results:
+            return
+        mq = results[0].queue
+        offset_ids = pa.array([r.msg_id for r in results], pa.string())
+        records = arrow_records(["Pub", started_ms, DEFAULT_REGION, self.group, unwrap(self.namespace, mq.topic),
+                                 rows.ids, rows.tags, rows.keys, client.broker_addr(mq.broker, mq.topic),
+                                 rows.body_lengths, cost_ms, int(MessageType.NORMAL), offset_ids, "true"])
+        self.dispatcher.add_arrays(records, found_by(rows.ids, rows.keys))
 
     def flush(self) -> None:
         self.dispatcher.flush(FLUSH_S)

@@ -40,6 +40,7 @@ from ..codec import (
     PropertyKey,
     SysFlag,
     TransactionType,
+    batch_entries,
     decode_records,
     encode_properties,
     java_string_hash,
@@ -68,7 +69,7 @@ from .encode import (
     row_properties,
 )
 from .options import WriterOptions
-from .tracing import WriteTrace
+from .tracing import PlainRows, WriteTrace
 from .transactional import (
     BROKER_DOWN_S,
     TaskReport,
@@ -104,6 +105,7 @@ class _Send(NamedTuple):
     ordered: bool  # a message group's: retried on its queue, never moved
     uniq: str  # a half message's UNIQ_KEY ("" otherwise)
     sent: float = 0.0  # when it went out (time.time(); traced sends only)
+    rows: PlainRows | None = None  # traced sends of encoded rows: what their Pub records need
 
 
 _WINDOW = 8  # batch sends in flight per task
@@ -242,8 +244,7 @@ class _Sender:
         columns (:meth:`_add_halves`), any other row by itself (:meth:`_add_rows`). Every message
         carries the properties :mod:`.encode` defines."""
         option_topic = self.opts.topic
-        # a traced send names each message (its Pub record): not the encoded batches of _add_plain
-        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic and self.trace is None \
+        if not self.opts.exactly_once and self.client.compresses_bodies and option_topic \
                 and self._add_plain(batch, option_topic):
             return
         if self.opts.exactly_once and option_topic and self._bodies_only(batch):
@@ -260,10 +261,15 @@ class _Sender:
                                     max_batch_messages=opts.max_batch_messages, max_batch_bytes=opts.max_batch_bytes)
         if encoded is None:
             return False
+        # traceEnabled: the Pub records of each send's rows (ids from the same sequence)
+        traced = PlainRows.of(batch, self._uniq_prefix, self._seq + 1) if self.trace is not None else None
         self._seq += batch.num_rows
         self.rows += batch.num_rows
+        at = 0
         for sends in encoded:
-            self._submit(self._next_queue(topic), sends, 0, ordered=False)
+            self._submit(self._next_queue(topic), sends, 0, ordered=False,
+                         rows=traced.slice(at, sends.count) if traced is not None else None)
+            at += sends.count
         return True
 
     def _add_rows(self, batch: pa.RecordBatch) -> None:
@@ -391,7 +397,7 @@ class _Sender:
             self._submit(self._next_queue(topic), entries, 0, ordered=False)
 
     def _submit(self, mq: MessageQueue, entries: list[BatchEntry] | EncodedBatch, sys_flag: int, *, ordered: bool,
-                batch_properties: str = "", uniq: str = "") -> None:
+                batch_properties: str = "", uniq: str = "", rows: PlainRows | None = None) -> None:
         """Send ``entries`` to ``mq`` (``ordered``: a message group's, which waits for the sends
         before it to land; ``uniq``: a half message's UNIQ_KEY, which names its transaction)."""
         if ordered:
@@ -410,7 +416,7 @@ class _Sender:
         except RocketMQSparkError as exc:  # e.g. no connection: retried (elsewhere) by _drain
             fut = Future()
             fut.set_exception(exc)
-        self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq, time.time()))
+        self._inflight.append(_Send(fut, mq, entries, sys_flag, batch_properties, ordered, uniq, time.time(), rows))
         self._drain(0 if ordered else (_TX_WINDOW if self.opts.exactly_once else _WINDOW))
 
     def _send_queued(self) -> None:
@@ -488,9 +494,12 @@ class _Sender:
         """Pub trace records of a send that stored ``results`` (tracing never fails the task)."""
         if self.trace is None:
             return
+        started, cost = int(send.sent * 1000), int((time.time() - send.sent) * 1000)
         try:
-            self.trace.sent(self.client, send.entries, results, send.sys_flag,  # type: ignore[arg-type]
-                            int(send.sent * 1000), int((time.time() - send.sent) * 1000))
+            if send.rows is not None:
+                self.trace.sent_rows(self.client, send.rows, results, started, cost)
+            else:
+                self.trace.sent(self.client, batch_entries(send.entries), results, send.sys_flag, started, cost)
         except Exception as exc:
             log.warning("message trace: the Pub records of a send to %s were not made: %s", send.queue, exc)
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import BrokerClient, connect
-from ..client.trace import TraceDispatcher, dispatcher
+from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by
 from ..codec.trace import DEFAULT_REGION
 from ..namespaces import unwrap
 from .context import client_config
@@ -46,11 +46,6 @@ def _dispatcher(part: QueueRange) -> TraceDispatcher:
     return dispatcher(key, open_client, topic)
 
 
-def _field(value: object) -> str:
-    # a separator inside a value would split the record (as the scalar encoder does)
-    return str(value).replace("\x01", " ").replace("\x02", " ")
-
-
 class _Handed(NamedTuple):
     """A batch handed on: what its SubAfter records need."""
 
@@ -63,13 +58,11 @@ class _Handed(NamedTuple):
 
 def sub_records(kind: str, head: Sequence[object], ids: pa.Array, middle: Sequence[object] | pa.Array,
                 keys: pa.Array, tail: Sequence[object]) -> pa.Array:
-    """One record per message, vectorised: ``kind``, the ``head`` fields, the message id,
-    ``middle`` (fields, or a string array of one field per message), its keys, the ``tail``
-    fields, split by \\x01 and ended by \\x02 (what :func:`~rocketmq_spark.codec.trace.encode_sub`
-    writes one by one)."""
-    mid: list[object] = [middle] if isinstance(middle, pa.Array) else [_field(v) for v in middle]
-    parts = [kind, *(_field(v) for v in head), ids, *mid, keys, *(_field(v) for v in tail)]
-    return pc.binary_join_element_wise(pc.binary_join_element_wise(*parts, "\x01"), "\x02", "")
+    """One record per message: ``kind``, the ``head`` fields, the message id, ``middle``
+    (fields, or a string array of one field per message), its keys, the ``tail`` fields (what
+    :func:`~rocketmq_spark.codec.trace.encode_sub` writes one by one)."""
+    mid: list[object] = [middle] if isinstance(middle, pa.Array) else list(middle)
+    return arrow_records([kind, *head, ids, *mid, keys, *tail])
 
 
 class ReadTrace:
@@ -89,11 +82,9 @@ class ReadTrace:
         at = batch.schema.get_field_index("reconsumeTimes")
         retries: Sequence[object] | pa.Array = (pc.fill_null(pc.cast(batch.column(at), pa.string()), "0")
                                                 if at >= 0 else ["0"])
-        found_by = pc.binary_join_element_wise(
-            pc.if_else(pc.equal(keys, ""), ids, pc.binary_join_element_wise(ids, keys, " ")), " ", "")
-        handed = _Handed(uuid.uuid4().hex.upper(), ids, keys, found_by, time.monotonic())
+        handed = _Handed(uuid.uuid4().hex.upper(), ids, keys, found_by(ids, keys), time.monotonic())
         head = (int(time.time() * 1000), DEFAULT_REGION, self.group, handed.request_id)
-        self.dispatcher.add_arrays(sub_records("SubBefore", head, ids, retries, keys, ()), found_by)
+        self.dispatcher.add_arrays(sub_records("SubBefore", head, ids, retries, keys, ()), handed.found_by)
         return handed
 
     def after(self, handed: _Handed) -> None:

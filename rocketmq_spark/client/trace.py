@@ -20,11 +20,12 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..codec import BatchEntry, PropertyKey, encode_properties
 from ..errors import RocketMQSparkError
@@ -33,7 +34,7 @@ from .contract import BrokerClient
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_BODY", "MAX_KEYS_TEXT", "MAX_PENDING", "TRACE_PRODUCER_GROUP", "TraceCounts", "TraceDispatcher",
-           "dispatcher"]
+           "arrow_records", "dispatcher", "found_by"]
 
 #: a trace message's body at most (bytes; the Java dispatcher's 128,000)
 MAX_BODY = 128_000
@@ -54,6 +55,22 @@ class TraceCounts:
     sent: int = 0  # records in trace messages the broker stored
     failed: int = 0  # records in trace messages whose send failed
     dropped: int = 0  # records not queued: the queue was full
+
+
+def arrow_records(fields: Sequence[object]) -> pa.Array:
+    """Trace records built column-wise: ``fields`` are strings (the same in every record; a
+    separator inside is blanked) or string arrays (one value per record, without separators),
+    joined by \\x01, each record ended by \\x02 (what :mod:`rocketmq_spark.codec.trace` writes one
+    record at a time)."""
+    parts = [f if isinstance(f, pa.Array) else str(f).replace("\x01", " ").replace("\x02", " ") for f in fields]
+    return pc.binary_join_element_wise(pc.binary_join_element_wise(*parts, "\x01"), "\x02", "")
+
+
+def found_by(ids: pa.Array, keys: pa.Array) -> pa.Array:
+    """Per record, what its trace message is found by: the message id and its keys
+    (space-separated, "" for none), each followed by a space."""
+    return pc.binary_join_element_wise(
+        pc.if_else(pc.equal(keys, ""), ids, pc.binary_join_element_wise(ids, keys, " ")), " ", "")
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:

@@ -48,8 +48,10 @@ def test_mqadmin_shows_the_spark_writers_and_readers_records_of_a_message(spark,
                                                                            tmp_path) -> None:
     topic = broker.create_topic("TRACED", queues=2)
     trace_topic = broker.create_topic("SPARK_TRACE", queues=2)
-    rows = [(f"body-{i}", f"tag{i % 2}", [f"key-{i}"]) for i in range(6)]
-    (spark.createDataFrame(rows, "body STRING, tag STRING, keys ARRAY<STRING>").coalesce(1).write.mode("append")
+    # keys as a STRING column: the writer's column-wise path (its per-row path writes the same
+    # records: tests/unit/test_trace_records.py)
+    rows = [(f"body-{i}", f"tag{i % 2}", f"key-{i}") for i in range(6)]
+    (spark.createDataFrame(rows, "body STRING, tag STRING, keys STRING").coalesce(1).write.mode("append")
      .format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
      .option("producerGroup", "pg_traced").option("traceEnabled", "true").option("traceTopic", trace_topic).save())
     assert settles_at(client, topic, 6) == 6

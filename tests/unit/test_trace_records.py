@@ -150,3 +150,40 @@ def test_a_read_tasks_vectorised_records_are_the_scalar_encoders() -> None:
     fields = after[0].split(S)
     assert after == encode_sub(sub, after=True, cost_ms=int(fields[3]), done_ms=int(fields[7].rstrip(E)))
     assert found_by == found_by2 == ["A k1 k2 ", "B ", "C "]
+
+
+def test_a_write_tasks_column_wise_pub_records_are_the_per_row_ones() -> None:
+    import pyarrow as pa
+
+    from rocketmq_spark.codec import BatchEntry
+    from rocketmq_spark.model import SendResult
+    from rocketmq_spark.sink.encode import row_properties
+    from rocketmq_spark.sink.tracing import PlainRows, WriteTrace
+
+    sent: list[list[str]] = []
+
+    class _Dispatcher:
+        def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
+            sent.append(records.to_pylist())
+
+        def add(self, records) -> None:  # type: ignore[no-untyped-def]
+            sent.append([text for text, _keys in records])
+
+    class _Client:
+        def broker_addr(self, broker: str, topic: str | None = None) -> str:
+            return "127.0.0.1:10911"
+
+    trace = WriteTrace.__new__(WriteTrace)
+    trace.dispatcher, trace.group, trace.namespace = _Dispatcher(), "pg", ""  # type: ignore[assignment]
+    batch = pa.record_batch({"body": pa.array([b"a", b"bbb"]), "tag": pa.array(["t", None]),
+                             "keys": pa.array(["k1 k2", None])})
+    rows = PlainRows.of(batch, "PFX", 41)
+    mq = MessageQueue("T", "broker-a", 0)
+    results = [SendResult("OFF1", mq, 7), SendResult("OFF2", mq, 8)]
+    trace.sent_rows(_Client(), rows, results, 1700000000000, 3)  # type: ignore[arg-type]
+    entries = [BatchEntry(b"a", row_properties("PFX0000000029", "t", "k1 k2")),
+               BatchEntry(b"bbb", row_properties("PFX000000002A"))]
+    trace.sent(_Client(), entries, results, 0, 1700000000000, 3)  # type: ignore[arg-type]
+    column_wise, per_row = sent
+    assert column_wise == per_row
+    assert decode_trace("".join(column_wise))[1].fields["msgId"] == "PFX000000002A"
