@@ -1,11 +1,14 @@
-"""Message trace of a write task (option traceEnabled): a Pub record for each message a send
+"""Message trace of a write (option traceEnabled): a Pub record for each message a task's send
 stored, as a Java producer's trace hook records it (message id, tags, keys, store host, body
 length, the send's time, the message type: normal, a transaction's half message, or delayed;
-the broker's offset message id). Sent by :mod:`rocketmq_spark.client.trace`, off the task's
-path; the task waits for them (a few seconds at most) when it finishes."""
+the broker's offset message id), and with delivery=exactly-once an EndTransaction record for
+each transaction the driver's commit (or abort) ended. Sent by
+:mod:`rocketmq_spark.client.trace`, off the send path; a task, and the commit, wait for them (a
+few seconds at most) when they finish."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -16,7 +19,7 @@ from ..client import BrokerClient, connect
 from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by
 from ..codec import BatchEntry, PropertyKey, TransactionType
 from ..codec.trace import DEFAULT_REGION, MessageType, Pub, encode_pub, trace_keys
-from ..model import SendResult
+from ..model import SendResult, Txn
 from ..namespaces import unwrap
 from .options import WriterOptions
 
@@ -95,6 +98,25 @@ class WriteTrace:
                                  rows.ids, rows.tags, rows.keys, client.broker_addr(mq.broker, mq.topic),
                                  rows.body_lengths, cost_ms, int(MessageType.NORMAL), offset_ids, "true"])
         self.dispatcher.add_arrays(records, found_by(rows.ids, rows.keys))
+
+    def ended(self, client: BrokerClient, txns: Sequence[Txn], *, commit: bool) -> None:
+        """EndTransaction records of ``txns``, committed or rolled back by the driver (not from
+        a check-back). The driver knows no tags or keys of them: those fields are empty."""
+        if not txns:
+            return
+        hosts: dict[tuple[str, str], str] = {}
+        for t in txns:
+            if (t.broker, t.topic) not in hosts:
+                hosts[(t.broker, t.topic)] = client.broker_addr(t.broker, t.topic)
+        ids = pa.array([t.msg_id for t in txns], pa.string())
+        none = pa.array([""] * len(txns), pa.string())
+        records = arrow_records([
+            "EndTransaction", int(time.time() * 1000), DEFAULT_REGION, self.group,
+            pa.array([unwrap(self.namespace, t.topic) for t in txns], pa.string()), ids, none, none,
+            pa.array([hosts[(t.broker, t.topic)] for t in txns], pa.string()), int(MessageType.TRANSACTION_COMMIT),
+            pa.array([t.transaction_id or t.msg_id for t in txns], pa.string()),
+            "COMMIT_MESSAGE" if commit else "ROLLBACK_MESSAGE", "false"])
+        self.dispatcher.add_arrays(records, found_by(ids, none))
 
     def flush(self) -> None:
         self.dispatcher.flush(FLUSH_S)

@@ -32,6 +32,7 @@ from ..errors import (
 from ..model import MessageQueue
 from .encode import TX_TAG
 from .options import WriterOptions
+from .tracing import WriteTrace
 from .txlog import TxLog, Txn
 
 log = logging.getLogger(__name__)
@@ -513,6 +514,7 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
     try:
         if txlog.read(batch_id) is None:
             _commit_first(client, opts, txlog, batch_id, txns, rows)
+            traced_ends(opts, client, txns, commit=True)  # (a replay's ends are not traced)
             unmatched: dict[str, str] = {}
         else:
             unmatched = _commit_replay(client, opts, txlog, batch_id, txns, rows)
@@ -610,6 +612,19 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
         client.close()
 
 
+def traced_ends(opts: WriterOptions, client: BrokerClient, txns: Sequence[Txn], *, commit: bool) -> None:
+    """traceEnabled: EndTransaction records of ``txns``, sent (waited for a few seconds); never
+    raises (tracing never fails a batch)."""
+    if opts.trace_topic is None or not txns:
+        return
+    try:
+        trace = WriteTrace(opts)
+        trace.ended(client, txns, commit=commit)
+        trace.flush()
+    except Exception as exc:
+        log.warning("message trace: the EndTransaction records of %d transactions were not made: %s", len(txns), exc)
+
+
 def _roll_back(client: BrokerClient, opts: WriterOptions, txns: list[Txn], what: str) -> None:
     """Roll back ``txns``, riding out an unreachable broker (:func:`_riding_out`). One that
     still fails, or that the broker refuses, is logged and left to the brokers: they ask
@@ -622,3 +637,5 @@ def _roll_back(client: BrokerClient, opts: WriterOptions, txns: list[Txn], what:
         riding_out(lambda: client.end_transactions(txns, commit=False, producer_group=opts.producer_group), what)
     except RocketMQSparkError as exc:
         log.warning("%s failed (%s): the brokers roll those half messages back when they ask about them", what, exc)
+        return
+    traced_ends(opts, client, txns, commit=False)

@@ -83,6 +83,7 @@ from .transactional import (
     destination_marks,
     riding_out,
     row_sum,
+    traced_ends,
 )
 from .txlog import TxLog, Txn
 
@@ -688,6 +689,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
                         f"{len(txns)} rows ({describe([txns[i] for i in lost])}), and their messages are not in the "
                         "destination: the broker lost them (its store wiped or replaced?) after the tasks sent them. "
                         "The other rows are written; these are not (a batch write is not replayed): write them again")
+                traced_ends(self.opts, client, txns, commit=True)
             finally:
                 client.close()
 

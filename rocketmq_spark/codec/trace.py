@@ -12,6 +12,9 @@ client's trace encoder writes them, which its decoder reads by position):
     SubBefore  type, time, region, consumer group, request id, message id, retry times, keys
     SubAfter   type, request id, message id, cost (ms), success, keys, context code, time,
                consumer group
+    EndTransaction  type, time, region, producer group, topic, message id, tags, keys, store
+               host, message type, transaction id, state (COMMIT_MESSAGE, ROLLBACK_MESSAGE),
+               from a check-back
 
 Names are the user's (no namespace), as the Java client writes them.
 """
@@ -123,11 +126,13 @@ _NAMES = {
             "msgType", "offsetMsgId", "success"),
     "SubBefore": ("timestamp", "region", "group", "requestId", "msgId", "retryTimes", "keys"),
     "SubAfter": ("requestId", "msgId", "costTime", "success", "keys", "contextCode", "timestamp", "group"),
+    "EndTransaction": ("timestamp", "region", "group", "topic", "msgId", "tags", "keys", "storeHost", "msgType",
+                       "transactionId", "transactionState", "fromTransactionCheck"),
 }
 
 
 def decode_trace(body: str) -> list[TraceRecord]:
-    """The records of a trace message's body (types other than these three kept with no fields)."""
+    """The records of a trace message's body (other types kept with no fields)."""
     out = []
     for rec in body.split(FIELD_END):
         if not rec:

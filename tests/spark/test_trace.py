@@ -120,3 +120,32 @@ def test_a_trace_topic_that_does_not_exist_fails_nothing(spark, broker, client) 
             .option("traceEnabled", "true").option("traceTopic", "NO_SUCH_TRACE_TOPIC").load()
             .selectExpr("CAST(body AS STRING) AS body").collect())
     assert sorted(r.body for r in back) == ["a", "b"]
+
+
+def test_an_exactly_once_write_traces_its_half_messages_and_their_commit(spark, broker, client) -> None:
+    topic = broker.create_topic("TRACED_EOS", queues=2)
+    trace_topic = broker.create_topic("SPARK_TRACE_EOS", queues=1)
+    (spark.createDataFrame([(f"eos-{i}",) for i in range(5)], "body STRING").coalesce(1).write.mode("append")
+     .format("rocketmq").option("namesrvAddr", broker.namesrv_addr).option("topic", topic)
+     .option("delivery", "exactly-once").option("producerGroup", "pg_traced_eos").option("traceEnabled", "true")
+     .option("traceTopic", trace_topic).save())
+    assert settles_at(client, topic, 5) == 5
+    ids = set()
+    for mq in client.message_queues(topic):
+        res = client.pull(mq, 0, 32)
+        ids |= {r.properties["UNIQ_KEY"] for r in decode_records(res.body)} if res.status == "FOUND" else set()
+    assert len(ids) == 5
+
+    def traced() -> bool:
+        recs = _trace_records(client, trace_topic)
+        pubs = {r.fields["msgId"]: r.fields for r in recs if r.type == "Pub"}
+        ends = {r.fields["msgId"]: r.fields for r in recs if r.type == "EndTransaction"}
+        return set(pubs) >= ids and set(ends) >= ids
+
+    assert wait_until(traced, 30), _trace_records(client, trace_topic)
+    recs = _trace_records(client, trace_topic)
+    # the half message's send (type 1: Trans_Msg_Half), then the driver's commit (type 2)
+    assert {r.fields["msgType"] for r in recs if r.type == "Pub"} == {"1"}
+    ends = [r.fields for r in recs if r.type == "EndTransaction"]
+    assert {(e["transactionState"], e["msgType"], e["group"], e["topic"]) for e in ends} == {
+        ("COMMIT_MESSAGE", "2", "pg_traced_eos", topic)}

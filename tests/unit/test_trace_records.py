@@ -187,3 +187,33 @@ def test_a_write_tasks_column_wise_pub_records_are_the_per_row_ones() -> None:
     column_wise, per_row = sent
     assert column_wise == per_row
     assert decode_trace("".join(column_wise))[1].fields["msgId"] == "PFX000000002A"
+
+
+def test_an_exactly_once_commits_end_transaction_records_have_the_java_fields() -> None:
+    import pyarrow as pa
+
+    from rocketmq_spark.model import Txn
+    from rocketmq_spark.sink.tracing import WriteTrace
+
+    sent: list[tuple[list[str], list[str]]] = []
+
+    class _Dispatcher:
+        def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
+            sent.append((records.to_pylist(), keys.to_pylist()))
+
+    class _Client:
+        def broker_addr(self, broker: str, topic: str | None = None) -> str:
+            return {"broker-a": "127.0.0.1:10911", "broker-b": "127.0.0.1:10921"}[broker]
+
+    trace = WriteTrace.__new__(WriteTrace)
+    trace.dispatcher, trace.group, trace.namespace = _Dispatcher(), "pg", "ns1"  # type: ignore[assignment]
+    txns = [Txn("broker-a", "ns1%T", 3, 1000, "ID1"), Txn("broker-b", "ns1%T", 4, 2000, "ID2", "PROXYTX")]
+    trace.ended(_Client(), txns, commit=True)  # type: ignore[arg-type]
+    (records, keys), = sent
+    fields = [r.fields for r in decode_trace("".join(records))]
+    assert [(f["topic"], f["msgId"], f["storeHost"], f["msgType"], f["transactionId"], f["transactionState"],
+             f["fromTransactionCheck"], f["group"]) for f in fields] == [
+        ("T", "ID1", "127.0.0.1:10911", "2", "ID1", "COMMIT_MESSAGE", "false", "pg"),
+        ("T", "ID2", "127.0.0.1:10921", "2", "PROXYTX", "COMMIT_MESSAGE", "false", "pg")]
+    assert all(len(r.split(S)) == 13 for r in records)  # what Java's decoder reads by position
+    assert keys == ["ID1 ", "ID2 "]
