@@ -8,6 +8,7 @@ few seconds at most) when they finish."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -16,14 +17,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import BrokerClient, connect
-from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by
+from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by, or_null
 from ..codec import BatchEntry, PropertyKey, TransactionType
 from ..codec.trace import DEFAULT_REGION, MessageType, Pub, encode_pub, trace_keys
 from ..model import SendResult, Txn
 from ..namespaces import unwrap
 from .options import WriterOptions
 
-__all__ = ["PlainRows", "WriteTrace"]
+__all__ = ["PlainRows", "WriteTrace", "open_trace"]
+
+log = logging.getLogger(__name__)
 
 #: how long a task waits at its end for its trace records to be sent (seconds)
 FLUSH_S = 5.0
@@ -95,13 +98,14 @@ class WriteTrace:
         mq = results[0].queue
         offset_ids = pa.array([r.msg_id for r in results], pa.string())
         records = arrow_records(["Pub", started_ms, DEFAULT_REGION, self.group, unwrap(self.namespace, mq.topic),
-                                 rows.ids, rows.tags, rows.keys, client.broker_addr(mq.broker, mq.topic),
+                                 rows.ids, or_null(rows.tags), or_null(rows.keys),
+                                 client.broker_addr(mq.broker, mq.topic),
                                  rows.body_lengths, cost_ms, int(MessageType.NORMAL), offset_ids, "true"])
         self.dispatcher.add_arrays(records, found_by(rows.ids, rows.keys))
 
     def ended(self, client: BrokerClient, txns: Sequence[Txn], *, commit: bool) -> None:
         """EndTransaction records of ``txns``, committed or rolled back by the driver (not from
-        a check-back). The driver knows no tags or keys of them: those fields are empty."""
+        a check-back). The driver knows no tags or keys of them: those fields are null."""
         if not txns:
             return
         hosts: dict[tuple[str, str], str] = {}
@@ -112,11 +116,23 @@ class WriteTrace:
         none = pa.array([""] * len(txns), pa.string())
         records = arrow_records([
             "EndTransaction", int(time.time() * 1000), DEFAULT_REGION, self.group,
-            pa.array([unwrap(self.namespace, t.topic) for t in txns], pa.string()), ids, none, none,
+            pa.array([unwrap(self.namespace, t.topic) for t in txns], pa.string()), ids, "null", "null",
             pa.array([hosts[(t.broker, t.topic)] for t in txns], pa.string()), int(MessageType.TRANSACTION_COMMIT),
             pa.array([t.transaction_id or t.msg_id for t in txns], pa.string()),
             "COMMIT_MESSAGE" if commit else "ROLLBACK_MESSAGE", "false"])
         self.dispatcher.add_arrays(records, found_by(ids, none))
 
-    def flush(self) -> None:
-        self.dispatcher.flush(FLUSH_S)
+    def flush(self, timeout_s: float = FLUSH_S) -> None:
+        self.dispatcher.flush(timeout_s)
+
+
+def open_trace(opts: WriterOptions) -> WriteTrace | None:
+    """The trace of a write with traceEnabled (None without; None, logged, when it cannot be
+    opened: tracing never fails a write)."""
+    if opts.trace_topic is None:
+        return None
+    try:
+        return WriteTrace(opts)
+    except Exception as exc:
+        log.warning("message trace to %r cannot be opened (%s): this write is not traced", opts.trace_topic, exc)
+        return None

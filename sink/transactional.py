@@ -32,7 +32,7 @@ from ..errors import (
 from ..model import MessageQueue
 from .encode import TX_TAG
 from .options import WriterOptions
-from .tracing import WriteTrace
+from .tracing import open_trace
 from .txlog import TxLog, Txn
 
 log = logging.getLogger(__name__)
@@ -511,10 +511,11 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
     rows = rows if rows is not None else _Rows({}, {})
     txlog = TxLog(opts.checkpoint_location)
     client = opts.connect()
+    first = False
     try:
         if txlog.read(batch_id) is None:
             _commit_first(client, opts, txlog, batch_id, txns, rows)
-            traced_ends(opts, client, txns, commit=True)  # (a replay's ends are not traced)
+            first = True  # (a replay's ends are not traced)
             unmatched: dict[str, str] = {}
         else:
             unmatched = _commit_replay(client, opts, txlog, batch_id, txns, rows)
@@ -526,6 +527,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
                       len(unmatched), f"{txlog.accept_lost_path(batch_id)} says" if accepted else
                       "failOnDataLoss=false allows", next(iter(sorted(unmatched.items()))))
         txlog.mark_ended(batch_id)
+        if first:
+            traced_ends(opts, client, txns, commit=True)
     finally:
         client.close()
 
@@ -612,15 +615,21 @@ def abort_batch(opts: WriterOptions, txns: list[Txn], batch_id: int | None) -> N
         client.close()
 
 
+#: how long the driver waits for its EndTransaction records to be sent, once the batch is done
+_ENDS_FLUSH_S = 1.0
+
+
 def traced_ends(opts: WriterOptions, client: BrokerClient, txns: Sequence[Txn], *, commit: bool) -> None:
-    """traceEnabled: EndTransaction records of ``txns``, sent (waited for a few seconds); never
-    raises (tracing never fails a batch)."""
+    """traceEnabled: EndTransaction records of ``txns``, sent (waited for a second at most;
+    called once the batch is done, so the wait holds up nothing it decides); never raises
+    (tracing never fails a batch)."""
     if opts.trace_topic is None or not txns:
         return
     try:
-        trace = WriteTrace(opts)
-        trace.ended(client, txns, commit=commit)
-        trace.flush()
+        trace = open_trace(opts)
+        if trace is not None:
+            trace.ended(client, txns, commit=commit)
+            trace.flush(_ENDS_FLUSH_S)
     except Exception as exc:
         log.warning("message trace: the EndTransaction records of %d transactions were not made: %s", len(txns), exc)
 

@@ -69,7 +69,7 @@ from .encode import (
     row_properties,
 )
 from .options import WriterOptions
-from .tracing import PlainRows, WriteTrace
+from .tracing import PlainRows, open_trace
 from .transactional import (
     BROKER_DOWN_S,
     TaskReport,
@@ -179,7 +179,7 @@ class _Sender:
                f"{self.txlog.sink_id if self.txlog is not None else '-'}:{self.nonce}")
         self._half_suffix = half_properties(opts.producer_group, tag)
         #: traceEnabled: a Pub trace record of every message stored
-        self.trace = WriteTrace(opts) if opts.trace_topic is not None else None
+        self.trace = open_trace(opts)
 
     # -- queues ---------------------------------------------------------------------
 
@@ -263,7 +263,7 @@ class _Sender:
         if encoded is None:
             return False
         # traceEnabled: the Pub records of each send's rows (ids from the same sequence)
-        traced = PlainRows.of(batch, self._uniq_prefix, self._seq + 1) if self.trace is not None else None
+        traced = self._plain_rows(batch) if self.trace is not None else None
         self._seq += batch.num_rows
         self.rows += batch.num_rows
         at = 0
@@ -272,6 +272,15 @@ class _Sender:
                          rows=traced.slice(at, sends.count) if traced is not None else None)
             at += sends.count
         return True
+
+    def _plain_rows(self, batch: pa.RecordBatch) -> PlainRows | None:
+        """What the Pub records of ``batch``'s rows need (None, logged, when it cannot be had:
+        tracing never fails a write)."""
+        try:
+            return PlainRows.of(batch, self._uniq_prefix, self._seq + 1)
+        except Exception as exc:
+            log.warning("message trace: the Pub records of %d rows are left out: %s", batch.num_rows, exc)
+            return None
 
     def _add_rows(self, batch: pa.RecordBatch) -> None:
         """Each row by itself (its columns' values): buffered into a batch send, sent alone (a
@@ -443,12 +452,8 @@ class _Sender:
             try:
                 resp = send.answer.result(self.client.config.request_timeout_s)
                 # only the outcome here: a half message's transaction is read from an answer
-                # that stored it, below (an answer it cannot be read from is not sent again);
-                # a traced send's Pub records need each message's result
-                if self.trace is not None:
-                    results = self.client.send_results(send.queue, len(send.entries), resp)
-                else:
-                    self.client.check_sent(send.queue, len(send.entries), resp)
+                # that stored it, below (an answer it cannot be read from is not sent again)
+                self.client.check_sent(send.queue, len(send.entries), resp)
             except AccessDeniedError:  # the same answer every time: fail the task at once
                 raise
             except Exception as exc:  # retried below with bounds, then reported
@@ -459,8 +464,20 @@ class _Sender:
             else:
                 if prepared:
                     self.txns.append(self.client.half_transaction(send.queue, resp, send.uniq))
+                if self.trace is not None:
+                    results = self._results_for_trace(send, resp)
             if self.trace is not None and results is not None:
                 self._traced(send, results)
+
+    def _results_for_trace(self, send: _Send, resp: Any) -> list[Any] | None:
+        """Each message's result of an answer that stored the send, for its Pub records
+        (None, logged, when the answer does not say: the send stands, its trace does not)."""
+        try:
+            return self.client.send_results(send.queue, len(send.entries), resp)
+        except Exception as exc:
+            log.warning("message trace: the results of a send to %s cannot be read (%s); its Pub records are "
+                        "left out", send.queue, exc)
+            return None
 
     def _retry(self, send: _Send, first: BaseException) -> list[Any]:
         """Send again, with backoff: three attempts, and while the broker cannot be reached
@@ -516,7 +533,10 @@ class _Sender:
         self._drain(0)
         self.client.close()
         if self.trace is not None:
-            self.trace.flush()
+            try:
+                self.trace.flush()
+            except Exception as exc:  # tracing never fails a write
+                log.warning("message trace: %s", exc)
         return TaskReport(self.partition, self.rows, [t.to_list() for t in self.txns], self.sums, self.nonce)
 
     def abort_own(self) -> None:

@@ -46,6 +46,8 @@ __all__ = ["Planner", "QueueOffsets"]
 POLL_S = 1.0
 #: how old max offsets may be for Spark's progress report (seconds, see Planner.recent_latest)
 RECENT_S = 1.0
+#: while subscribePattern's topic list cannot be had, it is logged this often (seconds)
+_LIST_WARN_EVERY_S = 60.0
 
 
 class Planner:
@@ -78,7 +80,8 @@ class Planner:
         self._brokers_of: dict[str, set[str]] = {}
         #: when topics() last asked the name servers for their topic list
         self._listed_at: float | None = None
-        self._list_failing = False  # the last look at the topic list failed (logged once)
+        #: while looks at the topic list fail: when that was last logged (once a minute)
+        self._list_failing: float | None = None
         #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
         self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
 
@@ -150,15 +153,16 @@ class Planner:
         except RocketMQSparkError as exc:
             # the name servers restarting or out of reach: the topics matched so far are read on
             # (their routes are known, as a named topic's are), the list asked again next trigger
-            if not self._list_failing:
+            now = time.monotonic()
+            if self._list_failing is None or now - self._list_failing >= _LIST_WARN_EVERY_S:
                 log.warning("subscribePattern %r: the name servers' topic list cannot be had now (%s); reading "
                             "the topics matched so far (%s) and asking again at every trigger", o.topic_pattern,
                             exc, ", ".join(self.ctx.topics) or "none yet")
-            self._list_failing = True
+                self._list_failing = now
             return self.ctx.topics
-        if self._list_failing:
+        if self._list_failing is not None:
             log.warning("subscribePattern %r: the name servers list topics again", o.topic_pattern)
-            self._list_failing = False
+            self._list_failing = None
         if new:
             matched = matching_topics(o.topic_pattern, new, o.namespace, self._cluster_names)
             self._not_matched.update(t for t in new if t not in matched)

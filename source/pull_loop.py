@@ -67,15 +67,15 @@ def read_range(part: QueueRange, client: BrokerClient | None = None) -> Iterator
     try:
         for batch in _read(part, c, _decoded_columns(part, tags is not None)):
             batch = only_subscribed(batch, tags)
-            started = trace.before(batch) if trace is not None else None
+            started = trace.before(batch) if trace is not None else None  # (tracing never raises)
             if part.columns is not None and tuple(batch.schema.names) != part.columns:
                 batch = batch.select(list(part.columns))
             if part.namespace and batch.num_rows:
                 batch = unwrap_columns(batch, part.namespace)
             if batch.num_rows:
                 yield batch
-            if started is not None:  # Spark asked for the next batch: this one is consumed
-                trace.after(started)  # type: ignore[union-attr]
+            if trace is not None:  # Spark asked for the next batch: this one is consumed
+                trace.after(started)
     finally:
         if own:
             c.close()

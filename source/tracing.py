@@ -12,22 +12,27 @@ few seconds at most) at its end.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import NamedTuple, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import BrokerClient, connect
-from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by
+from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by, or_null
 from ..codec.trace import DEFAULT_REGION
 from ..namespaces import unwrap
 from .context import client_config
 from .queue_range import QueueRange
 
 __all__ = ["TRACE_COLUMNS", "ReadTrace", "flush_traces"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: the columns a traced read decodes whatever the query asks for
 TRACE_COLUMNS = ("messageId", "keys")
@@ -62,21 +67,46 @@ def sub_records(kind: str, head: Sequence[object], ids: pa.Array, middle: Sequen
     (fields, or a string array of one field per message), its keys, the ``tail`` fields (what
     :func:`~rocketmq_spark.codec.trace.encode_sub` writes one by one)."""
     mid: list[object] = [middle] if isinstance(middle, pa.Array) else list(middle)
-    return arrow_records([kind, *head, ids, *mid, keys, *tail])
+    return arrow_records([kind, *head, ids, *mid, or_null(keys), *tail])
 
 
 class ReadTrace:
-    """The trace of one task's read of ``part`` (see the module docstring)."""
+    """The trace of one task's read of ``part`` (see the module docstring). It never raises:
+    an error making or queueing records is logged and turns the task's tracing off."""
 
     def __init__(self, part: QueueRange) -> None:
-        self.dispatcher = _dispatcher(part)
+        self.part = part
         self.group = unwrap(part.namespace, part.group)
+        self.dispatcher: TraceDispatcher | None = None
+        self._guarded(self._open)
+
+    def _open(self) -> None:
+        self.dispatcher = _dispatcher(self.part)
+
+    def _guarded(self, fn: Callable[[], _T]) -> _T | None:
+        if self.part.trace_topic is None:
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # tracing never fails a read
+            log.warning("message trace of %s: %s; this task traces no more", self.part.mq, exc, exc_info=True)
+            self.part = replace(self.part, trace_topic=None)
+            return None
 
     def before(self, batch: pa.RecordBatch) -> _Handed | None:
         """SubBefore records of ``batch`` (rows about to be handed on), queued; what
-        :meth:`after` needs (None for an empty batch)."""
-        if not batch.num_rows:
-            return None
+        :meth:`after` needs (None for an empty batch, or when not tracing)."""
+        return self._guarded(lambda: self._before(batch)) if batch.num_rows else None
+
+    def after(self, handed: _Handed | None) -> None:
+        """SubAfter records of a batch Spark took (``handed``: what :meth:`before` returned)."""
+        if handed is not None:
+            self._guarded(lambda: self._after(handed))
+
+    def _before(self, batch: pa.RecordBatch) -> _Handed:
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            raise RuntimeError("no trace dispatcher")
         ids = pc.fill_null(batch.column(batch.schema.get_field_index("messageId")), "")
         keys = pc.fill_null(pc.binary_join(batch.column(batch.schema.get_field_index("keys")), " "), "")
         at = batch.schema.get_field_index("reconsumeTimes")
@@ -84,11 +114,12 @@ class ReadTrace:
                                                 if at >= 0 else ["0"])
         handed = _Handed(uuid.uuid4().hex.upper(), ids, keys, found_by(ids, keys), time.monotonic())
         head = (int(time.time() * 1000), DEFAULT_REGION, self.group, handed.request_id)
-        self.dispatcher.add_arrays(sub_records("SubBefore", head, ids, retries, keys, ()), handed.found_by)
+        dispatcher.add_arrays(sub_records("SubBefore", head, ids, retries, keys, ()), handed.found_by)
         return handed
 
-    def after(self, handed: _Handed) -> None:
-        """SubAfter records of a batch Spark took (``handed``: what :meth:`before` returned)."""
+    def _after(self, handed: _Handed) -> None:
+        if self.dispatcher is None:
+            return
         cost = int((time.monotonic() - handed.since) * 1000 / len(handed.ids))
         # fields: request id, id, cost, success, keys, context code (0: SUCCESS), time, group
         records = sub_records("SubAfter", (handed.request_id,), handed.ids, (cost, "true"), handed.keys,
@@ -97,6 +128,10 @@ class ReadTrace:
 
 
 def flush_traces(part: QueueRange) -> None:
-    """Wait (up to :data:`FLUSH_S`) for the trace records of ``part``'s settings to be sent."""
+    """Wait (up to :data:`FLUSH_S`) for the trace records of ``part``'s settings to be sent
+    (never raises)."""
     if part.trace_topic is not None:
-        _dispatcher(part).flush(FLUSH_S)
+        try:
+            _dispatcher(part).flush(FLUSH_S)
+        except Exception as exc:  # tracing never fails a read
+            log.warning("message trace of %s: %s", part.mq, exc)

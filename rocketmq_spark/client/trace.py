@@ -34,7 +34,7 @@ from .contract import BrokerClient
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_BODY", "MAX_KEYS_TEXT", "MAX_PENDING", "TRACE_PRODUCER_GROUP", "TraceCounts", "TraceDispatcher",
-           "arrow_records", "dispatcher", "found_by"]
+           "arrow_records", "dispatcher", "found_by", "or_null"]
 
 #: a trace message's body at most (bytes; the Java dispatcher's 128,000)
 MAX_BODY = 128_000
@@ -44,6 +44,8 @@ MAX_KEYS_TEXT = 30_000
 MAX_PENDING = 64 * 1024 * 1024
 #: the producer group trace messages are sent as (the Java client's prefix)
 TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
+#: how long :meth:`TraceDispatcher.flush` waits at most while sends fail (seconds)
+FAILING_FLUSH_S = 0.5
 #: a failure or drop is logged at most this often (seconds); the counts say how many
 _LOG_EVERY_S = 60.0
 
@@ -64,6 +66,12 @@ def arrow_records(fields: Sequence[object]) -> pa.Array:
     record at a time)."""
     parts = [f if isinstance(f, pa.Array) else str(f).replace("\x01", " ").replace("\x02", " ") for f in fields]
     return pc.binary_join_element_wise(pc.binary_join_element_wise(*parts, "\x01"), "\x02", "")
+
+
+def or_null(values: pa.Array) -> pa.Array:
+    """``values`` with ``null`` for each empty one: how a Java client's record writes a message's
+    missing tags or keys."""
+    return pc.if_else(pc.equal(values, ""), "null", values)
 
 
 def found_by(ids: pa.Array, keys: pa.Array) -> pa.Array:
@@ -134,6 +142,7 @@ class TraceDispatcher:
         self._waiting_bytes = 0  # their bytes and their keys'
         self._cond = threading.Condition()
         self._busy = 0  # records taken off the queue and not sent (or failed) yet
+        self._failing = False  # the last send failed
         self._closed = False
         self._rr = itertools.count()
         self._last_log = 0.0
@@ -171,7 +180,11 @@ class TraceDispatcher:
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for every record queued so far to be sent (or to fail);
-        True when none is left."""
+        True when none is left. While sends fail (the trace topic missing, its broker out of
+        reach) the wait is :data:`FAILING_FLUSH_S` at most: a task's end does not pay a full
+        wait each time for records that are not going anywhere."""
+        if self._failing:
+            timeout_s = min(timeout_s, FAILING_FLUSH_S)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while self._waiting or self._busy:
@@ -188,8 +201,11 @@ class TraceDispatcher:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout_s)
-        if self._client is not None:
-            self._client.close()
+        with self._cond:  # a thread still sending keeps its client (it ends with the process)
+            client = None if self._thread.is_alive() else self._client
+            self._client = None
+        if client is not None:
+            client.close()
 
     # -- the sending thread ---------------------------------------------------------
 
@@ -200,15 +216,30 @@ class TraceDispatcher:
                     self._cond.wait()
                 if not self._waiting:
                     return
-                body, keys, n = self._take()
-                self._busy = n
+                try:
+                    body, keys, n = self._take()
+                except Exception as exc:  # never let the thread die: what is queued is dropped
+                    body, keys, n = b"", b"", self._waiting
+                    self._pending.clear()
+                    self._waiting = self._waiting_bytes = 0
+                    self.counts.failed += n
+                    self._cond.notify_all()
+                    failure: str | None = f"{n} trace records to {self.topic!r} dropped: {exc!r}"
+                else:
+                    failure = None
+                    self._busy = n
+            if failure is not None:
+                self._note(failure)
+                continue
             try:
                 self._send(body, keys)
-            except BaseException as exc:  # never let tracing stop: count, log, go on
+            except Exception as exc:  # never let tracing stop: count, log, go on
                 self.counts.failed += n
+                self._failing = True
                 self._note(f"sending {n} trace records to {self.topic!r} failed: {exc}{_hint(exc, self.topic)}")
             else:
                 self.counts.sent += n
+                self._failing = False
             finally:
                 with self._cond:
                     self._busy = 0

@@ -16,7 +16,8 @@ client's trace encoder writes them, which its decoder reads by position):
                host, message type, transaction id, state (COMMIT_MESSAGE, ROLLBACK_MESSAGE),
                from a check-back
 
-Names are the user's (no namespace), as the Java client writes them.
+Names are the user's (no namespace), as the Java client writes them, and a message without tags
+or keys has ``null`` there, as Java writes a missing value.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _text(value: object) -> str:
 
 def encode_pub(p: Pub) -> str:
     """A Pub record, ended."""
-    fields = ("Pub", p.timestamp_ms, p.region, p.group, p.topic, p.msg_id, p.tags, p.keys, p.store_host,
+    fields = ("Pub", p.timestamp_ms, p.region, p.group, p.topic, p.msg_id, p.tags or None, p.keys or None, p.store_host,
               p.body_length, p.cost_ms, int(p.msg_type), p.offset_msg_id, "true" if p.success else "false")
     return FIELD_SPLIT.join(map(_text, fields)) + FIELD_END
 
@@ -96,7 +97,8 @@ def encode_sub(s: Sub, *, after: bool, cost_ms: int = 0, done_ms: int = 0, succe
     """The SubBefore records of ``s`` (``after`` False) or its SubAfter records, one per
     message, each ended."""
     out = []
-    for msg_id, keys, retries in zip(s.msg_ids, s.keys, s.retry_times, strict=True):
+    for msg_id, text, retries in zip(s.msg_ids, s.keys, s.retry_times, strict=True):
+        keys = text or None
         if after:
             fields: tuple[object, ...] = ("SubAfter", s.request_id, msg_id, cost_ms, "true" if success else "false",
                                           keys, 0, done_ms, s.group)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import re
 import shlex
 import threading
 import time
@@ -83,6 +84,17 @@ class SuiteConfig:
     #: more options of the three queries' reader, e.g. (("subscribePattern", "FaultsA"),); a
     #: subscribePattern replaces the option topic
     reader_options: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = dict(self.reader_options)
+        if "failOnDataLoss" in names:
+            raise ValueError("reader option failOnDataLoss: the suite sets it (its verdict depends on it)")
+        pattern = names.get("subscribePattern")
+        if pattern is not None:
+            read = {t for t in (TOPIC_A, TOPIC_B, TOPIC_C) if re.fullmatch(pattern, t)}
+            if read != {TOPIC_A}:
+                raise ValueError(f"reader option subscribePattern={pattern!r} matches {sorted(read)}: it must match "
+                                 f"{TOPIC_A} alone (the queries would read their own outputs)")
 
     def command(self) -> str:
         """The command line that runs this configuration again."""

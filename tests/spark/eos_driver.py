@@ -113,7 +113,8 @@ for src, dst, ckpt, mode in JOBS:
 if MODES:
     deadline = time.monotonic() + 240
     while not all(os.path.exists(_arrived_path(ck)) for ck in MODES):
-        ended = [q for q in queries if not q.isActive]
+        ended = [q for q, (_s, _d, ck, _m) in zip(queries, JOBS, strict=True)
+                 if os.path.abspath(ck) in MODES and not q.isActive]
         if ended:
             sys.exit(f"a query ended before its kill point: {ended[0].exception()}")
         if time.monotonic() > deadline:

@@ -60,7 +60,10 @@ def test_mqadmin_shows_the_spark_writers_and_readers_records_of_a_message(spark,
          .option("traceTopic", trace_topic).load()
          .selectExpr("messageId", "CAST(body AS STRING) AS body").writeStream.format("memory")
          .queryName("q_traced").option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    q.awaitTermination(120)
+    try:
+        assert q.awaitTermination(120), "the traced stream did not end"
+    finally:
+        q.stop()
     assert q.exception() is None, q.exception()
     read = {r.body: r.messageId for r in spark.sql("select body, messageId from q_traced").collect()}
     assert sorted(read) == sorted(r[0] for r in rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from rocketmq_spark.client import trace as dispatch
 from rocketmq_spark.codec import decode_properties
@@ -27,9 +28,10 @@ def test_sub_records_one_per_message_before_and_after() -> None:
     sub = Sub(1700000000000, "cg", "REQ", ("A", "B"), ("ka", ""), (0, 3))
     assert encode_sub(sub, after=False) == [
         S.join(["SubBefore", "1700000000000", "DefaultRegion", "cg", "REQ", "A", "0", "ka"]) + E,
-        S.join(["SubBefore", "1700000000000", "DefaultRegion", "cg", "REQ", "B", "3", ""]) + E]
+        # no keys: null, as the Java client writes a missing value
+        S.join(["SubBefore", "1700000000000", "DefaultRegion", "cg", "REQ", "B", "3", "null"]) + E]
     after = encode_sub(sub, after=True, cost_ms=5, done_ms=1700000000009)
-    assert after[1] == S.join(["SubAfter", "REQ", "B", "5", "true", "", "0", "1700000000009", "cg"]) + E
+    assert after[1] == S.join(["SubAfter", "REQ", "B", "5", "true", "null", "0", "1700000000009", "cg"]) + E
     decoded = decode_trace("".join(after))
     assert [(r.type, r.fields["msgId"], r.fields["group"], r.fields["costTime"]) for r in decoded] == \
         [("SubAfter", "A", "cg", "5"), ("SubAfter", "B", "cg", "5")]
@@ -74,8 +76,8 @@ def test_records_go_out_in_trace_messages_bounded_by_body_and_keys(monkeypatch) 
     client = _Client()
     client.gate.clear()  # the first send waits: the rest pile up and are batched
     d = dispatch.TraceDispatcher(lambda: client, "TRACE_T")  # type: ignore[arg-type, return-value]
-    d.add([("x" * 100 + E, ["ID0"])])
-    d.add(("y" * 90 + E, [f"ID{i}", f"K{i}"]) for i in range(1, 40))
+    d.add([("ID0" + S + "x" * 100 + E, ["ID0"])])
+    d.add((f"ID{i}" + S + "y" * 90 + E, [f"ID{i}", f"K{i}"]) for i in range(1, 40))
     client.gate.set()
     assert d.flush(10)
     d.close()
@@ -87,7 +89,9 @@ def test_records_go_out_in_trace_messages_bounded_by_body_and_keys(monkeypatch) 
         records = decode_trace(entry.body.decode())
         assert len(entry.body) <= 1000 and len(props["KEYS"]) <= 300
         assert kw["producer_group"] == dispatch.TRACE_PRODUCER_GROUP and props["UNIQ_KEY"]
-        assert records  # each trace message is found by the keys of the records it holds
+        # each trace message is found by exactly the keys of the records it holds
+        ids = [r.type for r in records]  # (the test's records start with their id)
+        assert props["KEYS"].split(" ") == [k for i in ids for k in ([i] if i == "ID0" else [i, f"K{i[2:]}"])]
     assert {mq.queue_id for mq, _e, _k in client.sends} == {0, 1}  # the trace topic's queues in turn
 
 
@@ -111,10 +115,10 @@ def test_a_full_queue_drops_new_records_and_counts_them(monkeypatch, caplog) -> 
     with caplog.at_level(logging.WARNING, logger="rocketmq_spark.client.trace"):
         d.add([("a" + E, ["I"])])
         # wait until the sending thread holds the first record (its send blocked on the gate)
-        for _ in range(1000):
-            if d._busy:
-                break
+        deadline = time.monotonic() + 10
+        while not d._busy and time.monotonic() < deadline:
             threading.Event().wait(0.01)
+        assert d._busy == 1
         d.add([("b" + E, ["I"])] * 8)
     assert d.counts.dropped == 3
     assert any("3 trace records dropped" in r.getMessage() for r in caplog.records)
@@ -135,8 +139,11 @@ def test_a_read_tasks_vectorised_records_are_the_scalar_encoders() -> None:
         def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
             sent.append((records.to_pylist(), keys.to_pylist()))
 
+    from types import SimpleNamespace
+
     trace = ReadTrace.__new__(ReadTrace)
     trace.dispatcher, trace.group = _Dispatcher(), "cg"  # type: ignore[assignment]
+    trace.part = SimpleNamespace(trace_topic="T", mq="T:0")  # type: ignore[assignment]
     batch = pa.record_batch({
         "messageId": pa.array(["A", "B", "C"]),
         "keys": pa.array([["k1", "k2"], [], None], pa.list_(pa.string())),
