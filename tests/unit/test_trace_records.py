@@ -224,3 +224,33 @@ def test_an_exactly_once_commits_end_transaction_records_have_the_java_fields() 
         ("T", "ID2", "127.0.0.1:10921", "2", "PROXYTX", "COMMIT_MESSAGE", "false", "pg")]
     assert all(len(r.split(S)) == 13 for r in records)  # what Java's decoder reads by position
     assert keys == ["ID1 ", "ID2 "]
+
+
+def test_a_read_tasks_trace_error_is_logged_once_and_never_raised(caplog) -> None:
+    from dataclasses import replace as dc_replace
+
+    import pyarrow as pa
+
+    from rocketmq_spark.source.queue_range import QueueRange
+    from rocketmq_spark.source.tracing import ReadTrace
+
+    calls = []
+
+    class _Broken:
+        def add_arrays(self, records: pa.Array, keys: pa.Array) -> None:
+            calls.append(len(records))
+            raise pa.ArrowInvalid("no room")
+
+    part = QueueRange(MessageQueue("T", "b", 0), 0, 10, ("127.0.0.1:9876",), None, "g", "*", 32, True,
+                      trace_topic="TRACE")
+    trace = ReadTrace.__new__(ReadTrace)
+    trace.part, trace.group, trace.dispatcher = part, "g", _Broken()  # type: ignore[assignment]
+    batch = pa.record_batch({"messageId": pa.array(["A"]), "keys": pa.array([None], pa.list_(pa.string()))})
+    with caplog.at_level(logging.WARNING, logger="rocketmq_spark.source.tracing"):
+        assert trace.before(batch) is None  # the error is the trace's, not the read's
+        assert trace.before(batch) is None
+        trace.after(None)
+    assert calls == [1]  # off after the first error
+    assert trace.part == dc_replace(part, trace_topic=None)
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "no room" in msg and "traces no more" in msg
