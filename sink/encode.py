@@ -34,7 +34,7 @@ from ..codec.batch import ENTRY_FIELDS, ENTRY_HEAD
 from ..codec.record import PROPERTIES_LENGTH_BYTES
 
 __all__ = ["COLUMN_KEYS", "TX_TAG", "SetByColumnError", "deliver_millis", "encode_plain_rows", "half_properties",
-           "keys_text", "property_item", "rest_properties", "row_properties"]
+           "keys_text", "property_item", "rest_properties", "row_properties", "uniq_ids"]
 
 # -- a row's properties ------------------------------------------------------------------------
 
@@ -159,16 +159,25 @@ def _property(name: str, values: Any) -> pa.Array | None:
     return pc.fill_null(pc.if_else(keep, part, _EMPTY), _EMPTY)
 
 
-def _uniq_keys(prefix: str, first_seq: int, n: int) -> pa.Array:
-    """``UNIQ_KEY\\x01<prefix><seq as 10 hex digits>\\x02`` for seq = first_seq, first_seq + 1, ..."""
-    head = f"{_UNIQ_KEY}\x01{prefix}".encode()
-    width = len(head) + 11
+def _sequence_ids(head: bytes, first_seq: int, n: int, tail: bytes) -> pa.Array:
+    """``<head><seq as 10 hex digits><tail>`` for seq = first_seq, first_seq + 1, ... (binary)."""
+    width = len(head) + 10 + len(tail)
     out = np.empty((n, width), np.uint8)
     out[:, : len(head)] = np.frombuffer(head, np.uint8)
     seq = np.arange(first_seq, first_seq + n, dtype=np.uint64)
-    out[:, len(head) : width - 1] = _HEX[(seq[:, None] >> _SHIFTS) & np.uint64(15)]
-    out[:, -1] = 2
+    out[:, len(head) : len(head) + 10] = _HEX[(seq[:, None] >> _SHIFTS) & np.uint64(15)]
+    out[:, len(head) + 10 :] = np.frombuffer(tail, np.uint8)
     return _binary(np.arange(0, (n + 1) * width, width, dtype=np.int32), out, n)
+
+
+def _uniq_keys(prefix: str, first_seq: int, n: int) -> pa.Array:
+    """``UNIQ_KEY\\x01<prefix><seq as 10 hex digits>\\x02`` for seq = first_seq, first_seq + 1, ..."""
+    return _sequence_ids(f"{_UNIQ_KEY}\x01{prefix}".encode(), first_seq, n, b"\x02")
+
+
+def uniq_ids(prefix: str, first_seq: int, n: int) -> pa.Array:
+    """The message ids (UNIQ_KEY values) :func:`encode_plain_rows` gives rows from ``first_seq``, as strings."""
+    return _sequence_ids(prefix.encode(), first_seq, n, b"").cast(pa.string())
 
 
 def encode_plain_rows(batch: pa.RecordBatch, *, uniq_prefix: str, first_seq: int, compress_threshold: int,

@@ -16,12 +16,13 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..client import BrokerClient, connect
+from ..client import BrokerClient
 from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by, or_null
 from ..codec import BatchEntry, PropertyKey, TransactionType
 from ..codec.trace import DEFAULT_REGION, MessageType, Pub, encode_pub, trace_keys
 from ..model import SendResult, Txn
 from ..namespaces import unwrap
+from .encode import uniq_ids
 from .options import WriterOptions
 
 __all__ = ["PlainRows", "WriteTrace", "open_trace"]
@@ -47,7 +48,7 @@ class PlainRows(NamedTuple):
         """The rows of ``batch`` whose message ids are ``uniq_prefix`` + the sequence numbers
         from ``first_seq`` (10 hex digits), as :func:`.encode.encode_plain_rows` names them."""
         n = batch.num_rows
-        ids = pa.array([f"{uniq_prefix}{s:010X}" for s in range(first_seq, first_seq + n)], pa.string())
+        ids = uniq_ids(uniq_prefix, first_seq, n)
 
         def text(name: str) -> pa.Array:
             i = batch.schema.get_field_index(name)
@@ -64,11 +65,8 @@ class WriteTrace:
     """The trace of one task's sends (see the module docstring)."""
 
     def __init__(self, opts: WriterOptions) -> None:
-        def open_client() -> BrokerClient:
-            return connect(opts.namesrv_addr, opts.endpoints, credentials=opts.credentials, tls=opts.tls)
-
-        key = (opts.namesrv_addr, opts.endpoints, opts.credentials, opts.tls, opts.trace_topic)
-        self.dispatcher: TraceDispatcher = dispatcher(key, open_client, opts.trace_topic or "")
+        self.dispatcher: TraceDispatcher = dispatcher(opts.trace_topic or "", opts.namesrv_addr, opts.endpoints,
+                                                      opts.credentials, opts.tls)
         self.namespace = opts.namespace
         self.group = unwrap(opts.namespace, opts.producer_group)
 

@@ -22,7 +22,6 @@ from typing import NamedTuple, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..client import BrokerClient, connect
 from ..client.trace import TraceDispatcher, arrow_records, dispatcher, found_by, or_null
 from ..codec.trace import DEFAULT_REGION
 from ..namespaces import unwrap
@@ -41,14 +40,8 @@ FLUSH_S = 5.0
 
 
 def _dispatcher(part: QueueRange) -> TraceDispatcher:
-    topic = part.trace_topic or ""
-
-    def open_client() -> BrokerClient:
-        return connect(part.namesrv, part.endpoints, client_config(part.broker_down_timeout_ms),
-                       credentials=part.credentials, tls=part.tls)
-
-    key = (part.namesrv, part.endpoints, part.credentials, part.tls, part.trace_topic)
-    return dispatcher(key, open_client, topic)
+    return dispatcher(part.trace_topic or "", part.namesrv, part.endpoints, part.credentials, part.tls,
+                      client_config(part.broker_down_timeout_ms))
 
 
 class _Handed(NamedTuple):

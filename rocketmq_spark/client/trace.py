@@ -29,7 +29,10 @@ import pyarrow.compute as pc
 
 from ..codec import BatchEntry, PropertyKey, encode_properties
 from ..errors import RocketMQSparkError
+from ..remoting.acl import Credentials
+from ..tls import TlsConfig
 from .contract import BrokerClient
+from .retry import ClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -300,13 +303,22 @@ _lock = threading.Lock()
 _dispatchers: dict[Hashable, TraceDispatcher] = {}
 
 
-def dispatcher(key: Hashable, connect: Callable[[], BrokerClient], topic: str) -> TraceDispatcher:
-    """The process's dispatcher for ``key`` (the connection settings and the topic): one thread
-    and one client however many tasks trace."""
+def dispatcher(topic: str, namesrv: Sequence[str], endpoints: str | None, credentials: Credentials | None,
+               tls: TlsConfig | None, config: ClientConfig | None = None) -> TraceDispatcher:
+    """The process's dispatcher of trace topic ``topic`` (as it travels) on the brokers of these
+    settings: one thread and one client however many tasks (reads and writes) trace there. The
+    client, opened on first use, has no namespace: the topic is already wrapped."""
+    key: Hashable = (topic, tuple(namesrv), endpoints, credentials, tls)
+
+    def open_client() -> BrokerClient:
+        from . import connect  # (the package imports its modules first)
+
+        return connect(namesrv, endpoints, config, credentials=credentials, tls=tls)
+
     with _lock:
         d = _dispatchers.get(key)
         if d is None:
-            d = _dispatchers[key] = TraceDispatcher(connect, topic)
+            d = _dispatchers[key] = TraceDispatcher(open_client, topic)
         return d
 
 
