@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import BatchEntry, PropertyKey, encode_properties
+from ..codec.trace import field_text
 from ..errors import RocketMQSparkError
 from ..remoting.acl import Credentials
 from ..tls import TlsConfig
@@ -67,7 +68,7 @@ def arrow_records(fields: Sequence[object]) -> pa.Array:
     separator inside is blanked) or string arrays (one value per record, without separators),
     joined by \\x01, each record ended by \\x02 (what :mod:`rocketmq_spark.codec.trace` writes one
     record at a time)."""
-    parts = [f if isinstance(f, pa.Array) else str(f).replace("\x01", " ").replace("\x02", " ") for f in fields]
+    parts = [f if isinstance(f, pa.Array) else field_text(f) for f in fields]
     return pc.binary_join_element_wise(pc.binary_join_element_wise(*parts, "\x01"), "\x02", "")
 
 

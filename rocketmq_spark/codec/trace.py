@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = ["DEFAULT_REGION", "DEFAULT_TRACE_TOPIC", "FIELD_END", "FIELD_SPLIT", "MessageType", "Pub", "Sub",
-           "TraceRecord", "decode_trace", "encode_pub", "encode_sub", "trace_keys"]
+           "TraceRecord", "decode_trace", "field_text", "encode_pub", "encode_sub", "trace_keys"]
 
 #: where traces go unless traceTopic says otherwise (Apache RocketMQ's trace topic)
 DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -80,7 +80,8 @@ class Sub:
     region: str = DEFAULT_REGION
 
 
-def _text(value: object) -> str:
+def field_text(value: object) -> str:
+    """A record field's text: ``null`` for None, separators blanked."""
     # the Java encoder appends a null as "null"; a separator inside a value would split the record
     s = "null" if value is None else str(value)
     return s.replace(FIELD_SPLIT, " ").replace(FIELD_END, " ")
@@ -90,7 +91,7 @@ def encode_pub(p: Pub) -> str:
     """A Pub record, ended."""
     fields = ("Pub", p.timestamp_ms, p.region, p.group, p.topic, p.msg_id, p.tags or None, p.keys or None, p.store_host,
               p.body_length, p.cost_ms, int(p.msg_type), p.offset_msg_id, "true" if p.success else "false")
-    return FIELD_SPLIT.join(map(_text, fields)) + FIELD_END
+    return FIELD_SPLIT.join(map(field_text, fields)) + FIELD_END
 
 
 def encode_sub(s: Sub, *, after: bool, cost_ms: int = 0, done_ms: int = 0, success: bool = True) -> list[str]:
@@ -104,7 +105,7 @@ def encode_sub(s: Sub, *, after: bool, cost_ms: int = 0, done_ms: int = 0, succe
                                           keys, 0, done_ms, s.group)
         else:
             fields = ("SubBefore", s.timestamp_ms, s.region, s.group, s.request_id, msg_id, retries, keys)
-        out.append(FIELD_SPLIT.join(map(_text, fields)) + FIELD_END)
+        out.append(FIELD_SPLIT.join(map(field_text, fields)) + FIELD_END)
     return out
 
 
