@@ -27,6 +27,7 @@ from ..errors import (
     OptionError,
     RequestNotSupportedError,
     RocketMQSparkError,
+    SystemBusyError,
     TopicNotFoundError,
 )
 from ..model import MessageQueue
@@ -143,9 +144,16 @@ def _rows(messages: list[Any]) -> _Rows:
 #: sockets and END thread pool, then its consume queues): the destination queues are looked at
 #: only this long after the last END of a stopped commit went out (seconds)
 _SETTLE_S = 3.0
-#: how often one commit sends the ENDs still missing again after a fault (each time after
-#: looking at the destination), before the batch fails (a replay goes on from there)
+#: how many rounds in a row one commit may send ENDs that a fault stops before any is answered
+#: (each round after looking at the destination) before the batch fails (a replay goes on from
+#: there); a round that got some answered starts the count again, so a slow broker is waited for
+#: as long as it keeps applying them
 _END_ROUNDS = 3
+#: ENDs in flight per broker: at first, and the least after brokers answered SYSTEM_BUSY (each
+#: such round quarters it: Apache RocketMQ refuses an END that waited 3 s in its queue, so a
+#: broker applying few a second needs few in flight)
+_END_WINDOW = 256
+_END_WINDOW_MIN = 16
 #: messages asked per pull while looking at the destination queues (brokers cap it lower)
 _SCAN_PULL = 1024
 
@@ -290,17 +298,27 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         _end_unlooked(client, opts, record, pending, ending, what)
         return []
     pairs = {(t.broker, t.topic) for t in record}
-    for round_ in range(_END_ROUNDS):
+    window, fruitless, round_ = _END_WINDOW, 0, 0
+    while True:
         if look_first or round_:
             pending = _not_seen(client, record, pending, marks, pairs, what, done)
             if round_ == 0:
                 pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
         if not pending:
             break
-        rest = _end_round(client, opts, record, pending, ending, what, last=round_ == _END_ROUNDS - 1)
-        if rest is None:
+        stopped = _end_round(client, opts, record, pending, ending, what, window)
+        if stopped is None:
             break
-        pending = rest
+        answered, exc = stopped
+        fruitless = 0 if answered else fruitless + 1
+        if fruitless >= _END_ROUNDS:
+            raise exc
+        if isinstance(exc, SystemBusyError):
+            window = max(_END_WINDOW_MIN, window // 4)
+        log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking at the "
+                    "destination before sending the rest again (%d in flight)", what, pending[0], answered, exc, window)
+        pending = pending[answered:]
+        round_ += 1
         _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
     if not ending.gone:
         return []
@@ -379,10 +397,10 @@ def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[
 
 
 def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int], ending: _Ending,
-               what: str, *, last: bool) -> list[int] | None:
-    """Send the ENDs of ``pending`` once (no retry of a failed one): None when they are all
-    answered; those after the answered ones when a retriable fault stopped the round (the
-    fault raised in the ``last`` round, or when it is not retriable)."""
+               what: str, window: int) -> tuple[int, RocketMQSparkError] | None:
+    """Send the ENDs of ``pending`` once, ``window`` in flight (no retry of a failed one): None
+    when they are all answered; how many were answered before a retriable fault stopped the
+    round, and that fault (one that is not retriable is raised)."""
     answered = 0
 
     def progress(n: int) -> None:
@@ -393,15 +411,13 @@ def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pen
 
     try:
         ending.note_gone(client.end_transactions([record[i] for i in pending], commit=True,
-                                                 producer_group=opts.producer_group, on_progress=progress,
-                                                 retry_failed=False) or [])
+                                                 producer_group=opts.producer_group, window=window,
+                                                 on_progress=progress, retry_failed=False) or [])
         return None
     except RocketMQSparkError as exc:
-        if not exc.retriable or last:
+        if not exc.retriable:
             raise
-        log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking "
-                    "at the destination before sending the rest again", what, pending[0], answered, exc)
-        return pending[answered:]
+        return answered, exc
 
 
 def describe(txns: Sequence[Txn]) -> str:

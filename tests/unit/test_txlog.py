@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from rocketmq_spark.client.routes import NameServers
-from rocketmq_spark.errors import ConnectionFailedError, DataLossError, RequestTimeoutError
+from rocketmq_spark.errors import ConnectionFailedError, DataLossError, RequestTimeoutError, SystemBusyError
 from rocketmq_spark.model import MessageQueue, PullResult, Txn
 from rocketmq_spark.sink.txlog import TxLog
 
@@ -76,6 +76,10 @@ class FakeBroker:
         #: route lookups (an END starts with one) that find no route for the broker: it is
         #: restarting and has not registered yet, though it answers reads at its old address
         self.unrouted = 0
+        #: per END call, in turn: how many it applies and answers before the broker refuses the
+        #: next with SYSTEM_BUSY (flow control); ``windows`` the ENDs in flight each call allowed
+        self.busy: list[int] = []
+        self.windows: list[int] = []
 
     def lose_store(self, halves) -> None:  # noqa: ANN001
         self.stored = {mq: [] for mq in self.stored}
@@ -108,11 +112,21 @@ class FakeBroker:
             raise ConnectionFailedError(broker, "routing", "it is in no route the name servers give now")
         return "127.0.0.1:10911"
 
-    def end_transactions(self, txns, *, commit, producer_group, on_progress=None, retry_failed=True):  # noqa: ANN001
+    def end_transactions(self, txns, *, commit, producer_group, window=256, on_progress=None,  # noqa: ANN001
+                         retry_failed=True):
         txns = list(txns)
         if txns:
             self.broker_addr(txns[0].broker, txns[0].topic)
         self.ends.append([t.msg_id for t in txns])
+        self.windows.append(window)
+        if self.busy and commit:
+            k = self.busy.pop(0)
+            self.ended += [(t, commit) for t in txns[:k + 1]]
+            self.apply(txns[:k])
+            if on_progress is not None and k:
+                on_progress(k)
+            raise SystemBusyError("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while",
+                                  address="127.0.0.1:10911", operation="commit of transactions")
         self.ended += [(t, commit) for t in txns]
         gone = [t for t in txns if t in self.gone]
         if gone:  # as the clients: the others ended, the prefix applied reported up to the first gone one
@@ -201,6 +215,33 @@ def test_a_commit_waits_for_a_restarting_broker_to_be_routed_not_only_to_answer(
     assert broker.unrouted == 0
     assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(4)]  # each once
     assert TxLog(str(tmp_path)).ended(5)
+
+
+def test_a_busy_broker_is_waited_for_while_it_applies_ends_with_fewer_in_flight(fake, tmp_path, monkeypatch) -> None:
+    # Apache RocketMQ refuses an END that waited 3 s in its queue (SYSTEM_BUSY): a commit that
+    # still gets some applied each round goes on, past the three rounds a fault-stopped commit is
+    # allowed, with a quarter as many in flight after each refusal
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    broker, opts, writer = fake
+    broker.busy = [3, 2, 1, 1, 1]
+    writer.commit_batch(opts, _txns(12), 6)
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(12)]  # each once
+    assert broker.windows == [256, 64, 16, 16, 16, 16]
+    assert TxLog(str(tmp_path)).ended(6) and TxLog(str(tmp_path)).progress(6) == 12
+
+
+def test_a_commit_fails_after_three_rounds_in_a_row_got_nothing_applied(fake, tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    broker, opts, writer = fake
+    broker.busy = [2, 0, 0, 0]
+    with pytest.raises(SystemBusyError, match="broker busy"):
+        writer.commit_batch(opts, _txns(5), 7)
+    assert len(broker.ends) == 4 and broker.stored[MessageQueue("T", "broker-a", 0)] == ["ID-0", "ID-1"]
+    assert TxLog(str(tmp_path)).progress(7) == 2 and not TxLog(str(tmp_path)).ended(7)
 
 
 def test_a_replay_of_an_earlier_versions_record_leaves_out_what_its_check_backs_committed(fake, tmp_path) -> None:
