@@ -256,7 +256,7 @@ class DataLoss:
                 if res.slave_lacks(offsets[mq]):  # the master has it and is down: not now
                     raise ConnectionFailedError(res.from_slave, f"pull of {mq}",
                                                 f"the slave does not hold offset {offsets[mq]} (its master is down)")
-                out[mq] = store_time_in(self.ctx.client, mq, offsets[mq], res)
+                out[mq] = store_time_in(offsets[mq], res)
             except RocketMQSparkError as exc:
                 failed[mq] = exc
         return out, failed

@@ -159,7 +159,7 @@ def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
     if res.slave_lacks(off):
         raise _slave_lacks(mq, off, res)
     if res.status == "FOUND":
-        now = store_time_in(c, mq, off, res)
+        now = store_time_in(off, res)
         if now is None or now == ts:
             return None
         return f"offset {off}, stored at {iso(ts)} when the batch was planned, holds a message stored at {iso(now)}"

@@ -10,7 +10,6 @@ import sys
 import time
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -18,6 +17,7 @@ import rocketmq_spark.source.availability as availability
 import rocketmq_spark.source.data_loss as data_loss
 import rocketmq_spark.source.planning as planning
 from rocketmq_spark.client.many import SequentialManyQueueCalls
+from rocketmq_spark.codec.record import encode_record
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
 from rocketmq_spark.offsets import Offsets
@@ -57,17 +57,11 @@ class FakeClient(SequentialManyQueueCalls):
     def pull_result(self, mq: MessageQueue, pending: tuple[MessageQueue, int]) -> PullResult:
         lo, hi = self.ranges[mq]
         off = pending[1]
-        if lo <= off < hi:
-            return PullResult("FOUND", off + 1, lo, hi, b"x")
+        if lo <= off < hi:  # the message at off, as a broker's record
+            return PullResult("FOUND", off + 1, lo, hi, encode_record(
+                topic=mq.topic, queue_id=mq.queue_id, queue_offset=off, body=b"x",
+                store_timestamp=self.stored_at(mq, off)))
         return PullResult("OFFSET_ILLEGAL", lo if off < lo else hi, lo, hi, b"")
-
-    def rows(self, mq: MessageQueue, results: list[PullResult], end: int | None = None,
-             columns: list[str] | None = None) -> pa.RecordBatch:
-        offs = [r.next_offset - 1 for r in results if r.status == "FOUND"]
-        return pa.RecordBatch.from_arrays(
-            [pa.array(offs, pa.int64()),
-             pa.array([self.stored_at(mq, o) * 1000 for o in offs], pa.timestamp("us", tz="UTC"))],
-            names=["queueOffset", "storeTimestamp"])
 
     def message_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         return sorted(q for q in self.ranges if q.topic == topic)

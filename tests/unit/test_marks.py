@@ -1,0 +1,46 @@
+"""The store time a mark compares, read from a pull's answer over either protocol, in a process
+that never imports pandas for it (Spark starts the planning process anew for every query)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from rocketmq_spark.codec.record import encode_record
+from rocketmq_spark.model import PullResult
+from rocketmq_spark.proto import pb
+from rocketmq_spark.source.marks import store_time_in
+
+
+def _records(*offsets: int) -> bytes:
+    return b"".join(encode_record(topic="t", queue_id=0, queue_offset=o, body=b"b",
+                                  store_timestamp=1_700_000_000_000 + o) for o in offsets)
+
+
+def test_the_store_time_of_the_message_at_the_offset_in_records() -> None:
+    res = PullResult("FOUND", 13, 0, 20, _records(10, 11, 12))
+    assert store_time_in(11, res) == 1_700_000_000_011
+    assert store_time_in(13, res) is None  # not in the answer
+    assert store_time_in(11, PullResult("NO_NEW_MSG", 11, 0, 11)) is None
+
+
+def test_the_store_time_of_the_message_at_the_offset_over_grpc() -> None:
+    with_time = pb.Message()
+    with_time.system_properties.queue_offset = 7
+    with_time.system_properties.store_timestamp.seconds = 1_700_000_000
+    with_time.system_properties.store_timestamp.nanos = 250_000_000
+    without = pb.Message()
+    without.system_properties.queue_offset = 8
+    res = PullResult("FOUND", 9, -1, -1, messages=(with_time, without))
+    assert store_time_in(7, res) == 1_700_000_000_250
+    assert store_time_in(8, res) is None
+
+
+def test_comparing_a_mark_imports_no_pandas() -> None:
+    code = ("import sys; from rocketmq_spark.codec.record import encode_record; "
+            "from rocketmq_spark.model import PullResult; from rocketmq_spark.source.marks import store_time_in; "
+            "body = encode_record(topic='t', queue_id=0, queue_offset=3, body=b'b', store_timestamp=5); "
+            "assert store_time_in(3, PullResult('FOUND', 4, 0, 4, body)) == 5; "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
