@@ -17,7 +17,6 @@ from pyspark.sql.types import StructType
 
 from .errors import OptionError
 from .options import parse_bool
-from .sink import RocketMQBatchWriter, RocketMQStreamWriter, WriterOptions, check_columns
 from .source import (
     RETRY_SCHEMA_DDL,
     SCHEMA_DDL,
@@ -67,6 +66,8 @@ class RocketMQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """Append only: overwrite mode raises OptionError, as do options or columns the
         writer does not accept."""
+        from .sink import RocketMQBatchWriter, WriterOptions, check_columns  # not in a reader's processes
+
         _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
@@ -74,6 +75,8 @@ class RocketMQDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """As :meth:`writer`; delivery=exactly-once also needs a checkpointLocation."""
+        from .sink import RocketMQStreamWriter, WriterOptions, check_columns
+
         _no_overwrite(overwrite)
         opts = WriterOptions.parse(self.options)
         check_columns(schema, opts)
