@@ -144,14 +144,17 @@ def _rows(messages: list[Any]) -> _Rows:
 #: sockets and END thread pool, then its consume queues): the destination queues are looked at
 #: only this long after the last END of a stopped commit went out (seconds)
 _SETTLE_S = 3.0
-#: how many rounds in a row one commit may send ENDs that a fault stops before any is answered
-#: (each round after looking at the destination) before the batch fails (a replay goes on from
-#: there); a round that got some answered starts the count again, so a slow broker is waited for
-#: as long as it keeps applying them
+#: how many rounds in a row one commit may send ENDs that a fault stops without any applied
+#: (seen answered, or in the destination when it looks after the round) before the batch fails (a
+#: replay goes on from there); a round that got some applied starts the count again, so a slow
+#: broker is waited for as long as it keeps applying them ...
 _END_ROUNDS = 3
-#: ENDs in flight per broker: at first, and the least after brokers answered SYSTEM_BUSY (each
-#: such round quarters it: Apache RocketMQ refuses an END that waited 3 s in its queue, so a
-#: broker applying few a second needs few in flight)
+#: ... but not past this long after the commit's first fault (seconds): then the batch fails with
+#: the last fault, and a restarted query's replay commits the rest
+_END_PATIENCE_S = 600.0
+#: ENDs in flight (over all brokers of the batch): at first, and the least after a broker answered
+#: SYSTEM_BUSY (each such round quarters it: Apache RocketMQ refuses an END that waited 3 s in its
+#: queue, so a broker applying few a second needs few in flight)
 _END_WINDOW = 256
 _END_WINDOW_MIN = 16
 #: messages asked per pull while looking at the destination queues (brokers cap it lower)
@@ -299,6 +302,9 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         return []
     pairs = {(t.broker, t.topic) for t in record}
     window, fruitless, round_ = _END_WINDOW, 0, 0
+    sent: int | None = None  # how many the last round set out to end
+    fault: RocketMQSparkError | None = None  # what stopped it
+    first_fault = 0.0
     while True:
         if look_first or round_:
             pending = _not_seen(client, record, pending, marks, pairs, what, done)
@@ -306,17 +312,23 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
                 pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
         if not pending:
             break
+        if fault is not None and sent is not None:
+            # applied: answered, or found in the destination (an END whose answer the fault
+            # stopped, or one the client had not reported yet)
+            fruitless = 0 if len(pending) < sent else fruitless + 1
+            if fruitless >= _END_ROUNDS or time.monotonic() - first_fault > _END_PATIENCE_S:
+                raise fault
+        sent = len(pending)
         stopped = _end_round(client, opts, record, pending, ending, what, window)
         if stopped is None:
             break
-        answered, exc = stopped
-        fruitless = 0 if answered else fruitless + 1
-        if fruitless >= _END_ROUNDS:
-            raise exc
-        if isinstance(exc, SystemBusyError):
+        answered, fault = stopped
+        first_fault = first_fault or time.monotonic()
+        if isinstance(fault, SystemBusyError):
             window = max(_END_WINDOW_MIN, window // 4)
         log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking at the "
-                    "destination before sending the rest again (%d in flight)", what, pending[0], answered, exc, window)
+                    "destination before sending the rest again (%d in flight)", what, pending[0], answered, fault,
+                    window)
         pending = pending[answered:]
         round_ += 1
         _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))

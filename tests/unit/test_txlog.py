@@ -79,6 +79,7 @@ class FakeBroker:
         #: per END call, in turn: how many it applies and answers before the broker refuses the
         #: next with SYSTEM_BUSY (flow control); ``windows`` the ENDs in flight each call allowed
         self.busy: list[int] = []
+        self.busy_error = "busy"  # or "reset": a dropped connection instead of SYSTEM_BUSY
         self.windows: list[int] = []
 
     def lose_store(self, halves) -> None:  # noqa: ANN001
@@ -125,6 +126,8 @@ class FakeBroker:
             self.apply(txns[:k])
             if on_progress is not None and k:
                 on_progress(k)
+            if self.busy_error == "reset":
+                raise ConnectionFailedError("127.0.0.1:10911", "commit of transactions", "connection reset")
             raise SystemBusyError("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while",
                                   address="127.0.0.1:10911", operation="commit of transactions")
         self.ended += [(t, commit) for t in txns]
@@ -242,6 +245,42 @@ def test_a_commit_fails_after_three_rounds_in_a_row_got_nothing_applied(fake, tm
         writer.commit_batch(opts, _txns(5), 7)
     assert len(broker.ends) == 4 and broker.stored[MessageQueue("T", "broker-a", 0)] == ["ID-0", "ID-1"]
     assert TxLog(str(tmp_path)).progress(7) == 2 and not TxLog(str(tmp_path)).ended(7)
+
+
+def test_rounds_that_got_nothing_applied_are_counted_in_a_row_only(fake, tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    broker, opts, writer = fake
+    broker.busy = [0, 0, 2, 0, 0, 3]  # two empty rounds, progress, two empty rounds, the rest
+    writer.commit_batch(opts, _txns(5), 8)
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(5)]
+    assert TxLog(str(tmp_path)).ended(8)
+
+
+def test_a_dropped_connection_does_not_shrink_the_ends_in_flight(fake, tmp_path, monkeypatch) -> None:
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    broker, opts, writer = fake
+    broker.busy, broker.busy_error = [2], "reset"
+    writer.commit_batch(opts, _txns(4), 9)
+    assert broker.windows == [256, 256]
+    assert broker.stored[MessageQueue("T", "broker-a", 0)] == [f"ID-{i}" for i in range(4)]
+
+
+def test_a_commit_still_applying_ends_gives_up_after_its_patience(fake, tmp_path, monkeypatch) -> None:
+    # progress every round, but past _END_PATIENCE_S from the first fault: the batch fails (a
+    # restarted query's replay commits the rest), it does not hang on a crawling broker
+    import rocketmq_spark.sink.transactional as transactional
+
+    monkeypatch.setattr(transactional.time, "sleep", lambda s: None)
+    monkeypatch.setattr(transactional, "_END_PATIENCE_S", -1.0)
+    broker, opts, writer = fake
+    broker.busy = [1, 1, 1, 1]
+    with pytest.raises(SystemBusyError):
+        writer.commit_batch(opts, _txns(6), 10)
+    assert len(broker.ends) == 1 and TxLog(str(tmp_path)).progress(10) == 1
 
 
 def test_a_replay_of_an_earlier_versions_record_leaves_out_what_its_check_backs_committed(fake, tmp_path) -> None:
