@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 
-from rocketmq_spark.codec.record import encode_record
+from rocketmq_spark.codec.record import SysFlag, encode_record
 from rocketmq_spark.model import PullResult
 from rocketmq_spark.proto import pb
 from rocketmq_spark.source.marks import store_time_in
@@ -22,6 +23,14 @@ def test_the_store_time_of_the_message_at_the_offset_in_records() -> None:
     assert store_time_in(11, res) == 1_700_000_000_011
     assert store_time_in(13, res) is None  # not in the answer
     assert store_time_in(11, PullResult("NO_NEW_MSG", 11, 0, 11)) is None
+
+
+def test_the_store_time_behind_ipv6_hosts_and_a_compressed_body() -> None:
+    body = zlib.compress(b"b" * 5000)
+    recs = b"".join(encode_record(topic="t", queue_id=0, queue_offset=o, body=body, sys_flag=SysFlag.COMPRESSED,
+                                  born_host="[::1]:7000", store_host="[fe80::2]:10911",
+                                  store_timestamp=1_700_000_000_000 + o) for o in (4, 5))
+    assert store_time_in(5, PullResult("FOUND", 6, 0, 6, recs)) == 1_700_000_000_005
 
 
 def test_the_store_time_of_the_message_at_the_offset_over_grpc() -> None:
