@@ -206,6 +206,16 @@ def settled_max_offsets(namesrv: str, *topics: str, quiet_s: float = 2.0, timeou
         c.close()
 
 
+def _pin(c: Any, direct: dict[str, str]) -> None:
+    """Every request of ``c`` for a broker named in ``direct`` goes to that address, whatever a
+    route lookup says. (Writing the client's address table is not enough: the client follows a
+    route that names another master address, and the routes name the fault proxy.)"""
+    names = c.names
+    master, read = names.broker_addr, names.read_addr
+    names.broker_addr = lambda broker, topic=None: direct.get(broker) or master(broker, topic)
+    names.read_addr = lambda broker, topic=None, *a: direct.get(broker) or read(broker, topic, *a)
+
+
 def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None,
                direct: dict[str, str] | None = None) -> list[Copy]:
     """Every message of every queue of ``topic`` (of ``brokers`` only, when given), from each
@@ -216,7 +226,7 @@ def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None
     try:
         mqs = sorted(c.message_queues(topic, refresh=True))
         if direct:
-            c.names.broker_addrs.update(direct)  # the client has no public way to override a routed address
+            _pin(c, direct)
         for mq in mqs:
             if brokers is not None and mq.broker not in brokers:
                 continue

@@ -215,3 +215,28 @@ def test_a_producer_start_goes_on_past_a_broker_that_refuses_and_heartbeats_it_o
         assert proxy.address in client._producer_addrs
     finally:
         client.close()
+
+
+def test_the_checker_reads_a_broker_past_the_proxy_while_the_proxy_refuses(proxied: Proxied,
+                                                                            proxy: FaultProxy) -> None:
+    # wipe-broker-now reads what the broker holds with the proxy refusing: every request must go
+    # to the broker's own address, though the routes (and the client's master tracking) name the
+    # proxy's (each of the fault suite's wipe-broker-now failed so: connection refused at the proxy)
+    from .checker import read_topic
+
+    client = _client(proxied)
+    topic = f"FaultsDirect_{proxied.kind}"
+    try:
+        client.create_topic(topic, queues=2)
+        mqs = [MessageQueue(topic, proxied.broker_name, q) for q in (0, 1)]
+        for mq in mqs:
+            client.send_batch(mq, [BatchEntry(b"d%d-%d" % (mq.queue_id, i)) for i in range(20)])
+        assert settles_at(client, topic, 40, queues=mqs) == 40
+    finally:
+        client.close()
+    host, port = proxy.address.rsplit(":", 1)
+    direct = {proxied.broker_name: f"127.0.0.2:{port}"}
+    proxy.refuse()
+    proxy.reset_all()
+    copies = read_topic(proxied.namesrv_addr, topic, brokers=[proxied.broker_name], direct=direct)
+    assert len(copies) == 40
