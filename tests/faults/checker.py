@@ -225,6 +225,9 @@ def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None
     out: list[Copy] = []
     try:
         mqs = sorted(c.message_queues(topic, refresh=True))
+        if brokers is not None and not any(mq.broker in brokers for mq in mqs):
+            # a snapshot of nothing would count what the broker holds as lost with it
+            raise RuntimeError(f"the routes list no queue of {topic} on {', '.join(brokers)}")
         if direct:
             _pin(c, direct)
         for mq in mqs:
