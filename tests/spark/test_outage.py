@@ -156,4 +156,5 @@ def test_an_outage_longer_than_the_budget_fails_naming_the_broker_and_operation(
     assert "brokerDownTimeoutMs" in err, err
     # the operation: a read task's pull ("reading offset N of [a, b)") or the planner's calls,
     # depending on which of them meets the outage first
-    assert any(op in err for op in ("reading offset", "pull of", "topic stats of", "max offset", "route")), err
+    assert any(op in err for op in ("reading offset", "pull of", "topic stats of", "max offset", "route",
+                                    "query offset of group")), err
