@@ -22,7 +22,7 @@ from ..offsets import Mark
 from .availability import Availability
 from .commits import Commits, QueueOffsets
 from .context import QueryContext
-from .marks import iso, store_time_in
+from .marks import iso
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class DataLoss:
                 if res.slave_lacks(offsets[mq]):  # the master has it and is down: not now
                     raise ConnectionFailedError(res.from_slave, f"pull of {mq}",
                                                 f"the slave does not hold offset {offsets[mq]} (its master is down)")
-                out[mq] = store_time_in(offsets[mq], res)
+                out[mq] = self.ctx.client.store_time_in(res, offsets[mq])
             except RocketMQSparkError as exc:
                 failed[mq] = exc
         return out, failed

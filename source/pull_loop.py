@@ -33,7 +33,7 @@ from ..names import RETRY_PREFIX
 from ..namespaces import unwrap_columns
 from ..offsets import Mark
 from .context import client_config
-from .marks import iso, store_time_in
+from .marks import iso
 from .packing import PackedRanges
 from .queue_range import QueueRange
 from .task_clients import kept_client
@@ -159,7 +159,7 @@ def _other_store(c: BrokerClient, mq: MessageQueue, mark: Mark) -> str | None:
     if res.slave_lacks(off):
         raise _slave_lacks(mq, off, res)
     if res.status == "FOUND":
-        now = store_time_in(off, res)
+        now = c.store_time_in(res, off)
         if now is None or now == ts:
             return None
         return f"offset {off}, stored at {iso(ts)} when the batch was planned, holds a message stored at {iso(now)}"

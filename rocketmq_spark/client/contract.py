@@ -131,6 +131,14 @@ class BrokerClient(Protocol):
     def store_time_at(self, mq: MessageQueue, offset: int) -> int | None:
         """Store time of the message at ``offset``, None when there is none."""
 
+    @staticmethod
+    def store_time_in(res: PullResult, offset: int) -> int | None:
+        """Store time (epoch ms) of the message at ``offset`` in a pull's answer, None when the
+        answer does not hold it. Read from the answer as it came (the records' heads, or the
+        messages' system properties), not through Arrow: a planner calls this in the process
+        Spark starts for each query, where building an Arrow array from Python values imports
+        pandas first (~0.2 s). ProtocolError on bytes that do not decode."""
+
     def stored_sizes(self, mq: MessageQueue, start: int, count: int) -> list[int]:
         """Stored sizes (bytes) of up to ``count`` messages from ``start`` (fewer where the queue
         ends); RequestNotSupportedError where the protocol cannot tell (gRPC)."""

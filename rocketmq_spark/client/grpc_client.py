@@ -570,8 +570,16 @@ class GrpcClient(SequentialManyQueueCalls):
         res = self.pull(mq, offset, 1)
         if res.status != "FOUND" or not res.messages:
             return None
-        sp = res.messages[0].system_properties
-        return millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None
+        return _store_ms(res.messages[0].system_properties)
+
+    @staticmethod
+    def store_time_in(res: PullResult, offset: int) -> int | None:
+        """See the client contract: from the messages' system properties."""
+        if res.status == "FOUND":
+            for m in res.messages:
+                if m.system_properties.queue_offset == offset:
+                    return _store_ms(m.system_properties)
+        return None
 
     def stored_sizes(self, mq: MessageQueue, start: int, count: int) -> list[int]:
         """The 5.x protocol has no request for a consume queue's entries."""
@@ -1019,6 +1027,11 @@ class _NamespaceStamp(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIn
         return continuation(details, stamped())
 
 
+def _store_ms(sp: pb.SystemProperties) -> int | None:
+    """A message's store time (epoch ms), None when the answer carries none."""
+    return millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None
+
+
 def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
     """Pulled gRPC messages as column lists (see :data:`rocketmq_spark.codec.arrow.ARROW_SCHEMA`);
     times in epoch millis."""
@@ -1042,7 +1055,7 @@ def message_columns(messages: Sequence[pb.Message]) -> dict[str, list[Any]]:
         body.append(data)
         props.append(list(m.user_properties.items()))
         born.append(millis(sp.born_timestamp))
-        store.append(millis(sp.store_timestamp) if sp.HasField("store_timestamp") else None)
+        store.append(_store_ms(sp))
         bhost.append(sp.born_host or None)
         shost.append(sp.store_host or None)
     return cols

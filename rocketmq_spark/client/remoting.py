@@ -23,6 +23,7 @@ from ..codec import (
     MessageRecord,
     decode_records,
     encode_batch,
+    iter_records,
     java_string_hash,
     join_properties,
     offset_of_msg_id,
@@ -841,6 +842,15 @@ class RemotingClient(RemotingAdmin):
         res = self.pull(mq, offset, 1)
         recs = decode_records(res.body) if res.status == "FOUND" and res.body else []
         return recs[0].store_timestamp if recs else None
+
+    @staticmethod
+    def store_time_in(res: PullResult, offset: int) -> int | None:
+        """See the client contract: from the records' heads."""
+        if res.status == "FOUND":
+            for rec in iter_records(res.body):
+                if rec.queue_offset == offset:
+                    return rec.store_timestamp
+        return None
 
     def query_messages(self, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0,
                        end_ms: int = 2**63 - 1, unique: bool = False) -> list[MessageRecord]:

@@ -17,6 +17,7 @@ import rocketmq_spark.source.availability as availability
 import rocketmq_spark.source.data_loss as data_loss
 import rocketmq_spark.source.planning as planning
 from rocketmq_spark.client.many import SequentialManyQueueCalls
+from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.codec.record import encode_record
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
@@ -62,6 +63,8 @@ class FakeClient(SequentialManyQueueCalls):
                 topic=mq.topic, queue_id=mq.queue_id, queue_offset=off, body=b"x",
                 store_timestamp=self.stored_at(mq, off)))
         return PullResult("OFFSET_ILLEGAL", lo if off < lo else hi, lo, hi, b"")
+
+    store_time_in = staticmethod(RemotingClient.store_time_in)
 
     def message_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         return sorted(q for q in self.ranges if q.topic == topic)
