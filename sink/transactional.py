@@ -301,25 +301,24 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         _end_unlooked(client, opts, record, pending, ending, what)
         return []
     pairs = {(t.broker, t.topic) for t in record}
-    window, fruitless, round_ = _END_WINDOW, 0, 0
-    sent: int | None = None  # how many the last round set out to end
-    fault: RocketMQSparkError | None = None  # what stopped it
+    window, fruitless, sent = _END_WINDOW, 0, 0  # sent: how many the last round set out to end
+    fault: RocketMQSparkError | None = None  # what stopped the last round (None: this is the first)
     first_fault = 0.0
     while True:
-        if look_first or round_:
+        if look_first or fault is not None:
             pending = _not_seen(client, record, pending, marks, pairs, what, done)
-            if round_ == 0:
+            if fault is None:
                 pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
         if not pending:
             break
-        if fault is not None and sent is not None:
+        if fault is not None:
             # applied: answered, or found in the destination (an END whose answer the fault
             # stopped, or one the client had not reported yet)
             fruitless = 0 if len(pending) < sent else fruitless + 1
             if fruitless >= _END_ROUNDS or time.monotonic() - first_fault > _END_PATIENCE_S:
                 raise fault
         sent = len(pending)
-        stopped = _end_round(client, opts, record, pending, ending, what, window)
+        stopped = _end_round(client, opts, record, pending, ending, window)
         if stopped is None:
             break
         answered, fault = stopped
@@ -330,7 +329,6 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
                     "destination before sending the rest again (%d in flight)", what, pending[0], answered, fault,
                     window)
         pending = pending[answered:]
-        round_ += 1
         _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
     if not ending.gone:
         return []
@@ -409,7 +407,7 @@ def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[
 
 
 def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pending: list[int], ending: _Ending,
-               what: str, window: int) -> tuple[int, RocketMQSparkError] | None:
+               window: int) -> tuple[int, RocketMQSparkError] | None:
     """Send the ENDs of ``pending`` once, ``window`` in flight (no retry of a failed one): None
     when they are all answered; how many were answered before a retriable fault stopped the
     round, and that fault (one that is not retriable is raised)."""
