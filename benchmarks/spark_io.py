@@ -845,15 +845,12 @@ def exactly_once_section(run: Run) -> None:
     # ENDs at ~100/s after a burst of 20,000, the Spark writer's commit refused as busy). With
     # Apache's, that service spins a core whenever no op was written for 3 s (apache/rocketmq#10966),
     # as for any user of 5.4+: here while the Spark writer's tasks send halves, before its commit
-    h = RealBroker(os.path.join(run.workdir, "real-eos"), {"transactionTimeOut": 6000,
-                                                           "transactionCheckInterval": 30_000,
-                                                           "transactionOpMsgMaxSize": 4096,
-                                                           "transactionOpBatchInterval": 3000})
+    apache = {"transactionTimeOut": 6000, "transactionCheckInterval": 30_000, "transactionOpMsgMaxSize": 4096,
+              "transactionOpBatchInterval": 3000}
+    h = RealBroker(os.path.join(run.workdir, "real-eos"), apache)
     with h, broker_process(h.pid):
         doc["rocketmq"] = h.version
-        doc["rocketmq_check_backs"] = ("transactionTimeOut 6000, transactionCheckInterval 30000, "
-                                       "transactionOpMsgMaxSize 4096, transactionOpBatchInterval 3000 "
-                                       "(Apache 5.x defaults)")
+        doc["rocketmq_check_backs"] = ", ".join(f"{k} {v}" for k, v in apache.items()) + " (Apache 5.x defaults)"
         run.say(f"Apache RocketMQ {h.version} for the exactly-once writes: broker pid {h.pid}")
         c = RemotingClient(h.namesrv_addr)
         try:

@@ -234,8 +234,7 @@ def test_the_checker_reads_a_broker_past_the_proxy_while_the_proxy_refuses(proxi
         assert settles_at(client, topic, 40, queues=mqs) == 40
     finally:
         client.close()
-    host, port = proxy.address.rsplit(":", 1)
-    direct = {proxied.broker_name: f"127.0.0.2:{port}"}
+    direct = {proxied.broker_name: "{}:{}".format(*proxy.target)}  # where the broker listens
     proxy.refuse()
     proxy.reset_all()
     copies = read_topic(proxied.namesrv_addr, topic, brokers=[proxied.broker_name], direct=direct)
