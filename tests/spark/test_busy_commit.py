@@ -11,6 +11,7 @@ Apache RocketMQ only: the embedded broker queues no requests, so it never answer
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -22,6 +23,7 @@ from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, TransactionType, decode_records
 from rocketmq_spark.errors import SystemBusyError
 from rocketmq_spark.model import MessageQueue, Txn
+from rocketmq_spark.remoting.codes import ResponseCode
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.reliability]
 
@@ -43,14 +45,24 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
 
 
 def _halves(client: RemotingClient, qs: list[MessageQueue], n: int) -> list[Txn]:
-    """``n`` half messages, sent as the writer's tasks send them."""
+    """``n`` half messages, 50 in flight at a time; a send the broker refuses as busy (its send
+    queue, too, sheds requests that waited over 200 ms) is sent again, as the writer does."""
     props = "TRAN_MSG\x01true\x02PGROUP\x01PG_BUSY\x02"
-    reqs = [(q, client.send_request(q, [BatchEntry(b"probe", f"{props}UNIQ_KEY\x01B{i:05d}\x02")],
-                                    producer_group="PG_BUSY", sys_flag=TransactionType.PREPARED))
-            for i, q in ((i, qs[i % len(qs)]) for i in range(n))]
-    futs = client.send_async_many(reqs)
-    return [client.transaction(client.send_results(mq, 1, fut.result(10))[0], f"B{i:05d}")
-            for i, ((mq, _), fut) in enumerate(zip(reqs, futs))]
+    txns: list[Txn] = []
+    for first in range(0, n, 50):
+        reqs = [(i, q, client.send_request(q, [BatchEntry(b"probe", f"{props}UNIQ_KEY\x01B{i:05d}\x02")],
+                                           producer_group="PG_BUSY", sys_flag=TransactionType.PREPARED))
+                for i, q in ((i, qs[i % len(qs)]) for i in range(first, min(n, first + 50)))]
+        futs = client.send_async_many([(q, req) for _, q, req in reqs])
+        for (i, mq, req), fut in zip(reqs, futs, strict=True):
+            resp = fut.result(10)
+            for _ in range(20):
+                if resp.code != ResponseCode.SYSTEM_BUSY:
+                    break
+                time.sleep(0.1)
+                resp = client.send_async_many([(mq, req)])[0].result(10)
+            txns.append(client.transaction(client.send_results(mq, 1, resp)[0], f"B{i:05d}"))
+    return txns
 
 
 def _stored(client: RemotingClient, qs: list[MessageQueue]) -> Counter[bytes]:
