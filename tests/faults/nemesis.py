@@ -16,7 +16,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -220,6 +220,26 @@ def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     return {"pid": pid, "caught_up": caught_up, "wiped": {t: len(c) for t, c in snapshot.items()}}
 
 
+def _settled(ns: str, topics: Sequence[str], target: str, direct: dict[str, str],
+             timeout_s: float = 30.0) -> dict[str, list[Any]]:
+    """What ``target`` holds of ``topics`` once it has stopped changing: two reads 0.3 s apart
+    that agree. A broker acknowledges a send once its commit log has it; its queues list it a
+    moment later (Apache RocketMQ dispatches them in a thread of their own), so a read made as
+    the clients are cut off may miss a message a producer was told is stored."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, int] | None = None
+    while True:
+        snapshot = {t: read_topic(ns, t, brokers=[target], direct=direct) for t in topics}
+        sizes = {t: len(c) for t, c in snapshot.items()}
+        if sizes == seen:
+            return snapshot
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{target} was still storing {timeout_s:.0f}s after its clients were cut off: "
+                               f"{seen} then {sizes} messages")
+        seen = sizes
+        time.sleep(0.3)
+
+
 def _wipe_broker_now(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
     """broker-a's store lost at once, while the queries read it: no waiting for them. Clients
     are cut off first (the proxy refuses and resets: what the broker holds is final), what it
@@ -236,9 +256,7 @@ def _wipe_broker_now(run: Run, rng: random.Random, target: str) -> dict[str, Any
         run.cluster.wait_healthy(120.0)
         proxy.refuse()
         proxy.reset_all()
-        time.sleep(1.5)  # what the broker had received before the cut is stored (and readable) by then
-        direct = {target: run.cluster.direct_addr(target)}
-        snapshot = {t: read_topic(ns, t, brokers=[target], direct=direct) for t in run.topics}
+        snapshot = _settled(ns, run.topics, target, {target: run.cluster.direct_addr(target)})
         pid = _replace_store(run, target, False, snapshot)
     finally:
         proxy.heal()
