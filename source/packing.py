@@ -8,6 +8,12 @@ enough keeps one partition per queue (and minPartitions may split them further, 
 then leaves alone). A packed partition is read range by range in one task, over one client:
 each range is read exactly as it would be alone (:func:`.pull_loop.read_range`: its checks,
 errors and rows are the same).
+
+A partition never packs ranges of two brokers. A broker that loses its store changes what a
+replay of the batch reads from it; rows read from another broker must come out of the replay in
+the same partitions at the same row numbers, or an exactly-once writer cannot tell them for the
+rows it wrote the first time (its message ids are partition and row number), and a store lost on
+one broker would cost rows of the others.
 """
 
 from __future__ import annotations
@@ -32,14 +38,32 @@ class PackedRanges(InputPartition):
 
 def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1, most: int | None = None
          ) -> list[QueueRange | PackedRanges]:
-    """``ranges`` in ``ceil(messages / per_partition)`` partitions (``at_least`` at least, one
-    per range at most), each range whole: the largest ranges first, each to the partition holding
-    the fewest messages so far, so the partitions come out about equal; more partitions when one
-    would hold more than ``most`` messages (maxRecordsPerPartition). ``per_partition`` 0, or
-    ranges that already ask for a partition each, leave ``ranges`` as they are. A partition of one
-    range is that range."""
+    """``ranges`` in about ``ceil(messages / per_partition)`` partitions (``at_least`` at least,
+    one per range at most), each range whole and each partition of one broker's ranges: per
+    broker, the largest ranges first, each to the partition holding the fewest messages so far,
+    so a broker's partitions come out about equal; more partitions when one would hold more than
+    ``most`` messages (maxRecordsPerPartition). ``per_partition`` 0, or ranges that already ask
+    for a partition each, leave ``ranges`` as they are. A partition of one range is that range;
+    partitions are in the order of their first range."""
+    if per_partition <= 0:
+        return list(ranges)
+    by_broker: dict[str, list[QueueRange]] = {}
+    for r in ranges:
+        by_broker.setdefault(r.mq.broker, []).append(r)
+    total = sum(r.end - r.start for r in ranges) or 1
+    out: list[QueueRange | PackedRanges] = []
+    for rs in by_broker.values():
+        # minPartitions shared in proportion to the broker's messages (rounded up: never fewer in all)
+        share = -(-at_least * sum(r.end - r.start for r in rs) // total)
+        out.extend(_pack_one(rs, per_partition, max(1, share), most))
+    return sorted(out, key=lambda p: _first(p))
+
+
+def _pack_one(ranges: list[QueueRange], per_partition: int, at_least: int, most: int | None
+              ) -> list[QueueRange | PackedRanges]:
+    """:func:`pack` of one broker's ranges."""
     total = sum(r.end - r.start for r in ranges)
-    want = max(at_least, -(-total // per_partition)) if per_partition > 0 else len(ranges)
+    want = max(at_least, -(-total // per_partition))
     if most is not None:
         want = max(want, -(-total // most))
     while want < len(ranges):
@@ -53,7 +77,7 @@ def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1, most: 
     for b in bins:
         b.sort(key=lambda r: (r.mq, r.start))
         out.append(b[0] if len(b) == 1 else PackedRanges(tuple(b)))
-    return sorted(out, key=lambda p: _first(p))
+    return out
 
 
 def _bins(ranges: list[QueueRange], want: int) -> list[list[QueueRange]]:

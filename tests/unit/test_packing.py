@@ -55,10 +55,32 @@ def test_every_range_is_in_exactly_one_partition_and_partitions_are_about_equal(
         ranges = [_range(q, s, s + rnd.randint(1, 5_000), rnd.choice(("broker-a", "broker-b")))
                   for q, s in enumerate(rnd.randint(0, 10**6) for _ in range(n))]
         per = rnd.choice((100, 1_000, 10_000, 50_000))
-        parts = pack(ranges, per, rnd.randint(1, 4))
+        at_least = rnd.randint(1, 4)
+        parts = pack(ranges, per, at_least)
         got = ranges_of(parts)
         assert sorted(got, key=lambda r: r.mq) == sorted(ranges, key=lambda r: r.mq)  # none lost, none twice
         assert all(not isinstance(p, PackedRanges) or len(p.ranges) > 1 for p in parts)
-        sizes = _sizes(parts)
-        # the largest first, each to the emptiest: no partition exceeds another by more than a range
-        assert max(sizes) - min(sizes) <= max(r.end - r.start for r in ranges)
+        assert all(len({r.mq.broker for r in ranges_of([p])}) == 1 for p in parts)  # one broker each
+        assert len(parts) >= min(len(ranges), at_least)
+        for broker in ("broker-a", "broker-b"):
+            mine = [p for p in parts if ranges_of([p])[0].mq.broker == broker]
+            if not mine:
+                continue
+            sizes = _sizes(mine)
+            # the largest first, each to the emptiest: no partition of a broker exceeds another
+            # of it by more than a range
+            assert max(sizes) - min(sizes) <= max(r.end - r.start for r in ranges if r.mq.broker == broker)
+
+
+def test_a_small_batch_over_two_brokers_is_a_partition_per_broker() -> None:
+    """A replay of a batch after broker-a lost its store reads other rows from broker-a's
+    ranges: broker-b's rows must keep their partition and row numbers, or an exactly-once
+    writer cannot match them with the rows it wrote the first time (the fault suite's
+    wipe-broker-now lost 100 rows of broker-b so, in a partition packed with broker-a's)."""
+    ranges = [_range(q, 0, 40, b) for b in ("broker-b", "broker-a") for q in (1, 0)]
+    parts = pack(ranges, 10_000)
+    assert [[(r.mq.broker, r.mq.queue_id) for r in ranges_of([p])] for p in parts] == [
+        [("broker-a", 0), ("broker-a", 1)], [("broker-b", 0), ("broker-b", 1)]]
+    # minPartitions is shared by the brokers in proportion to their messages, rounded up
+    ranges = [_range(q, 0, 300 if b == "broker-a" else 100, b) for b in ("broker-a", "broker-b") for q in range(4)]
+    assert [len(ranges_of([p])) for p in pack(ranges, 10_000, 2)] == [2, 2, 4]
