@@ -328,7 +328,10 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         log.warning("%s: committing its transactions from %d stopped after %d answered (%s); looking at the "
                     "destination before sending the rest again (%d in flight)", what, pending[0], answered, fault,
                     window)
-        pending = pending[answered:]
+        # past the prefix answered, ENDs answered as applied are done too: a destination whose
+        # broker lost its store since would not show their messages, and sending them again
+        # would find their halves gone and count rows it delivered as lost
+        pending = [i for i in pending[answered:] if i not in ending.applied]
         _wait_answering(client, sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs))
     if not ending.gone:
         return []
@@ -336,7 +339,7 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     # went with the broker's store before its END was applied
     seen = riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
                        "destination")
-    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen)
+    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen and i not in ending.applied)
     log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
                 "(seen in the destination), %d lost", what, len(ending.gone), len(ending.gone) - len(lost), len(lost))
     return lost
@@ -344,14 +347,15 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
 
 class _Ending:
     """What one :func:`commit_once` learns as it goes: the indices of its record found gone
-    (no half message on their broker), and how far its progress may be marked (never past a
-    skipped or gone one)."""
+    (no half message on their broker), those whose END was answered as applied, and how far
+    its progress may be marked (never past a skipped or gone one)."""
 
     def __init__(self, record: list[Txn], on_progress: Callable[[int], None] | None, limit: int) -> None:
         self.where = {t: i for i, t in enumerate(record)}
         self.on_progress = on_progress
         self.limit = limit
         self.gone: set[int] = set()
+        self.applied: set[int] = set()
 
     def mark(self, n: int) -> None:
         """The first ``n`` of the record are committed."""
@@ -422,7 +426,8 @@ def _end_round(client: BrokerClient, opts: WriterOptions, record: list[Txn], pen
     try:
         ending.note_gone(client.end_transactions([record[i] for i in pending], commit=True,
                                                  producer_group=opts.producer_group, window=window,
-                                                 on_progress=progress, retry_failed=False) or [])
+                                                 on_progress=progress, retry_failed=False,
+                                                 on_applied=lambda k: ending.applied.add(pending[k])) or [])
         return None
     except RocketMQSparkError as exc:
         if not exc.retriable:

@@ -264,7 +264,7 @@ class BrokerClient(Protocol):
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> list[Txn]:
+                         retry_failed: bool = True, on_applied: Callable[[int], None] | None = None) -> list[Txn]:
         """Commit or roll back every half message, up to ``window`` requests in flight; returns
         the ones the broker answered it does not hold (gone: not "ended before", since brokers
         apply a second END of a half still in their commit log; the half went with its store,
@@ -274,5 +274,8 @@ class BrokerClient(Protocol):
         the first failure is raised (a commit whose answer was lost may have been applied: a
         second one would store its message twice). ``on_progress(n)``: the first ``n`` of
         ``txns`` had their ENDs applied (called as that grows, at most once per
-        ``window // 2``; never past a failure or a gone half)."""
+        ``window // 2``; never past a failure or a gone half). ``on_applied(i)``: the END of
+        ``txns[i]`` was answered as applied, past a failure or a gone half too (a caller that
+        looks for the others in a destination that may have lost its store must not take
+        these for unsent)."""
 

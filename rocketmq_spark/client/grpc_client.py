@@ -773,20 +773,27 @@ class GrpcClient(SequentialManyQueueCalls):
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> list[Txn]:
+                         retry_failed: bool = True, on_applied: Callable[[int], None] | None = None) -> list[Txn]:
         """EndTransaction for every ``txns``, up to ``window`` in flight; returns those answered
         INVALID_TRANSACTION_ID (gone, or unknown to the proxy: see :meth:`end_transaction`;
         an Apache 5.x proxy relays an END oneway and answers OK whether or not the broker still
         holds the half, so a half its broker lost is not seen here); a failed one is retried
         alone (with the client's bounded retries), or with ``retry_failed=False`` not: no more
         are sent, those in flight are waited for, and the first failure is raised. The producer
-        group is the client's (its settings name it), so ``producer_group`` is not sent."""
+        group is the client's (its settings name it), so ``producer_group`` is not sent.
+        ``on_progress``, ``on_applied``: see the client contract."""
         pending: deque[tuple[int, Txn, Future[Any]]] = deque()
         failed: list[RocketMQSparkError] = []
         gone: list[Txn] = []
         what = f"{'commit' if commit else 'rollback'} of transaction"
 
-        def settle(t: Txn, fut: Future[Any]) -> bool:
+        def settle(i: int, t: Txn, fut: Future[Any]) -> bool:
+            applied = _settle(t, fut)
+            if applied and on_applied is not None:
+                on_applied(i)
+            return applied
+
+        def _settle(t: Txn, fut: Future[Any]) -> bool:
             addr = self._broker_endpoints.get(t.broker, "?")
             try:
                 resp = fut.result(self.config.request_timeout_s)
@@ -817,7 +824,7 @@ class GrpcClient(SequentialManyQueueCalls):
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(t, fut) and not failed and not gone:
+                if settle(i, t, fut) and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0 and report:
                 on_progress(done + 1)

@@ -1015,18 +1015,24 @@ class RemotingClient(RemotingAdmin):
 
     def end_transactions(self, txns: Sequence[Txn], *, commit: bool, producer_group: str = "rocketmq-spark",
                          window: int = 256, on_progress: Callable[[int], None] | None = None,
-                         retry_failed: bool = True) -> list[Txn]:
+                         retry_failed: bool = True, on_applied: Callable[[int], None] | None = None) -> list[Txn]:
         """END_TRANSACTION for every ``txns``, written a chunk (``window // 2``) per broker at a
         time, up to ``window`` in flight; returns those the broker holds no half message for
         (gone, see :func:`_half_gone`); a failed one is retried alone, or with
         ``retry_failed=False`` not: no more are sent, those in flight are waited for, and the
-        first failure is raised. ``on_progress``: see the client contract."""
+        first failure is raised. ``on_progress``, ``on_applied``: see the client contract."""
         pending: deque[tuple[int, Txn, Reply]] = deque()
         what = f"{'commit' if commit else 'rollback'} of transactions"
         failed: list[RocketMQSparkError] = []
         gone: list[Txn] = []
 
-        def settle(t: Txn, fut: Reply) -> bool:
+        def settle(i: int, t: Txn, fut: Reply) -> bool:
+            applied = _settle(t, fut)
+            if applied and on_applied is not None:
+                on_applied(i)
+            return applied
+
+        def _settle(t: Txn, fut: Reply) -> bool:
             try:
                 resp = fut.result(self.config.request_timeout_s)
                 if resp.code == ResponseCode.SUCCESS:
@@ -1057,7 +1063,7 @@ class RemotingClient(RemotingAdmin):
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(t, fut) and not failed and not gone:
+                if settle(i, t, fut) and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0:
                 on_progress(done + 1)

@@ -81,6 +81,9 @@ class FakeBroker:
         self.busy: list[int] = []
         self.busy_error = "busy"  # or "reset": a dropped connection instead of SYSTEM_BUSY
         self.windows: list[int] = []
+        #: (k, after): the next commit's END k is refused as the store is lost, those at the
+        #: indices ``after`` (past k) answered as applied just before (see :meth:`end_transactions`)
+        self.wiped_at: tuple[int, set[int]] | None = None
 
     def lose_store(self, halves) -> None:  # noqa: ANN001
         self.stored = {mq: [] for mq in self.stored}
@@ -114,16 +117,31 @@ class FakeBroker:
         return "127.0.0.1:10911"
 
     def end_transactions(self, txns, *, commit, producer_group, window=256, on_progress=None,  # noqa: ANN001
-                         retry_failed=True):
+                         retry_failed=True, on_applied=None):
         txns = list(txns)
         if txns:
             self.broker_addr(txns[0].broker, txns[0].topic)
         self.ends.append([t.msg_id for t in txns])
         self.windows.append(window)
+        applied = on_applied or (lambda i: None)
+        if self.wiped_at is not None and commit:
+            # ENDs before k applied; k refused as the store goes; those in ``after`` (in flight
+            # past k) were answered as applied just before it went; then the store is lost
+            (k, after), self.wiped_at = self.wiped_at, None
+            self.ended += [(t, commit) for t in txns]
+            self.apply(txns[:k] + [txns[i] for i in sorted(after)])
+            for i in [*range(k), *sorted(after)]:
+                applied(i)
+            if on_progress is not None and k:
+                on_progress(k)
+            self.lose_store(txns)
+            raise ConnectionFailedError("127.0.0.1:10911", "commit of transactions", "connection reset")
         if self.busy and commit:
             k = self.busy.pop(0)
             self.ended += [(t, commit) for t in txns[:k + 1]]
             self.apply(txns[:k])
+            for i in range(k):
+                applied(i)
             if on_progress is not None and k:
                 on_progress(k)
             if self.busy_error == "reset":
@@ -135,6 +153,9 @@ class FakeBroker:
         if gone:  # as the clients: the others ended, the prefix applied reported up to the first gone one
             if commit:
                 self.apply([t for t in txns if t not in self.gone])
+                for i, t in enumerate(txns):
+                    if t not in self.gone:
+                        applied(i)
             first = txns.index(gone[0])
             if on_progress is not None and first:
                 on_progress(first)
@@ -142,11 +163,15 @@ class FakeBroker:
         if commit and self.lose_after is not None and len(txns) > self.lose_after:
             k, self.lose_after = self.lose_after, None
             self.apply(txns[:k + 1])  # the END at k was applied, its answer lost
+            for i in range(k):
+                applied(i)
             if on_progress is not None and k:
                 on_progress(k)
             raise RequestTimeoutError("127.0.0.1:10911", "commit of transactions", "no response within 10s")
         if commit:
             self.apply(txns)
+            for i in range(len(txns)):
+                applied(i)
         if on_progress is not None and txns:
             on_progress(len(txns))
         return []
@@ -356,6 +381,18 @@ def test_a_half_its_broker_lost_fails_the_batch_instead_of_being_taken_as_ended(
     assert not log.ended(9) and log.lost(9) == {"ID-2", "ID-3", "ID-4"} and log.progress(9) == 2
 
 
+def test_ends_answered_as_applied_past_a_fault_are_not_taken_for_lost_when_the_store_goes(fake, tmp_path) -> None:
+    # the fault suite's wipe-broker-now: a store lost mid-commit with ENDs in flight; those answered
+    # as applied past the first refused one were delivered (and went with the store). Sent again
+    # they found no half and were counted lost, and the replay wrote their rows a second time
+    broker, opts, writer = fake
+    broker.wiped_at = (2, {4, 5})
+    with pytest.raises(DataLossError, match="no prepared .half. message for 2 of the batch's 6 rows") as err:
+        writer.commit_batch(opts, _txns(6), 9)
+    assert TxLog(str(tmp_path)).lost(9) == {"ID-2", "ID-3"}, err.value
+    assert broker.ends == [[f"ID-{i}" for i in range(6)], ["ID-2", "ID-3"]]  # 4 and 5 not sent again
+
+
 def test_a_replay_commits_its_twins_of_the_lost_rows_and_rolls_back_the_rest(fake, tmp_path) -> None:
     broker, opts, writer = fake
     txns, _ = _lost_in_first_commit(fake, tmp_path)
@@ -546,8 +583,11 @@ def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(ret
     c.invoke = lambda addr, req, what: RemotingCommand(ResponseCode.SUCCESS)  # type: ignore[method-assign]
     txns = _txns(4)
     progress: list[int] = []
-    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=retry_failed)
+    applied: list[int] = []
+    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=retry_failed,
+                              on_applied=applied.append)
     assert gone == [txns[1]] and progress == [1]  # applied: ID-0 only before it (ID-2, ID-3 answered too)
+    assert applied == [0, 2, 3]  # each END answered as applied, past the gone one too
 
 
 def test_the_grpc_client_reports_an_invalid_transaction_id_as_gone() -> None:
@@ -572,8 +612,10 @@ def test_the_grpc_client_reports_an_invalid_transaction_id_as_gone() -> None:
     c.metadata = lambda: ()  # type: ignore[method-assign]
     txns = [t._replace(transaction_id=f"TX-{i}") for i, t in enumerate(_txns(4))]
     progress: list[int] = []
-    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=False)
-    assert gone == [txns[1]] and progress == [1]
+    applied: list[int] = []
+    gone = c.end_transactions(txns, commit=True, on_progress=progress.append, retry_failed=False,
+                              on_applied=applied.append)
+    assert gone == [txns[1]] and progress == [1] and applied == [0, 2, 3]
 
 
 class _HalfClient:
