@@ -109,9 +109,12 @@ _SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], t
 
 #: what a broker's END_TRANSACTION answer (SYSTEM_ERROR) says when the commit-log position it was
 #: given holds no half message, or another record than the one named (Java brokers check the
-#: record's producer group and both offsets; older ones spell the remarks lower-case)
+#: record's producer group and both offsets; older ones spell the remarks lower-case). A record
+#: with no producer group at all there (a plain message of a new store) makes Apache RocketMQ
+#: 5.5.0 answer its NullPointerException on the missing property, named pgroupRead
 _NOT_THE_HALF = ("find prepared transaction message failed", "the producer group wrong",
-                 "the transaction state table offset wrong", "the commit log offset wrong")
+                 "the transaction state table offset wrong", "the commit log offset wrong",
+                 'because "pgroupread" is null')
 
 
 def _half_gone(code: int, remark: str | None) -> bool:
