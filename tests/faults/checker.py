@@ -71,6 +71,11 @@ class OutputReport:
     lost_with_store: list[int] = field(default_factory=list)
     #: id -> copies beyond the first
     duplicated: dict[int, int] = field(default_factory=dict)
+    #: ids a store wiped at once (``wipe-broker-now``) held, written once more after it: an END
+    #: applied as the clients were cut off, its answer lost with the connection, and then its
+    #: message lost with the store; the writer cannot tell it from one never applied, so its
+    #: replay writes the row again (the store the copy was in is gone): reported, allowed
+    rewritten: list[int] = field(default_factory=list)
     reordered: list[int] | None = None
     unexpected: list[int] = field(default_factory=list)
     #: copies with no id in their body
@@ -90,7 +95,7 @@ class OutputReport:
     def summary(self) -> dict[str, Any]:
         """Counts and up to 20 example ids of each anomaly (the JSON report)."""
         d = asdict(self)
-        for key in ("lost", "lost_by_broker", "lost_with_store", "unexpected"):
+        for key in ("lost", "lost_by_broker", "lost_with_store", "unexpected", "rewritten"):
             d[key] = len(getattr(self, key))
             d[f"{key}_ids"] = sorted(getattr(self, key))[:20]
         d["duplicated"] = self.duplicates
@@ -113,15 +118,17 @@ def reordered(seq: Iterable[int]) -> list[int]:
 
 def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequence[Copy] = (),
                  source: dict[int, tuple[str, tuple[int, int]]] | None = None, broker_lost: set[int] | None = None,
-                 excused: set[int] | None = None, order: str | None = None) -> OutputReport:
+                 excused: set[int] | None = None, order: str | None = None,
+                 rewrite_excused: set[int] | None = None) -> OutputReport:
     """Counts for one output. ``copies``: what it holds now; ``wiped``: what it held on a
     broker whose store was then wiped on purpose. ``source``: for ``order="group"``, id -> its
     queue in topic A (its message group) and its place there: (how many times that broker's
     store had been wiped when it was stored, its offset), since offsets start again at 0 after
     a wipe; not the id, as sends whose answer timed out may be stored after later ones.
     ``broker_lost``: ids the brokers lost (acked, absent from topic A); ``excused``: ids a
-    wipe took before every query had read them (counted in ``lost_with_store``, not ``lost``).
-    ``order``: None,
+    wipe took before every query had read them (counted in ``lost_with_store``, not ``lost``);
+    ``rewrite_excused``: ids the store of such a wipe held in this output (one copy more of one,
+    the copy now read once, is counted in ``rewritten``, not ``duplicated``). ``order``: None,
     ``"queue"`` (acked ids grow with offsets in each queue: the source topic, written by one
     producer thread per queue that waits for each answer) or ``"group"`` (per destination queue
     and source queue, first copies come in the source's order)."""
@@ -136,6 +143,11 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     r.lost = sorted(absent - (excused or set()))
     r.lost_by_broker = sorted(set(r.lost) & (broker_lost or set()))
     r.duplicated = {i: n - 1 for i, n in counts.items() if i is not None and n > 1}
+    if rewrite_excused:
+        now: Counter[int | None] = Counter(c.id for c in copies)
+        r.rewritten = sorted(i for i, n in r.duplicated.items() if n == 1 and i in rewrite_excused and now[i] == 1)
+        for i in r.rewritten:
+            del r.duplicated[i]
     r.unknown_found = len(ids & log.unknown)
     r.unexpected = sorted(i for i in ids if i not in log.acked and i not in log.unknown)
     if order == "queue":
