@@ -556,6 +556,9 @@ def test_row_checksums_name_the_parts_that_differ() -> None:
     # Apache RocketMQ 5.5.0, a plain message at that position of a new store (fault suite, seed 4601)
     (False, 'java.lang.NullPointerException: Cannot invoke "String.equals(Object)" because "pgroupRead" is null, '
             "org.apache.rocketmq.broker.processor.EndTransactionProcessor.checkPrepareMessage"),
+    # ... and the middle of a record there: a size read from it
+    (False, "java.lang.IllegalArgumentException: newLimit < 0: (-1476395008 < 0), "
+            "java.base/java.nio.Buffer.createLimitException(Buffer.java:395)"),
 ])
 def test_the_remoting_client_reports_a_half_its_broker_does_not_hold_as_gone(retry_failed: bool, remark: str) -> None:
     # "Find prepared transaction message failed" used to be taken as "ended before"; brokers apply
