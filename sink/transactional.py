@@ -339,7 +339,7 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     # went with the broker's store before its END was applied
     seen = riding_out(lambda: committed_ids(client, marks, pairs), f"{what}: looking its messages up in the "
                        "destination")
-    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen and i not in ending.applied)
+    lost = sorted(i for i in ending.gone if record[i].msg_id not in seen)
     log.warning("%s: the brokers hold no half message for %d of its transactions: %d of them committed before "
                 "(seen in the destination), %d lost", what, len(ending.gone), len(ending.gone) - len(lost), len(lost))
     return lost

@@ -277,5 +277,6 @@ class BrokerClient(Protocol):
         ``window // 2``; never past a failure or a gone half). ``on_applied(i)``: the END of
         ``txns[i]`` was answered as applied, past a failure or a gone half too (a caller that
         looks for the others in a destination that may have lost its store must not take
-        these for unsent)."""
+        these for unsent; an Apache 5.x proxy answers OK for an END it relays oneway, so there
+        it says the END was taken, not applied)."""
 

@@ -111,10 +111,12 @@ _SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], t
 #: given holds no half message, or another record than the one named (Java brokers check the
 #: record's producer group and both offsets; older ones spell the remarks lower-case). A record
 #: with no producer group at all there (a plain message of a new store) makes Apache RocketMQ
-#: 5.5.0 answer its NullPointerException on the missing property, named pgroupRead
+#: 5.5.0 answer its NullPointerException on the missing property, named pgroupRead; a position
+#: in the middle of a record, the IllegalArgumentException of the size read there. Only these
+#: two exceptions: another one may be transient, and a half taken as gone is not ended again
 _NOT_THE_HALF = ("find prepared transaction message failed", "the producer group wrong",
                  "the transaction state table offset wrong", "the commit log offset wrong",
-                 'because "pgroupread" is null')
+                 'because "pgroupread" is null', "illegalargumentexception: newlimit < 0")
 
 
 def _half_gone(code: int, remark: str | None) -> bool:
@@ -123,13 +125,7 @@ def _half_gone(code: int, remark: str | None) -> bool:
     the commit log (it stays there after its END), so the half is gone with its commit log (a
     store lost or replaced, or files deleted by retention)."""
     text = (remark or "").lower()
-    if code != ResponseCode.SYSTEM_ERROR:
-        return False
-    # a Java exception (no remark of its own): the bytes at the position named are no message
-    # (a new store's record boundaries differ: Apache RocketMQ 5.5.0 read a size from the middle
-    # of a record there, "newLimit < 0"). Taken as gone, a half that is there after all is
-    # counted lost, and a replay commits its twin in its place: each row still once
-    return any(r in text for r in _NOT_THE_HALF) or (text.startswith("java.") and "exception" in text)
+    return code == ResponseCode.SYSTEM_ERROR and any(r in text for r in _NOT_THE_HALF)
 
 
 def _failed_replies(exc: RocketMQSparkError, n: int) -> list[Reply]:
