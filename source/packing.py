@@ -51,11 +51,20 @@ def pack(ranges: list[QueueRange], per_partition: int, at_least: int = 1, most: 
     for r in ranges:
         by_broker.setdefault(r.mq.broker, []).append(r)
     total = sum(r.end - r.start for r in ranges) or 1
+    # minPartitions shared in proportion to the brokers' messages, rounded up, a broker's share
+    # no more than its ranges; what that cap leaves over goes to the brokers with ranges to
+    # spare, most messages first (all from the batch's offsets: a replay packs the same)
+    brokers = sorted(by_broker, key=lambda b: (-sum(r.end - r.start for r in by_broker[b]), b))
+    share = {b: min(len(by_broker[b]), max(1, -(-at_least * sum(r.end - r.start for r in by_broker[b]) // total)))
+             for b in brokers}
+    short = at_least - sum(share.values())
+    for b in brokers:
+        more = min(max(0, short), len(by_broker[b]) - share[b])
+        share[b] += more
+        short -= more
     out: list[QueueRange | PackedRanges] = []
-    for rs in by_broker.values():
-        # minPartitions shared in proportion to the broker's messages (rounded up: never fewer in all)
-        share = -(-at_least * sum(r.end - r.start for r in rs) // total)
-        out.extend(_pack_one(rs, per_partition, max(1, share), most))
+    for b in brokers:
+        out.extend(_pack_one(by_broker[b], per_partition, share[b], most))
     return sorted(out, key=lambda p: _first(p))
 
 

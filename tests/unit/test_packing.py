@@ -61,7 +61,7 @@ def test_every_range_is_in_exactly_one_partition_and_partitions_are_about_equal(
         assert sorted(got, key=lambda r: r.mq) == sorted(ranges, key=lambda r: r.mq)  # none lost, none twice
         assert all(not isinstance(p, PackedRanges) or len(p.ranges) > 1 for p in parts)
         assert all(len({r.mq.broker for r in ranges_of([p])}) == 1 for p in parts)  # one broker each
-        assert len(parts) >= min(len(ranges), at_least)
+        assert len(parts) >= min(len(ranges), at_least)  # minPartitions met wherever ranges allow
         for broker in ("broker-a", "broker-b"):
             mine = [p for p in parts if ranges_of([p])[0].mq.broker == broker]
             if not mine:
@@ -84,3 +84,7 @@ def test_a_small_batch_over_two_brokers_is_a_partition_per_broker() -> None:
     # minPartitions is shared by the brokers in proportion to their messages, rounded up
     ranges = [_range(q, 0, 300 if b == "broker-a" else 100, b) for b in ("broker-a", "broker-b") for q in range(4)]
     assert [len(ranges_of([p])) for p in pack(ranges, 10_000, 2)] == [2, 2, 4]
+    # a broker's share is no more than its ranges; the rest goes to a broker with ranges to spare
+    ranges = [_range(0, 0, 300, "broker-a")] + [_range(q, 0, 25, "broker-b") for q in range(4)]
+    parts = pack(ranges, 10_000, 4)
+    assert len(parts) == 4 and [len(ranges_of([p])) for p in parts] == [1, 2, 1, 1]
