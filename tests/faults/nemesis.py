@@ -222,22 +222,25 @@ def _wipe_broker(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
 
 def _settled(ns: str, topics: Sequence[str], target: str, direct: dict[str, str],
              timeout_s: float = 30.0) -> dict[str, list[Any]]:
-    """What ``target`` holds of ``topics`` once it has stopped changing: two reads 0.3 s apart
-    that agree. A broker acknowledges a send once its commit log has it; its queues list it a
+    """What ``target`` holds of ``topics`` once it has stopped changing: three reads 0.5 s apart
+    that agree (a second of quiet: a dispatch stalled by a pause of the broker's JVM is not taken
+    for done). A broker acknowledges a send once its commit log has it; its queues list it a
     moment later (Apache RocketMQ dispatches them in a thread of their own), so a read made as
     the clients are cut off may miss a message a producer was told is stored."""
     deadline = time.monotonic() + timeout_s
     seen: dict[str, int] | None = None
+    agreed = 0
     while True:
         snapshot = {t: read_topic(ns, t, brokers=[target], direct=direct) for t in topics}
         sizes = {t: len(c) for t, c in snapshot.items()}
-        if sizes == seen:
+        agreed = agreed + 1 if sizes == seen else 0
+        if agreed >= 2:
             return snapshot
         if time.monotonic() > deadline:
             raise RuntimeError(f"{target} was still storing {timeout_s:.0f}s after its clients were cut off: "
                                f"{seen} then {sizes} messages")
         seen = sizes
-        time.sleep(0.3)
+        time.sleep(0.5)
 
 
 def _wipe_broker_now(run: Run, rng: random.Random, target: str) -> dict[str, Any]:
