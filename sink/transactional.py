@@ -453,6 +453,19 @@ def _lost_error(batch_id: int, record: Sequence[Txn], lost: Sequence[Txn]) -> Da
         "the lost ones from it, once each")
 
 
+#: why a lost row has no twin when the replay had one, but its broker lost that too: the row
+#: is still in the source, so a later replay can write it (failOnDataLoss=false does not drop it)
+LOST_AGAIN = "lost again while this replay committed it"
+
+
+def _lost_again_error(batch_id: int, again: Sequence[str]) -> DataLossError:
+    return DataLossError(
+        f"exactly-once batch {batch_id}: the brokers lost the prepared messages of {len(again)} rows again while "
+        f"this replay committed them in place of lost ones (first {sorted(again)[0]}): their stores were lost "
+        f"once more. The batch is not marked committed: restart the query; its next replay of batch {batch_id} "
+        "writes them again, once each (failOnDataLoss=false ends a batch only without rows its source lost)")
+
+
 def _unmatched_error(batch_id: int, txlog: TxLog, unmatched: Mapping[str, str]) -> DataLossError:
     first = "; ".join(f"{m}: {why}" for m, why in sorted(unmatched.items())[:3])
     more = f" (and {len(unmatched) - 3} more)" if len(unmatched) > 3 else ""
@@ -554,6 +567,9 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
             accepted = txlog.lost_accepted(batch_id)
             if not accepted and opts.fail_on_data_loss:
                 raise _unmatched_error(batch_id, txlog, unmatched)
+            again = [m for m, why in unmatched.items() if why == LOST_AGAIN]
+            if not accepted and again:  # their source rows are still there: the next replay writes them
+                raise _lost_again_error(batch_id, again)
             log.error("batch %d: ended without %d rows its brokers lost, as %s (first: %s)", batch_id,
                       len(unmatched), f"{txlog.accept_lost_path(batch_id)} says" if accepted else
                       "failOnDataLoss=false allows", next(iter(sorted(unmatched.items()))))
@@ -626,7 +642,7 @@ def _commit_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, ba
         if not found:
             break
         txlog.mark_lost(batch_id, {record[i].msg_id for i in found})
-    unmatched = {m: unmatched.get(m, "lost again while this replay committed it") for m in txlog.lost(batch_id)}
+    unmatched = {m: unmatched.get(m, LOST_AGAIN) for m in txlog.lost(batch_id)}
     return record, unmatched
 
 

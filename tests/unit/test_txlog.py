@@ -458,6 +458,30 @@ def test_with_fail_on_data_loss_false_a_replay_ends_the_batch_without_rows_it_ca
     assert "ended without 1 rows its brokers lost, as failOnDataLoss=false allows" in caplog.text
 
 
+def test_with_fail_on_data_loss_false_rows_whose_twins_were_lost_too_wait_for_the_next_replay(
+        fake, tmp_path) -> None:
+    """The fault suite's wipe-broker-now, seed 4602: the store was lost again while a replay
+    committed its twins, taking them too. Their source rows are still there: failOnDataLoss=false
+    used to end the batch without them (50 rows lost); the batch now waits for the next replay."""
+    import dataclasses
+
+    broker, opts, writer = fake
+    txns, _ = _lost_in_first_commit(fake, tmp_path)
+    replay = _replayed(txns)
+    broker.gone.add(replay[3])  # the twin of ID-3 goes with a store lost again
+    lenient = dataclasses.replace(opts, fail_on_data_loss=False)
+    with pytest.raises(DataLossError, match="lost the prepared messages of 1 rows again") as err:
+        writer.RocketMQStreamWriter(lenient).commit([_report(0, replay, "n2")], 9)
+    assert "ID-3" in str(err.value) and "restart the query" in str(err.value)
+    log = TxLog(str(tmp_path))
+    assert not log.ended(9) and log.lost(9) == {"ID-3"}
+    # the next replay has a twin of ID-3 that stays: the batch ends, every row once
+    again = [t._replace(queue_offset=t.queue_offset + 2000, commit_log_offset=t.commit_log_offset + 200_000)
+             for t in txns]
+    writer.RocketMQStreamWriter(lenient).commit([_report(0, again, "n3")], 9)
+    assert log.ended(9) and sorted(broker.stored[MQ]).count("ID-3") == 1
+
+
 def test_fail_on_data_loss_is_an_exactly_once_option() -> None:
     from rocketmq_spark.errors import OptionError
     from rocketmq_spark.sink.options import WriterOptions
