@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,3 +177,20 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: nothing may be skipped)", pytrace=False)
     pytest.skip(reason)
+
+
+def real_broker(workdir: Any, *, grace_s: float = 15.0, **kw: Any) -> Iterator[RealRocketMQ]:
+    """A module fixture's body: Apache RocketMQ (the suite's release unless ``kw`` names a
+    ``version``) started in ``workdir`` with ``kw`` (see :class:`RealRocketMQ`), stopped after;
+    skipped, or failed under CI=true, where no JVM can run."""
+    from real_rocketmq import VERSION, java_available, provision
+
+    missing = java_available()
+    if missing:
+        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
+    rmq = RealRocketMQ(provision(kw.get("version", VERSION)), workdir, **kw)
+    rmq.start()
+    try:
+        yield rmq
+    finally:
+        rmq.stop(grace_s=grace_s)

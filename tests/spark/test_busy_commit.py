@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from brokers import skip_or_fail
-from real_rocketmq import RealRocketMQ, java_available, provision
+from brokers import real_broker
+from real_rocketmq import RealRocketMQ
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, TransactionType, decode_records
 from rocketmq_spark.errors import SystemBusyError
@@ -32,16 +32,8 @@ ROWS = 5000
 
 @pytest.fixture(scope="module")
 def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealRocketMQ]:
-    missing = java_available()
-    if missing:
-        skip_or_fail(f"the real Apache RocketMQ cannot run here: {missing}")
-    rmq = RealRocketMQ(provision(), tmp_path_factory.mktemp("busy-real"), proxy=False,
-                       broker_config={"endTransactionThreadPoolNums": 1, "waitTimeMillsInTransactionQueue": 1})
-    rmq.start()
-    try:
-        yield rmq
-    finally:
-        rmq.stop(grace_s=2)
+    yield from real_broker(tmp_path_factory.mktemp("busy-real"), grace_s=2, proxy=False,
+                           broker_config={"endTransactionThreadPoolNums": 1, "waitTimeMillsInTransactionQueue": 1})
 
 
 def _halves(client: RemotingClient, qs: list[MessageQueue], n: int) -> list[Txn]:
