@@ -787,13 +787,7 @@ class GrpcClient(SequentialManyQueueCalls):
         gone: list[Txn] = []
         what = f"{'commit' if commit else 'rollback'} of transaction"
 
-        def settle(i: int, t: Txn, fut: Future[Any]) -> bool:
-            applied = _settle(t, fut)
-            if applied and on_applied is not None:
-                on_applied(i)
-            return applied
-
-        def _settle(t: Txn, fut: Future[Any]) -> bool:
+        def settle(t: Txn, fut: Future[Any]) -> bool:
             addr = self._broker_endpoints.get(t.broker, "?")
             try:
                 resp = fut.result(self.config.request_timeout_s)
@@ -824,7 +818,10 @@ class GrpcClient(SequentialManyQueueCalls):
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(i, t, fut) and not failed and not gone:
+                applied = settle(t, fut)
+                if applied and on_applied is not None:
+                    on_applied(i)
+                if applied and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0 and report:
                 on_progress(done + 1)

@@ -1031,13 +1031,7 @@ class RemotingClient(RemotingAdmin):
         failed: list[RocketMQSparkError] = []
         gone: list[Txn] = []
 
-        def settle(i: int, t: Txn, fut: Reply) -> bool:
-            applied = _settle(t, fut)
-            if applied and on_applied is not None:
-                on_applied(i)
-            return applied
-
-        def _settle(t: Txn, fut: Reply) -> bool:
+        def settle(t: Txn, fut: Reply) -> bool:
             try:
                 resp = fut.result(self.config.request_timeout_s)
                 if resp.code == ResponseCode.SUCCESS:
@@ -1068,7 +1062,10 @@ class RemotingClient(RemotingAdmin):
             done = -1
             while len(pending) > keep:
                 i, t, fut = pending.popleft()
-                if settle(i, t, fut) and not failed and not gone:
+                applied = settle(t, fut)
+                if applied and on_applied is not None:
+                    on_applied(i)
+                if applied and not failed and not gone:
                     done = i
             if on_progress is not None and done >= 0:
                 on_progress(done + 1)
