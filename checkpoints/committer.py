@@ -54,7 +54,8 @@ def _parse_offsets(raw: Any) -> dict[MessageQueue, int]:
 def _held_at_start(start: Any, end: Any) -> dict[MessageQueue, int]:
     """What the reader wrote to the brokers when it planned the batch from ``start`` to ``end``
     (their offsets JSON): the ends of the batch before, and for a queue the batch read from a
-    reset offset (named in ``end``), that offset, which the broker held."""
+    reset offset (named in ``end``), that offset, which the broker held (for a queue new to the
+    query, named there too, its first offset: the broker held nothing, or that)."""
     try:
         ends = dict(split_batch_end(start)[0])
         ends.update(split_batch_end(end)[1])

@@ -22,7 +22,8 @@ __all__ = ["EARLIEST", "GROUP_KEY", "LATEST", "MARKS_KEY", "RESET_KEY", "GroupAt
 EARLIEST, LATEST = -2, -1
 _SHAPE = 'JSON like {"topic":{"broker-a:0":42}}'
 #: In a stream's batch end offsets (Spark's offset log), the queues whose batch starts somewhere
-#: else than the previous batch's end (an offset reset the query followed), in the offsets form:
+#: else than the previous batch's end (an offset reset the query followed, a lost store's new
+#: first offset, or where a queue new to the query starts), in the offsets form:
 #: ``{"topic":{"broker-a:0":42}, "@reset":{"topic":{"broker-a:0":7}}}``. "@" is in no topic name.
 RESET_KEY = "@reset"
 #: In a stream's batch end offsets, per queue a fingerprint of one message the query planned past:
@@ -155,7 +156,8 @@ def _queue_items(tree: Mapping[Any, Any], prefix: str,
 def batch_end_json(ends: Mapping[MessageQueue, int], resets: Mapping[MessageQueue, int],
                    marks: Mapping[MessageQueue, Mark] | None = None,
                    group: GroupAtPlanning | None = None) -> dict[str, Any]:
-    """A stream batch's end offsets with the starts of the queues it reads from a reset offset,
+    """A stream batch's end offsets with the starts of the queues it reads from a reset offset
+    or from where a queue new to the query started (a replay must read the same ranges),
     the queues' marks (:data:`MARKS_KEY`) and the group's offsets at planning (:data:`GROUP_KEY`)."""
     out: dict[str, Any] = Offsets(ends).to_json()
     if resets:

@@ -84,6 +84,8 @@ class Planner:
         self._list_failing: float | None = None
         #: minMessagesPerTrigger's wait, with maxTriggerDelay (see .pacing)
         self.pacing = Pacing(options.min_messages_per_trigger, options.max_trigger_delay_ms)
+        #: the starts next_end gave queues new to the query (see take_new_starts)
+        self._new_starts: QueueOffsets = {}
 
     def _answered(self, broker: str) -> None:
         store = self.ctx.opened_store
@@ -324,10 +326,11 @@ class Planner:
             if self.target is not None:
                 latest = {mq: min(v, self.target.get(mq, v)) for mq, v in latest.items()}
             begin: QueueOffsets = {}
+            new: QueueOffsets = {}
             for mq, hi in latest.items():
                 s = start.get(mq)
                 if s is None:  # a new queue: from its earliest offset
-                    s = self.client.min_offset(mq)
+                    s = new[mq] = self.client.min_offset(mq)
                 begin[mq] = min(s, hi) if s <= hi else s
             end = {mq: max(begin[mq], latest[mq]) for mq in latest}
             if self.pacing.holds(sum(end[mq] - begin[mq] for mq in end), available_now=self.target is not None):
@@ -343,9 +346,18 @@ class Planner:
                 break
             self._sleep(POLL_S)
         self.commits.planned(begin, end)
+        self._new_starts = {mq: begin[mq] for mq in new}
         for mq in missing:  # carried as they are: a restarted broker's queues resume there
             end[mq] = start[mq]
         return end
+
+    def take_new_starts(self) -> QueueOffsets:
+        """Where the last :meth:`next_end` started the queues new to the query (their min offset
+        then). The batch's offsets keep them: a replay asking the min offset anew could get
+        another (retention, a lost store), and a range that moves renumbers the batch's
+        partitions and rows, which an exactly-once writer's message ids are made of."""
+        out, self._new_starts = self._new_starts, {}
+        return out
 
     @staticmethod
     def _admit(begin: QueueOffsets, end: QueueOffsets, budget: int) -> QueueOffsets:

@@ -91,8 +91,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         included; a write a broker ignores for a waiting reset is that reset, applied too). Then
         each queue's latest offset now, capped by ``limit`` (messages shared across queues by
         backlog) and, under AvailableNow, by the target
-        :meth:`prepareForTriggerAvailableNow` fixed; a new queue starts at its min offset. The
-        planned ranges are registered for :meth:`commit`. A start below the queue's min offset
+        :meth:`prepareForTriggerAvailableNow` fixed; a new queue starts at its min offset, kept in
+        the batch's offsets. The planned ranges are registered for :meth:`commit`. A start below the queue's min offset
         raises DataLossError (failOnDataLoss=false: skipped, logged). Queues of a down broker
         keep their offset; BrokerUnavailableError past brokerDownTimeoutMs."""
         self._started()
@@ -114,6 +114,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {mq: begin[mq] for mq in restarted if mq in begin}
         restarts = self.planner.take_restarts()
         starts.update(restarts)
+        starts.update(self.planner.take_new_starts())  # a replay reads them from there too
         if not starts and end == ends:  # nothing new: the offsets as they were (Spark plans no batch)
             at = group_of(start)
         else:

@@ -1272,3 +1272,18 @@ def test_ending_offsets_by_timestamp_of_a_batch_read() -> None:
     ends = _ends_at_times(c, {Q(0): 2, Q(1): 0}, {Q(0): 10, Q(1): 10}, times)  # type: ignore[arg-type]
     assert ends == {Q(0): 4, Q(1): 10}  # up to the first message at/after the time; none: to the end
     assert _ends_at_times(c, {Q(0): 6}, {Q(0): 10}, times) == {Q(0): 6}  # type: ignore[arg-type]
+
+
+def test_a_queue_new_to_the_query_is_replayed_from_the_start_its_batch_was_planned_with() -> None:
+    # a replay asking the new queue's min offset anew (retention, a lost store) would move its
+    # range, and with it the partitions and row numbers an exactly-once writer's ids are made of
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10)})
+    r = _stream(c)
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    c.ranges[a1] = (3, 9)  # a queue added while the query runs
+    e2 = r.latestOffset(e1, ReadAllAvailable())
+    first = [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e1, e2))]
+    c.ranges[a1] = (5, 9)  # retention deleted two of its messages before the batch is replayed
+    again = [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e1, e2))]
+    assert first == again == [(a1, 3, 9)]
