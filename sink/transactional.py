@@ -34,12 +34,12 @@ from ..model import MessageQueue
 from .encode import TX_TAG
 from .options import WriterOptions
 from .tracing import open_trace
-from .txlog import TxLog, Txn
+from .txlog import StorePrint, TxLog, Txn
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BROKER_DOWN_S", "TaskReport", "abort_batch", "check_decision", "commit_batch", "committed_ids",
-           "commit_once", "describe", "destination_marks", "riding_out", "row_sum", "sum_difference"]
+           "commit_once", "describe", "destination_marks", "riding_out", "row_sum", "store_prints", "sum_difference"]
 
 
 @dataclass
@@ -185,6 +185,54 @@ def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[Message
         return None
 
 
+def store_prints(client: BrokerClient, marks: Mapping[MessageQueue, int]) -> dict[str, StorePrint]:
+    """Each broker's store print (see :mod:`.txlog`): the store time of the message just below
+    the highest of its queues' ``marks``. None for a broker whose queues were all empty, or
+    whose message cannot be read now (refused, a fault: a replay then knows its store changed
+    only by offsets below the marks; logged)."""
+    top: dict[str, MessageQueue] = {}
+    for mq in sorted(marks):
+        if marks[mq] > 0 and (mq.broker not in top or marks[mq] > marks[top[mq.broker]]):
+            top[mq.broker] = mq
+    out: dict[str, StorePrint] = {}
+    for broker, mq in sorted(top.items()):
+        try:
+            at = _stored_at(client, mq, marks[mq] - 1)
+        except RocketMQSparkError as exc:
+            at = None
+            if (broker, mq.topic) not in _UNPRINTED:
+                _UNPRINTED.add((broker, mq.topic))
+                log.warning("exactly-once: the destination's message at %s offset %d cannot be read (%s): a "
+                            "replay tells a lost store on %s by its offsets alone", mq, marks[mq] - 1, exc, broker)
+        if at is not None:
+            out[broker] = (mq, marks[mq] - 1, at)
+    return out
+
+
+#: brokers and topics whose store print could not be taken (see store_prints): warned once
+_UNPRINTED: set[tuple[str, str]] = set()
+
+
+def _stored_at(client: BrokerClient, mq: MessageQueue, offset: int) -> int | None:
+    """The store time of the message at ``offset`` of ``mq``; None when there is none there.
+    Raises the client's errors."""
+    res = client.pull(mq, offset, 1)
+    return client.store_time_in(res, offset) if res.status == "FOUND" else None
+
+
+def _stored_at_now(client: BrokerClient, mq: MessageQueue, offset: int) -> int | None:
+    """:func:`_stored_at`, None when the broker refuses it (logged); ConnectionFailedError for
+    :func:`riding_out`."""
+    try:
+        return _stored_at(client, mq, offset)
+    except ConnectionFailedError:
+        raise
+    except RocketMQSparkError as exc:
+        log.warning("%s: the message at offset %d cannot be read (%s): its broker's store is told by its "
+                    "offsets alone", mq, offset, exc)
+        return None
+
+
 def committed_ids(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]]
                   ) -> set[str]:
     """The message ids (UNIQ_KEY) stored past ``marks`` in the queues of the (broker, topic)
@@ -256,30 +304,40 @@ def _wait_answering(client: BrokerClient, queues: Sequence[MessageQueue]) -> Non
 def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch_id: int, record: list[Txn],
                   done: int, marks: Mapping[MessageQueue, int] | None, *, look_first: bool,
                   skip: frozenset[int] = frozenset()) -> list[int]:
-    """:func:`commit_once` of a recorded batch, its progress marked in ``txlog``; the indices
-    of the record it found lost."""
+    """:func:`commit_once` of a recorded batch (with the store prints its record keeps), its
+    progress marked in ``txlog``; the indices of the record it found lost."""
     return commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
-                       on_progress=lambda n: txlog.mark_progress(batch_id, n), skip=skip)
+                       on_progress=lambda n: txlog.mark_progress(batch_id, n), skip=skip,
+                       prints=txlog.prints(batch_id))
 
 
-def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]]
-                     ) -> dict[str, str]:
-    """The brokers among ``pairs`` holding a destination queue whose max offset is now below
-    its mark (a queue's offsets only grow in one store: the broker lost the store the marks
-    were taken on), each with what says so. An END sent there by position could end another
-    half message that now sits where the recorded one was."""
+def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]],
+                     prints: Mapping[str, StorePrint] | None = None) -> dict[str, str]:
+    """The brokers among ``pairs`` that lost the store the marks were taken on, each with what
+    says so: a destination queue whose max offset is now below its mark (a queue's offsets
+    only grow in one store), or whose message at the broker's store print (``prints``) was
+    stored at another time (a new store grown past the marks). An END sent there by position
+    could end another half message that now sits where the recorded one was."""
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
     now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     out: dict[str, str] = {}
     for mq in queues:
         if mq in now and now[mq] < marks[mq] and mq.broker not in out:
             out[mq.broker] = f"{mq} holds up to offset {now[mq]}, below its mark {marks[mq]}"
+    for broker, (mq, off, at) in sorted((prints or {}).items()):
+        if broker in out or (broker, mq.topic) not in pairs:
+            continue
+        held = riding_out(functools.partial(_stored_at_now, client, mq, off), "reading the destination's message")
+        if held is not None and held != at:
+            out[broker] = (f"{mq} offset {off} holds a message stored at {held} (epoch ms), not the one stored at "
+                           f"{at} when the batch was recorded")
     return out
 
 
 def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], done: int,
                 marks: Mapping[MessageQueue, int] | None, *, look_first: bool, what: str,
-                on_progress: Callable[[int], None] | None = None, skip: frozenset[int] = frozenset()) -> list[int]:
+                on_progress: Callable[[int], None] | None = None, skip: frozenset[int] = frozenset(),
+                prints: Mapping[str, StorePrint] | None = None) -> list[int]:
     """Commit the transactions of ``record`` from index ``done`` on, each once, but those at
     the indices in ``skip``; return the indices of those found lost.
 
@@ -287,7 +345,8 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     message is not in the destination past the marks: before the first round when
     ``look_first`` (a replay: the commit before it may have had ENDs in flight), and after any
     round a fault stopped (an END whose answer was lost may have been applied). A replay sends
-    no END to a broker whose store changed since the marks (:func:`_replaced_stores`). A
+    no END to a broker whose store changed since the marks (:func:`_replaced_stores`, with the
+    brokers' store ``prints``). A
     transaction whose broker holds no half message for it (gone, see the client's
     ``end_transactions``) was committed before if its message is in the destination past the
     marks, and is lost otherwise (returned; the caller decides). Without marks (the destination
@@ -308,7 +367,7 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
         if look_first or fault is not None:
             pending = _not_seen(client, record, pending, marks, pairs, what, done)
             if fault is None:
-                pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what)
+                pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what, prints)
         if not pending:
             break
         if fault is not None:
@@ -396,10 +455,10 @@ def _not_seen(client: BrokerClient, record: list[Txn], pending: list[int], marks
 
 def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int],
                          marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]], ending: _Ending,
-                         what: str) -> list[int]:
+                         what: str, prints: Mapping[str, StorePrint] | None) -> list[int]:
     """``pending`` but those on a broker whose store changed since the marks (noted gone: an
     END by position could end another half there)."""
-    replaced = _replaced_stores(client, marks, pairs)
+    replaced = _replaced_stores(client, marks, pairs, prints)
     stale = [i for i in pending if record[i].broker in replaced]
     if stale:
         log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
@@ -521,7 +580,7 @@ def _substitute_twins(client: BrokerClient, txlog: TxLog, batch_id: int, record:
         chosen = [tw for tw, _ in twins.values()]
         fresh = riding_out(lambda: destination_marks(client, chosen), f"batch {batch_id}: reading the "
                             "destination's offsets") or {}
-        record = txlog.substitute(batch_id, twins, fresh)
+        record = txlog.substitute(batch_id, twins, fresh, store_prints(client, fresh))
         log.warning("batch %d: %d rows its brokers lost are committed from the replay's rows of the same ids "
                     "(checksums equal): %s", batch_id, len(twins), describe(chosen))
     return record, unmatched
@@ -531,8 +590,8 @@ def commit_batch(opts: WriterOptions, txns: list[Txn], batch_id: int, rows: _Row
     """Record the batch (once), then commit its transactions, each once.
 
     First time: the destination queues' max offsets are taken (:func:`destination_marks`) and
-    ``txns`` recorded with them and the tasks' ``rows`` (checksums, nonces) under the checkpoint
-    (:class:`TxLog`), then committed in the
+    ``txns`` recorded with them, the brokers' store prints (:func:`store_prints`) and the
+    tasks' ``rows`` (checksums, nonces) under the checkpoint (:class:`TxLog`), then committed in the
     record's order with the progress marked as their ENDs are answered, and the batch marked
     ended. A replay of a recorded batch rolls back the ``txns`` not in the record and commits
     the recorded ones past the marked progress whose messages are not in the destination past
@@ -587,7 +646,8 @@ def _commit_first(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
     marked in the record) when a broker lost half messages."""
     taken = riding_out(lambda: destination_marks(client, txns), f"batch {batch_id}: reading the "
                         "destination's offsets") if txns else {}
-    record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces)
+    prints = store_prints(client, taken) if taken else {}
+    record = txlog.record(batch_id, txns, taken, sums=rows.sums, nonces=rows.nonces, prints=prints)
     lost = _end_recorded(client, opts, txlog, batch_id, record, 0, taken, look_first=False)
     if lost:
         txlog.mark_lost(batch_id, {record[i].msg_id for i in lost})

@@ -39,7 +39,12 @@ any of them. From then on the record is the truth:
   id instead (its *twin*), once the row's checksum (``sums``, taken by the task: body, tag,
   keys, other properties) and topic match, and records it in place of the lost one
   (``twins``: its nonce) before ending it. A check-back of a half whose id is lost is left
-  unanswered until then (it may be the twin to commit).
+  unanswered until then (it may be the twin to commit);
+- with the marks, each broker's *store print* (``prints``): a message just below the highest
+  of its queues' marks, by offset and store time. An END names its half by its position in
+  the broker's commit log, and a broker that lost its store fills the same positions with
+  other messages: a replay sends no END to a broker whose queue now holds another message at
+  the print's offset (or less than the mark), whatever its offsets grew to since.
 
 Records written by earlier versions have no marks: their replays commit the transactions past
 the progress mark without looking (the ENDs in flight when the first commit stopped may then be
@@ -60,7 +65,11 @@ from ..offsets import Offsets
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TxLog", "Txn"]
+__all__ = ["StorePrint", "TxLog", "Txn"]
+
+#: a broker's store as a batch's record knows it: a destination queue of the broker, an offset
+#: below its mark, and the store time (epoch ms) of the message there (see the module docstring)
+StorePrint = tuple[MessageQueue, int, int]
 
 #: what a batch leaves under the directory (pruned with its record); "checked", "ending" and
 #: "lock" are what earlier versions left; "accept-lost" an operator's
@@ -107,12 +116,14 @@ class TxLog:
         return None if obj is None else {str(m) for m in obj["msgIds"]}
 
     def record(self, batch_id: int, txns: list[Txn], marks: Mapping[MessageQueue, int] | None = None, *,
-               sums: Mapping[str, str] | None = None, nonces: Mapping[int, str] | None = None) -> list[Txn]:
+               sums: Mapping[str, str] | None = None, nonces: Mapping[int, str] | None = None,
+               prints: Mapping[str, StorePrint] | None = None) -> list[Txn]:
         """Record (atomically, fsynced) that ``txns`` make up batch ``batch_id``, with ``marks``:
         each destination queue's max offset before any of them was committed (where their
-        messages will be found); ``sums``: each row's checksum by message id, ``nonces``: the
-        nonce of the task attempt whose halves are recorded, by partition (see the module
-        docstring). Replaces any earlier record of the batch and deletes the
+        messages will be found); ``prints``: by broker, a message of its store below a mark
+        (:data:`StorePrint`: a replay tells a replaced store by it); ``sums``: each row's
+        checksum by message id, ``nonces``: the nonce of the task attempt whose halves are
+        recorded, by partition (see the module docstring). Replaces any earlier record of the batch and deletes the
         records and marks of batch ids below ``batch_id - keep``. Returns ``txns`` in the
         record's order (:meth:`txns`, which :meth:`mark_progress` counts in). OSError when the
         directory cannot be written."""
@@ -122,6 +133,8 @@ class TxLog:
                                   "txns": ordered}  # each as its list (Txn is a tuple)
         if marks is not None:
             rec["marks"] = Offsets(dict(marks)).to_json()
+        if prints:
+            rec["prints"] = _prints_json(prints)
         if sums is not None:
             rec["sums"] = dict(sums)
         if nonces is not None:
@@ -155,13 +168,15 @@ class TxLog:
         self._write(batch_id, obj)
 
     def substitute(self, batch_id: int, twins: Mapping[int, tuple[Txn, str]],
-                   marks: Mapping[MessageQueue, int]) -> list[Txn]:
+                   marks: Mapping[MessageQueue, int], prints: Mapping[str, StorePrint] | None = None) -> list[Txn]:
         """Put each twin (a replay's half of the same id, and its task's nonce) in place of the
         lost transaction at its index of the record (whose order :meth:`mark_progress` counts
         in), no longer lost; ``marks`` (the twins' destination queues' max offsets now) are
         merged into the record's, the lower of two kept per queue (a queue's offsets only grow
         in one store; a lower one now means its broker lost the store the record's was taken
-        on). Atomic, fsynced, before any twin is ended. Returns the record's transactions."""
+        on). The twins' brokers' store prints are replaced by ``prints`` (taken now: the twins'
+        halves are in the store their brokers hold now; a broker without one there has none).
+        Atomic, fsynced, before any twin is ended. Returns the record's transactions."""
         obj = self._load(batch_id)
         if obj is None:
             raise FileNotFoundError(self._path(batch_id))
@@ -175,7 +190,10 @@ class TxLog:
         merged = dict(Offsets.from_json(obj["marks"])) if "marks" in obj else {}
         for mq, off in marks.items():
             merged[mq] = min(off, merged.get(mq, off))
-        obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json())
+        kept = {b: p for b, p in self.prints(batch_id).items() if b not in {tw.broker for tw, _ in twins.values()}}
+        kept.update(prints or {})
+        obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json(),
+                   prints=_prints_json(kept))
         self._write(batch_id, obj)
         return txns
 
@@ -196,6 +214,16 @@ class TxLog:
         if obj is None or "marks" not in obj:
             return None
         return Offsets.from_json(obj["marks"])
+
+    def prints(self, batch_id: int) -> dict[str, StorePrint]:
+        """The store prints recorded with the batch (see :meth:`record`), by broker; none when
+        the batch is not recorded or its record has none (an earlier version's, or brokers
+        whose destination queues were empty)."""
+        obj = self._load(batch_id)
+        out: dict[str, StorePrint] = {}
+        for broker, (topic, key, off, at) in ((obj or {}).get("prints") or {}).items():
+            out[str(broker)] = (MessageQueue.from_key(str(topic), str(key)), int(off), int(at))
+        return out
 
     def mark_progress(self, batch_id: int, ended: int) -> None:
         """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) are
@@ -294,3 +322,7 @@ class TxLog:
                     os.unlink(os.path.join(self.dir, name))
                 except FileNotFoundError:
                     pass
+
+
+def _prints_json(prints: Mapping[str, StorePrint]) -> dict[str, list]:
+    return {b: [mq.topic, mq.key, int(off), int(at)] for b, (mq, off, at) in sorted(prints.items())}

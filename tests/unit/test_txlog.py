@@ -84,10 +84,17 @@ class FakeBroker:
         #: (k, after): the next commit's END k is refused as the store is lost, those at the
         #: indices ``after`` (past k) answered as applied just before (see :meth:`end_transactions`)
         self.wiped_at: tuple[int, set[int]] | None = None
+        self.era = 0  # how many times the store was lost (see store_time_in)
 
     def lose_store(self, halves) -> None:  # noqa: ANN001
         self.stored = {mq: [] for mq in self.stored}
         self.gone |= set(halves)
+        self.era += 1
+
+    def store_time_in(self, res: PullResult, offset: int) -> int | None:
+        # a message's store time: its offset in the store that holds it (stores told by era)
+        start = res.next_offset - len(res.messages)
+        return self.era * 10**6 + offset if res.status == "FOUND" and start <= offset < res.next_offset else None
 
     def apply(self, txns) -> None:  # noqa: ANN001
         for t in txns:
@@ -529,6 +536,54 @@ def test_a_replay_sends_no_end_to_a_broker_whose_store_changed_since_the_record(
     assert not any(t in txns for t, _ in broker.ended), broker.ended
     assert sorted(broker.stored[MQ]) == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
     assert log.marks(9) == {MQ: 0}  # the twins' marks, taken on the new store
+
+
+def _recorded_on(broker: FakeBroker, tmp_path, txns: list[Txn], marks: dict) -> TxLog:  # noqa: ANN001
+    """Batch 9 recorded as a first commit records it (marks, store prints, checksums), not ended."""
+    from rocketmq_spark.sink.transactional import store_prints
+
+    log = TxLog(str(tmp_path))
+    log.record(9, txns, marks, sums={t.msg_id: _sum(t.msg_id.encode()) for t in txns},
+               prints=store_prints(broker, marks))
+    return log
+
+
+def test_a_replay_tells_a_new_store_grown_past_the_marks_by_its_store_print(fake, tmp_path) -> None:
+    # the broker lost its store after the record and the new one already holds more than the
+    # marks: offsets alone cannot tell, and an END by position would end whatever half sits
+    # there now (the fault suite, seed 4601: Apache RocketMQ answered with exceptions)
+    broker, opts, writer = fake
+    txns = _txns(3)
+    broker.stored[MQ] = [f"OLD-{i}" for i in range(5)]
+    log = _recorded_on(broker, tmp_path, txns, {MQ: 5})
+    assert log.prints(9) == {"broker-a": (MQ, 4, 4)}
+    broker.lose_store([])  # the old halves' positions hold other records: an END would be taken
+    broker.stored[MQ] = [f"NEW-{i}" for i in range(8)]
+    writer.RocketMQStreamWriter(opts).commit([_report(0, _replayed(txns), "n2")], 9)
+    assert not any(t in txns for t, _ in broker.ended), broker.ended
+    assert broker.stored[MQ][8:] == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
+    assert log.prints(9) == {"broker-a": (MQ, 7, 10**6 + 7)}  # the twins' store's
+
+
+def test_a_replay_ends_the_recorded_halves_of_a_store_that_only_grew(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns = _txns(3)
+    broker.stored[MQ] = [f"OLD-{i}" for i in range(5)]
+    log = _recorded_on(broker, tmp_path, txns, {MQ: 5})
+    broker.stored[MQ] += ["OTHER-0", "OTHER-1"]  # another writer's messages meanwhile; the same store
+    writer.RocketMQStreamWriter(opts).commit([_report(0, _replayed(txns), "n2")], 9)
+    assert [t for t, commit in broker.ended if commit] == txns
+    assert broker.stored[MQ][7:] == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
+
+
+def test_a_first_commit_records_each_brokers_store_print(fake, tmp_path) -> None:
+    broker, opts, writer = fake
+    txns = _txns(2)
+    broker.stored[MQ] = ["OLD-0", "OLD-1"]
+    broker.stored[MessageQueue("T", "broker-a", 1)] = []  # an empty queue: no print there
+    writer.RocketMQStreamWriter(opts).commit([_report(0, txns, "n1")], 4)
+    log = TxLog(str(tmp_path))
+    assert log.ended(4) and log.prints(4) == {"broker-a": (MQ, 1, 1)}
 
 
 def test_a_retried_tasks_halves_share_ids_and_are_told_apart_by_position_and_nonce(fake, tmp_path) -> None:
