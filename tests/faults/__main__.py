@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=None, help="random seed of the schedule (default: a random one, "
                                                           "printed)")
     r.add_argument("--faults", type=_faults, default=DEFAULT_FAULTS,
-                   help=f"comma-separated fault kinds, or all (default: all but wipe-broker-now): {', '.join(FAULTS)}")
+                   help=f"comma-separated fault kinds, or all (default: all): {', '.join(FAULTS)}")
     r.add_argument("--concurrency", type=int, default=1,
                    help="faults at once (default 1: each alone); 2: Spark-side faults (driver, workers) in one lane "
                         "and cluster-side ones (brokers, name server, network) in another, mixed; more: more "
