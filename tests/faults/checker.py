@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from readback import stored_records
 from rocketmq_spark.client import ClientConfig, RemotingClient
-from rocketmq_spark.codec import decode_records
 from rocketmq_spark.model import MessageQueue
 
 from .workload import SendLog, id_of, queue_key
@@ -242,23 +242,8 @@ def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None
             raise RuntimeError(f"the routes list no queue of {topic} on {', '.join(brokers)}")
         if direct:
             _pin(c, direct)
-        for mq in mqs:
-            if brokers is not None and mq.broker not in brokers:
-                continue
-            lo, hi = c.min_offset(mq), c.max_offset(mq)
-            at = lo
-            key = queue_key(mq)
-            while at < hi:
-                res = c.pull(mq, at, 32)
-                if res.status != "FOUND":
-                    if res.next_offset > at:  # a hole (an offset moved): go on from where the broker says
-                        at = res.next_offset
-                        continue
-                    raise RuntimeError(f"reading {topic} {key} at offset {at} (max {hi}): {res.status}, "
-                                       f"next offset {res.next_offset}")
-                for rec in decode_records(res.body):
-                    out.append(Copy(key, rec.queue_offset, id_of(rec.payload())))
-                at = res.next_offset
+        wanted = [mq for mq in mqs if brokers is None or mq.broker in brokers]
+        out = [Copy(queue_key(mq), rec.queue_offset, id_of(rec.payload())) for mq, rec in stored_records(c, wanted)]
     finally:
         c.close()
     return out

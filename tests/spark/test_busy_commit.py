@@ -18,9 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from brokers import real_broker
+from readback import stored_records
 from real_rocketmq import RealRocketMQ
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.codec import BatchEntry, TransactionType, decode_records
+from rocketmq_spark.codec import BatchEntry, TransactionType
 from rocketmq_spark.errors import SystemBusyError
 from rocketmq_spark.model import MessageQueue, Txn
 from rocketmq_spark.remoting.codes import ResponseCode
@@ -58,14 +59,7 @@ def _halves(client: RemotingClient, qs: list[MessageQueue], n: int) -> list[Txn]
 
 
 def _stored(client: RemotingClient, qs: list[MessageQueue]) -> Counter[bytes]:
-    got: Counter[bytes] = Counter()
-    for q in qs:
-        off, hi = 0, client.max_offset(q)
-        while off < hi:
-            res = client.pull(q, off, 32)
-            got.update(r.payload() for r in decode_records(res.body))
-            off = res.next_offset
-    return got
+    return Counter(rec.payload() for _, rec in stored_records(client, qs))
 
 
 def test_a_commit_the_broker_refuses_as_busy_goes_on_and_writes_each_row_once(spark, busy) -> None:  # noqa: ANN001

@@ -19,8 +19,9 @@ from test_offset_reset import _wait_for
 from test_reset_states import _Sink  # every body a foreachBatch query wrote, counted
 
 from brokers import settles_at, wait_until
+from readback import stored_records
 from rocketmq_spark.client import RemotingClient
-from rocketmq_spark.codec import BatchEntry, decode_records
+from rocketmq_spark.codec import BatchEntry
 from rocketmq_spark.errors import RocketMQSparkError
 from rocketmq_spark.model import MessageQueue
 
@@ -87,16 +88,8 @@ def _stored(client: RemotingClient, topic: str) -> Counter[str]:
     """How many copies of each body the topic's queues hold, read from the masters. A send the
     client tried again after a timeout may be stored twice (the Java producer's retries do the
     same): the query must read each copy, and no more."""
-    got: Counter[str] = Counter()
-    for mq in client.message_queues(topic, refresh=True):
-        off, hi = client.min_offset(mq), client.max_offset(mq)
-        while off < hi:
-            res = client.pull(mq, off, 32)
-            got.update(r.payload().decode() for r in decode_records(res.body or b""))
-            if res.next_offset <= off:
-                raise AssertionError(f"{mq}: a pull at {off} of [{off}, {hi}) moved on to {res.next_offset}")
-            off = res.next_offset
-    return got
+    return Counter(rec.payload().decode() for _, rec in stored_records(client, client.message_queues(topic,
+                                                                                                       refresh=True)))
 
 
 def _check(sink: _Sink, acked: set[str], unsure: set[str],
