@@ -686,6 +686,8 @@ class Run:
     peers: bool  # the real peers run after the sink (the Java client is compared there)
     kafka_version: str | None = None  # Spark's Kafka source, when it could be fetched
     real_eos: str | None = None  # why the exactly-once writes on Apache RocketMQ are skipped (None: they run)
+    #: broker.conf keys over the harness's for the peers' Apache RocketMQ (--real-broker-config)
+    real_config: dict[str, str] = field(default_factory=dict)
     topics: list[Topic] = field(default_factory=list)  # the source topics, 100 B then 4 KiB
     grpc_topics: list[Topic] = field(default_factory=list)  # the topic read over gRPC and remoting
 
@@ -995,14 +997,15 @@ def _kafka_connector(peers: bool, say: Callable[[str], None]) -> tuple[list[str]
 
 def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int | None = None,
               log: Callable[[str], None] = print, peers: bool = False, real_eos: str | None = "not asked for",
-              sections: tuple[str, ...] | None = None) -> dict[str, Any]:
+              sections: tuple[str, ...] | None = None, real_config: dict[str, str] | None = None) -> dict[str, Any]:
     """Every section of :data:`SECTIONS` against the broker ``launcher`` starts; with ``peers``
     the reads again from Apache RocketMQ's broker and from Kafka (see :func:`run_peers`) in the
     same Spark session. -> rows (``source``, ``sink``, ``grpc``, ``pushdown``, ``java_client``,
     ``peers``), ratios (``ratios``, ``ratios_cpu``, ``grpc_to_remoting``), ``preload`` and the
     ``timeline`` of the run log. ``real_eos``: why the exactly-once writes on Apache RocketMQ
     are skipped (None: they run); ``sections``: the keys of :data:`SECTIONS` to run (all: None;
-    the source topics are preloaded only for those of :data:`READS`)."""
+    the source topics are preloaded only for those of :data:`READS`); ``real_config``: broker.conf
+    keys for the peers' Apache RocketMQ (default: the harness's, Apache's defaults for reads)."""
     chosen = [(k, fn) for k, fn in SECTIONS if sections is None or k in sections]
     t_start = time.perf_counter()
     out: dict[str, Any] = {"source": [], "sink": [], "preload": [], "ratios": {}, "ratios_cpu": {},
@@ -1023,7 +1026,8 @@ def run_suite(sizes: Sizes, workdir: str, *, launcher: str = "auto", repeat: int
             kafka_jars, kafka_version = _kafka_connector(peers, say)
             spark = make_spark(kafka_jars)
             say("SparkSession up")
-            run = Run(sizes, repeat or sizes.repeat, workdir, h, c, spark, say, out, peers, kafka_version, real_eos)
+            run = Run(sizes, repeat or sizes.repeat, workdir, h, c, spark, say, out, peers, kafka_version, real_eos,
+                      real_config=dict(real_config or {}))
             _warm_up(run, loader)
             for _, section in chosen:
                 section(run)
@@ -1060,10 +1064,13 @@ def _real_rocketmq_reads(run: Run, out: dict[str, Any], plan: list[tuple[int, in
     from ._brokers import RealBroker
 
     real_rows: dict[int, Row] = {}
-    h = RealBroker(os.path.join(run.workdir, "real"))
+    h = RealBroker(os.path.join(run.workdir, "real"), run.real_config)
     with h, broker_process(h.pid):
         out["versions"]["rocketmq"] = h.version
-        run.say(f"Apache RocketMQ {h.version}: broker pid {h.pid}, name server {h.namesrv_addr}")
+        out["real_broker_config"] = dict(run.real_config)
+        conf = ", ".join(f"{k}={v}" for k, v in run.real_config.items())
+        tuned = f" (broker.conf: {conf})" if conf else ""
+        run.say(f"Apache RocketMQ {h.version}: broker pid {h.pid}, name server {h.namesrv_addr}{tuned}")
         c = RemotingClient(h.namesrv_addr)
         try:
             preload(c, "bench-warmup", WARMUP_ROWS, 100)  # what warm_up_sources reads
@@ -1407,6 +1414,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of the figures: py-spy the reads (rocketmq 100 B and 4 KiB, synthetic) and both "
                         "writes (writes results/spark_io-profile.txt and the raw samples as "
                         "results/spark_io-profile-*.collapsed.gz); --messages sets the size")
+    p.add_argument("--real-broker-config", action="append", metavar="KEY=VALUE",
+                   help="a broker.conf key for the peers' Apache RocketMQ (repeatable; default: Apache's defaults "
+                        "but what the harness sets), e.g. maxTransferCountOnMessageInMemory=1024")
     p.add_argument("--java-eos", choices=("auto", "on", "off"), default="auto",
                    help="after the sink, the exactly-once writes again on Apache RocketMQ beside the Java client's "
                         "transactional producer (auto: on in a full run with the default launcher when java and mvn "
@@ -1436,6 +1446,18 @@ def _real_eos_skipped(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _key_values(items: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as a dict; SystemExit naming one without ``=``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SystemExit(f"--real-broker-config {item!r} is not KEY=VALUE (a broker.conf key, e.g. "
+                             "maxTransferCountOnMessageInMemory=1024)")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     if args.messages:
@@ -1461,7 +1483,7 @@ def run(args: argparse.Namespace) -> int:
         load_start = os.getloadavg()
         with TreeMeter() as total:
             res = run_suite(sizes, workdir, launcher=args.launcher, repeat=args.repeat, peers=peers,
-                            real_eos=real_eos, sections=sections)
+                            real_eos=real_eos, sections=sections, real_config=_key_values(args.real_broker_config))
         mi = _provenance.machine_info()
         mi["loadavg_at_start"] = [round(x, 2) for x in load_start]
         mi["own_tree_cpu_s"] = round(total.cpu_s, 1)
