@@ -34,7 +34,7 @@ from ..model import MessageQueue
 from .encode import TX_TAG
 from .options import WriterOptions
 from .tracing import open_trace
-from .txlog import StorePrint, TxLog, Txn
+from .txlog import Prints, StorePrint, TxLog, Txn
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
     progress marked in ``txlog``; the indices of the record it found lost."""
     return commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
                        on_progress=lambda n: txlog.mark_progress(batch_id, n), skip=skip,
-                       prints=txlog.prints(batch_id))
+                       prints=txlog.store_prints(batch_id))
 
 
 def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]],
@@ -337,7 +337,7 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
 def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], done: int,
                 marks: Mapping[MessageQueue, int] | None, *, look_first: bool, what: str,
                 on_progress: Callable[[int], None] | None = None, skip: frozenset[int] = frozenset(),
-                prints: Mapping[str, StorePrint] | None = None) -> list[int]:
+                prints: Prints | None = None) -> list[int]:
     """Commit the transactions of ``record`` from index ``done`` on, each once, but those at
     the indices in ``skip``; return the indices of those found lost.
 
@@ -455,17 +455,25 @@ def _not_seen(client: BrokerClient, record: list[Txn], pending: list[int], marks
 
 def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int],
                          marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]], ending: _Ending,
-                         what: str, prints: Mapping[str, StorePrint] | None) -> list[int]:
-    """``pending`` but those on a broker whose store changed since the marks (noted gone: an
-    END by position could end another half there)."""
-    replaced = _replaced_stores(client, marks, pairs, prints)
-    stale = [i for i in pending if record[i].broker in replaced]
+                         what: str, prints: Prints | None) -> list[int]:
+    """``pending`` but those on a broker whose store changed since their halves were recorded
+    (noted gone: an END by position could end another half there). A twin is told by the
+    print taken when it was put in place, the record's own halves by the record's."""
+    prints = prints or Prints({}, {}, frozenset())
+    replaced = _replaced_stores(client, marks, pairs, prints.record)
+    replaced_twins = _replaced_stores(client, marks, pairs, prints.twins) if prints.twin_ids else {}
+
+    def changed(t: Txn) -> dict[str, str]:
+        return replaced_twins if t.msg_id in prints.twin_ids else replaced
+
+    stale = [i for i in pending if record[i].broker in changed(record[i])]
     if stale:
-        log.warning("%s: %d of its transactions are on brokers whose store changed since the batch "
-                    "was recorded (%s): not ended there (an END by position could end another half)",
-                    what, len(stale), "; ".join(replaced.values()))
+        why = sorted({changed(record[i])[record[i].broker] for i in stale})
+        log.warning("%s: %d of its transactions are on brokers whose store changed since they were recorded "
+                    "(%s): not ended there (an END by position could end another half)",
+                    what, len(stale), "; ".join(why))
         ending.note_gone([record[i] for i in stale])
-        pending = [i for i in pending if record[i].broker not in replaced]
+        pending = [i for i in pending if i not in set(stale)]
     return pending
 
 

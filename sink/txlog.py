@@ -44,7 +44,9 @@ any of them. From then on the record is the truth:
   of its queues' marks, by offset and store time. An END names its half by its position in
   the broker's commit log, and a broker that lost its store fills the same positions with
   other messages: a replay sends no END to a broker whose queue now holds another message at
-  the print's offset (or less than the mark), whatever its offsets grew to since.
+  the print's offset (or less than the mark), whatever its offsets grew to since. Twins get
+  prints of their own, taken as they are put in place (``twinPrints``), and each half is told
+  by the print of the store it was recorded in.
 
 Records written by earlier versions have no marks: their replays commit the transactions past
 the progress mark without looking (the ENDs in flight when the first commit stopped may then be
@@ -58,6 +60,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ..files import atomic_write
 from ..model import MessageQueue, Txn
@@ -65,11 +68,23 @@ from ..offsets import Offsets
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StorePrint", "TxLog", "Txn"]
+__all__ = ["Prints", "StorePrint", "TxLog", "Txn"]
 
 #: a broker's store as a batch's record knows it: a destination queue of the broker, an offset
 #: below its mark, and the store time (epoch ms) of the message there (see the module docstring)
 StorePrint = tuple[MessageQueue, int, int]
+
+
+class Prints(NamedTuple):
+    """A recorded batch's store prints, by broker: those taken with the record (for its own
+    halves) and those taken when twins were put in place of lost ones (for the twins, whose
+    halves went to the store their brokers held then), and the ids of the twins. Each half is
+    told by the print of the store it was recorded in: a print taken anew for twins must not
+    vouch for an older half of the same broker, whose store may have been lost since."""
+
+    record: dict[str, StorePrint]
+    twins: dict[str, StorePrint]
+    twin_ids: frozenset[str]
 
 #: what a batch leaves under the directory (pruned with its record); "checked", "ending" and
 #: "lock" are what earlier versions left; "accept-lost" an operator's
@@ -174,8 +189,9 @@ class TxLog:
         in), no longer lost; ``marks`` (the twins' destination queues' max offsets now) are
         merged into the record's, the lower of two kept per queue (a queue's offsets only grow
         in one store; a lower one now means its broker lost the store the record's was taken
-        on). The twins' brokers' store prints are replaced by ``prints`` (taken now: the twins'
-        halves are in the store their brokers hold now; a broker without one there has none).
+        on). ``prints``, taken now, become the twins' brokers' store prints for twins
+        (``twinPrints``: the twins' halves are in the store their brokers hold now; a broker
+        without one there has none); the record's own halves keep theirs (see :meth:`store_prints`).
         Atomic, fsynced, before any twin is ended. Returns the record's transactions."""
         obj = self._load(batch_id)
         if obj is None:
@@ -190,10 +206,11 @@ class TxLog:
         merged = dict(Offsets.from_json(obj["marks"])) if "marks" in obj else {}
         for mq, off in marks.items():
             merged[mq] = min(off, merged.get(mq, off))
-        kept = {b: p for b, p in self.prints(batch_id).items() if b not in {tw.broker for tw, _ in twins.values()}}
+        kept = {b: p for b, p in self.store_prints(batch_id).twins.items()
+                if b not in {tw.broker for tw, _ in twins.values()}}
         kept.update(prints or {})
         obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json(),
-                   prints=_prints_json(kept))
+                   twinPrints=_prints_json(kept))
         self._write(batch_id, obj)
         return txns
 
@@ -219,11 +236,14 @@ class TxLog:
         """The store prints recorded with the batch (see :meth:`record`), by broker; none when
         the batch is not recorded or its record has none (an earlier version's, or brokers
         whose destination queues were empty)."""
-        obj = self._load(batch_id)
-        out: dict[str, StorePrint] = {}
-        for broker, (topic, key, off, at) in ((obj or {}).get("prints") or {}).items():
-            out[str(broker)] = (MessageQueue.from_key(str(topic), str(key)), int(off), int(at))
-        return out
+        return self.store_prints(batch_id).record
+
+    def store_prints(self, batch_id: int) -> Prints:
+        """The batch's store prints: those of its record (:meth:`record`) and those taken when
+        twins were put in place of lost halves (:meth:`substitute`), with the twins' ids."""
+        obj = self._load(batch_id) or {}
+        return Prints(_prints_of(obj.get("prints")), _prints_of(obj.get("twinPrints")),
+                      frozenset(str(m) for m in obj.get("twins", {})))
 
     def mark_progress(self, batch_id: int, ended: int) -> None:
         """The first ``ended`` transactions of the batch's record (in :meth:`txns` order) are
@@ -322,6 +342,13 @@ class TxLog:
                     os.unlink(os.path.join(self.dir, name))
                 except FileNotFoundError:
                     pass
+
+
+def _prints_of(raw: object) -> dict[str, StorePrint]:
+    out: dict[str, StorePrint] = {}
+    for broker, (topic, key, off, at) in (raw if isinstance(raw, dict) else {}).items():
+        out[str(broker)] = (MessageQueue.from_key(str(topic), str(key)), int(off), int(at))
+    return out
 
 
 def _prints_json(prints: Mapping[str, StorePrint]) -> dict[str, list]:

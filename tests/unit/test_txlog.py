@@ -84,17 +84,27 @@ class FakeBroker:
         #: (k, after): the next commit's END k is refused as the store is lost, those at the
         #: indices ``after`` (past k) answered as applied just before (see :meth:`end_transactions`)
         self.wiped_at: tuple[int, set[int]] | None = None
-        self.era = 0  # how many times the store was lost (see store_time_in)
+        self.eras: dict[str, int] = {}  # how many times each broker's store was lost (see store_time_in)
+        self._pulled_from = ""
 
-    def lose_store(self, halves) -> None:  # noqa: ANN001
-        self.stored = {mq: [] for mq in self.stored}
+    def lose_store(self, halves, broker: str | None = None) -> None:  # noqa: ANN001
+        """Every broker's store lost, or ``broker``'s only."""
+        self.stored = {mq: [] if broker in (None, mq.broker) else ids for mq, ids in self.stored.items()}
         self.gone |= set(halves)
-        self.era += 1
+        for b in {mq.broker for mq in self.stored} | {"broker-a"}:
+            if broker in (None, b):
+                self.eras[b] = self.eras.get(b, 0) + 1
+
+    @property
+    def era(self) -> int:
+        return self.eras.get("broker-a", 0)
 
     def store_time_in(self, res: PullResult, offset: int) -> int | None:
-        # a message's store time: its offset in the store that holds it (stores told by era)
+        # a message's store time: its offset in the store that holds it (stores told by era, the
+        # broker's of the last pull)
         start = res.next_offset - len(res.messages)
-        return self.era * 10**6 + offset if res.status == "FOUND" and start <= offset < res.next_offset else None
+        era = self.eras.get(self._pulled_from, 0)
+        return era * 10**6 + offset if res.status == "FOUND" and start <= offset < res.next_offset else None
 
     def apply(self, txns) -> None:  # noqa: ANN001
         for t in txns:
@@ -110,6 +120,7 @@ class FakeBroker:
         return {mq: (0, len(self.stored.get(mq, []))) for mq in mqs}
 
     def pull(self, mq: MessageQueue, at: int, n: int) -> PullResult:
+        self._pulled_from = mq.broker
         ids = self.stored.get(mq, [])[at:at + n]
         return PullResult("FOUND" if ids else "NO_NEW_MSG", at + len(ids), 0, len(self.stored.get(mq, [])),
                           messages=tuple(ids))
@@ -562,7 +573,30 @@ def test_a_replay_tells_a_new_store_grown_past_the_marks_by_its_store_print(fake
     writer.RocketMQStreamWriter(opts).commit([_report(0, _replayed(txns), "n2")], 9)
     assert not any(t in txns for t, _ in broker.ended), broker.ended
     assert broker.stored[MQ][8:] == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
-    assert log.prints(9) == {"broker-a": (MQ, 7, 10**6 + 7)}  # the twins' store's
+    prints = log.store_prints(9)  # the record's halves keep theirs; the twins' store's are their own
+    assert prints.record == {"broker-a": (MQ, 4, 4)} and prints.twins == {"broker-a": (MQ, 7, 10**6 + 7)}
+
+
+def test_a_print_taken_for_twins_does_not_vouch_for_older_halves_of_their_broker(fake, tmp_path) -> None:
+    # two brokers: broker-b's halves were found lost by an earlier commit; broker-a's store was
+    # lost after that commit and has grown past its marks since. The replay's twins of
+    # broker-b's rows go to broker-a, and their print is taken on broker-a's new store: that must
+    # not let the record's own halves on broker-a be ended there by position
+    broker, opts, writer = fake
+    mqb = MessageQueue("T", "broker-b", 0)
+    on_a = [Txn("broker-a", "T", i, 100 * i, f"ID-{i}") for i in range(2)]
+    on_b = [Txn("broker-b", "T", i, 100 * i, f"ID-{i + 2}") for i in range(2)]
+    broker.stored[MQ] = [f"OLD-{i}" for i in range(5)]
+    broker.stored[mqb] = [f"OLD-B-{i}" for i in range(3)]
+    log = _recorded_on(broker, tmp_path, on_a + on_b, {MQ: 5, mqb: 3})
+    log.mark_lost(9, {t.msg_id for t in on_b})
+    broker.lose_store([], broker="broker-a")
+    broker.stored[MQ] = [f"NEW-{i}" for i in range(8)]
+    twins = [t._replace(broker="broker-a", queue_offset=t.queue_offset + 1000) for t in on_b]
+    replay = _replayed(on_a) + twins
+    writer.RocketMQStreamWriter(opts).commit([_report(0, replay, "n2")], 9)
+    assert not any(t in on_a for t, _ in broker.ended), broker.ended  # no END into broker-a's new store
+    assert sorted(broker.stored[MQ][8:]) == ["ID-0", "ID-1", "ID-2", "ID-3"] and log.ended(9)
 
 
 def test_a_replay_ends_the_recorded_halves_of_a_store_that_only_grew(fake, tmp_path) -> None:
