@@ -34,7 +34,7 @@ from ..model import MessageQueue
 from .encode import TX_TAG
 from .options import WriterOptions
 from .tracing import open_trace
-from .txlog import Prints, StorePrint, TxLog, Txn
+from .txlog import StorePrint, Stores, TxLog, Txn
 
 log = logging.getLogger(__name__)
 
@@ -188,28 +188,25 @@ def destination_marks(client: BrokerClient, txns: Sequence[Txn]) -> dict[Message
 def store_prints(client: BrokerClient, marks: Mapping[MessageQueue, int]) -> dict[str, StorePrint]:
     """Each broker's store print (see :mod:`.txlog`): the store time of the message just below
     the highest of its queues' ``marks``. None for a broker whose queues were all empty, or
-    whose message cannot be read now (refused, a fault: a replay then knows its store changed
-    only by offsets below the marks; logged)."""
+    whose message cannot be read (a broker that refuses the pull, e.g. ACL without Sub on the
+    consumer group ``rocketmq-spark``: warned once and not asked again by this process; a
+    replay then knows its store changed only by offsets below the marks). A broker that does
+    not answer is waited for as the marks are (:func:`riding_out`)."""
     top: dict[str, MessageQueue] = {}
     for mq in sorted(marks):
-        if marks[mq] > 0 and (mq.broker not in top or marks[mq] > marks[top[mq.broker]]):
+        if marks[mq] > 0 and (mq.broker, mq.topic) not in _UNPRINTED and \
+                (mq.broker not in top or marks[mq] > marks[top[mq.broker]]):
             top[mq.broker] = mq
     out: dict[str, StorePrint] = {}
     for broker, mq in sorted(top.items()):
-        try:
-            at = _stored_at(client, mq, marks[mq] - 1)
-        except RocketMQSparkError as exc:
-            at = None
-            if (broker, mq.topic) not in _UNPRINTED:
-                _UNPRINTED.add((broker, mq.topic))
-                log.warning("exactly-once: the destination's message at %s offset %d cannot be read (%s): a "
-                            "replay tells a lost store on %s by its offsets alone", mq, marks[mq] - 1, exc, broker)
+        at = riding_out(functools.partial(_stored_at_now, client, mq, marks[mq] - 1), "reading the destination's "
+                        "message at a mark")
         if at is not None:
             out[broker] = (mq, marks[mq] - 1, at)
     return out
 
 
-#: brokers and topics whose store print could not be taken (see store_prints): warned once
+#: brokers and topics whose messages the driver may not read (see store_prints): warned once
 _UNPRINTED: set[tuple[str, str]] = set()
 
 
@@ -221,15 +218,20 @@ def _stored_at(client: BrokerClient, mq: MessageQueue, offset: int) -> int | Non
 
 
 def _stored_at_now(client: BrokerClient, mq: MessageQueue, offset: int) -> int | None:
-    """:func:`_stored_at`, None when the broker refuses it (logged); ConnectionFailedError for
-    :func:`riding_out`."""
+    """:func:`_stored_at`; ConnectionFailedError for what :func:`riding_out` waits out, a
+    retriable error (a busy broker) included; None when the broker refuses the read or its
+    answer does not decode (warned once per broker and topic)."""
     try:
         return _stored_at(client, mq, offset)
     except ConnectionFailedError:
         raise
     except RocketMQSparkError as exc:
-        log.warning("%s: the message at offset %d cannot be read (%s): its broker's store is told by its "
-                    "offsets alone", mq, offset, exc)
+        if exc.retriable:
+            raise ConnectionFailedError(mq.broker, f"reading the message at offset {offset} of {mq}", exc) from exc
+        if (mq.broker, mq.topic) not in _UNPRINTED:
+            _UNPRINTED.add((mq.broker, mq.topic))
+            log.warning("exactly-once: the destination's message at %s offset %d cannot be read (%s): a lost "
+                        "store on %s is told by its offsets alone", mq, offset, exc, mq.broker)
         return None
 
 
@@ -308,16 +310,17 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
     progress marked in ``txlog``; the indices of the record it found lost."""
     return commit_once(client, opts, record, done, marks, look_first=look_first, what=f"batch {batch_id}",
                        on_progress=lambda n: txlog.mark_progress(batch_id, n), skip=skip,
-                       prints=txlog.store_prints(batch_id))
+                       stores=txlog.stores(batch_id))
 
 
 def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]],
                      prints: Mapping[str, StorePrint] | None = None) -> dict[str, str]:
     """The brokers among ``pairs`` that lost the store the marks were taken on, each with what
     says so: a destination queue whose max offset is now below its mark (a queue's offsets
-    only grow in one store), or whose message at the broker's store print (``prints``) was
-    stored at another time (a new store grown past the marks). An END sent there by position
-    could end another half message that now sits where the recorded one was."""
+    only grow in one store), or at or below the offset of the broker's store print
+    (``prints``), or whose message there was stored at another time (a new store grown past
+    the marks). An END sent there by position could end another half message that now sits
+    where the recorded one was."""
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
     now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     out: dict[str, str] = {}
@@ -326,6 +329,10 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
             out[mq.broker] = f"{mq} holds up to offset {now[mq]}, below its mark {marks[mq]}"
     for broker, (mq, off, at) in sorted((prints or {}).items()):
         if broker in out or (broker, mq.topic) not in pairs:
+            continue
+        top = riding_out(functools.partial(client.max_offset, mq), "reading the destination's offsets")
+        if top <= off:
+            out[broker] = f"{mq} holds up to offset {top}, not the message at {off} its store print names"
             continue
         held = riding_out(functools.partial(_stored_at_now, client, mq, off), "reading the destination's message")
         if held is not None and held != at:
@@ -337,16 +344,16 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
 def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], done: int,
                 marks: Mapping[MessageQueue, int] | None, *, look_first: bool, what: str,
                 on_progress: Callable[[int], None] | None = None, skip: frozenset[int] = frozenset(),
-                prints: Prints | None = None) -> list[int]:
+                stores: Stores | None = None) -> list[int]:
     """Commit the transactions of ``record`` from index ``done`` on, each once, but those at
     the indices in ``skip``; return the indices of those found lost.
 
     With ``marks``, a transaction whose END may have been applied is committed only if its
     message is not in the destination past the marks: before the first round when
     ``look_first`` (a replay: the commit before it may have had ENDs in flight), and after any
-    round a fault stopped (an END whose answer was lost may have been applied). A replay sends
-    no END to a broker whose store changed since the marks (:func:`_replaced_stores`, with the
-    brokers' store ``prints``). A
+    round a fault stopped (an END whose answer was lost may have been applied). Then, too, no
+    END goes to a broker whose store changed since the half was recorded (:func:`_replaced_stores`,
+    with what ``stores`` knows of the store each half is in; without it, the marks alone). A
     transaction whose broker holds no half message for it (gone, see the client's
     ``end_transactions``) was committed before if its message is in the destination past the
     marks, and is lost otherwise (returned; the caller decides). Without marks (the destination
@@ -366,8 +373,10 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
     while True:
         if look_first or fault is not None:
             pending = _not_seen(client, record, pending, marks, pairs, what, done)
-            if fault is None:
-                pending = _off_replaced_stores(client, record, pending, marks, pairs, ending, what, prints)
+            # a fault may have been the broker losing its store: the next round's ENDs would
+            # go by position into the new one
+            pending = _off_replaced_stores(client, record, pending, pairs, ending, what,
+                                           stores or Stores(dict(marks), {}, (), {}, dict(marks), frozenset()))
         if not pending:
             break
         if fault is not None:
@@ -453,27 +462,26 @@ def _not_seen(client: BrokerClient, record: list[Txn], pending: list[int], marks
     return pending
 
 
-def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int],
-                         marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]], ending: _Ending,
-                         what: str, prints: Prints | None) -> list[int]:
+def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[int], pairs: set[tuple[str, str]],
+                         ending: _Ending, what: str, stores: Stores) -> list[int]:
     """``pending`` but those on a broker whose store changed since their halves were recorded
-    (noted gone: an END by position could end another half there). A twin is told by the
-    print taken when it was put in place, the record's own halves by the record's."""
-    prints = prints or Prints({}, {}, frozenset())
-    replaced = _replaced_stores(client, marks, pairs, prints.record)
-    replaced_twins = _replaced_stores(client, marks, pairs, prints.twins) if prints.twin_ids else {}
-
-    def changed(t: Txn) -> dict[str, str]:
-        return replaced_twins if t.msg_id in prints.twin_ids else replaced
-
-    stale = [i for i in pending if record[i].broker in changed(record[i])]
+    (noted gone: an END by position could end another half there). Each is told by the marks
+    and prints of the store it was recorded in (``stores``: the record's own halves by the
+    record's, a twin by its substitution's)."""
+    kinds: dict[int | None, tuple[dict[MessageQueue, int], dict[str, StorePrint]]] = {}
+    for i in pending:
+        marks, prints, gen = stores.of(record[i])
+        kinds.setdefault(gen, (marks, prints))
+    replaced = {gen: _replaced_stores(client, marks, pairs, prints) for gen, (marks, prints) in kinds.items()}
+    stale = [i for i in pending if record[i].broker in replaced[stores.of(record[i])[2]]]
     if stale:
-        why = sorted({changed(record[i])[record[i].broker] for i in stale})
+        why = sorted({replaced[stores.of(record[i])[2]][record[i].broker] for i in stale})
         log.warning("%s: %d of its transactions are on brokers whose store changed since they were recorded "
                     "(%s): not ended there (an END by position could end another half)",
                     what, len(stale), "; ".join(why))
         ending.note_gone([record[i] for i in stale])
-        pending = [i for i in pending if i not in set(stale)]
+        gone = set(stale)
+        pending = [i for i in pending if i not in gone]
     return pending
 
 
@@ -571,6 +579,8 @@ def _substitute_twins(client: BrokerClient, txlog: TxLog, batch_id: int, record:
         if t.msg_id not in lost:
             continue
         twin = by_id.get(t.msg_id)
+        if twin == t:  # this replay's own twin, lost again: a later replay's half may stand in for it
+            continue
         if sums is None:
             unmatched[t.msg_id] = "the batch was recorded by an earlier version, without row checksums"
         elif twin is None:

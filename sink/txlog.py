@@ -45,8 +45,8 @@ any of them. From then on the record is the truth:
   the broker's commit log, and a broker that lost its store fills the same positions with
   other messages: a replay sends no END to a broker whose queue now holds another message at
   the print's offset (or less than the mark), whatever its offsets grew to since. Twins get
-  prints of their own, taken as they are put in place (``twinPrints``), and each half is told
-  by the print of the store it was recorded in.
+  marks and prints of their own, taken as they are put in place (``twinGens``, ``twinGen``):
+  each half is told by those of the store it was recorded in.
 
 Records written by earlier versions have no marks: their replays commit the transactions past
 the progress mark without looking (the ENDs in flight when the first commit stopped may then be
@@ -68,23 +68,38 @@ from ..offsets import Offsets
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Prints", "StorePrint", "TxLog", "Txn"]
+__all__ = ["StorePrint", "Stores", "TxLog", "Txn"]
 
 #: a broker's store as a batch's record knows it: a destination queue of the broker, an offset
 #: below its mark, and the store time (epoch ms) of the message there (see the module docstring)
 StorePrint = tuple[MessageQueue, int, int]
 
 
-class Prints(NamedTuple):
-    """A recorded batch's store prints, by broker: those taken with the record (for its own
-    halves) and those taken when twins were put in place of lost ones (for the twins, whose
-    halves went to the store their brokers held then), and the ids of the twins. Each half is
-    told by the print of the store it was recorded in: a print taken anew for twins must not
-    vouch for an older half of the same broker, whose store may have been lost since."""
+class Stores(NamedTuple):
+    """What a recorded batch knows of the stores its halves were recorded in, to tell a store
+    its broker lost since (see the module docstring): the record's own (the destination's
+    marks, taken before any END, and its brokers' store prints), and each substitution's, for
+    the twins it put in place of lost halves (``twin_gens``: the marks and prints of the
+    twins' destination then; ``twin_gen``: each twin's id -> its substitution). A twin of a
+    record written before substitutions were kept apart has none: (``merged`` marks, no prints)."""
 
-    record: dict[str, StorePrint]
-    twins: dict[str, StorePrint]
+    marks: dict[MessageQueue, int]
+    prints: dict[str, StorePrint]
+    twin_gens: tuple[tuple[dict[MessageQueue, int], dict[str, StorePrint]], ...]
+    twin_gen: dict[str, int]
+    merged: dict[MessageQueue, int]
     twin_ids: frozenset[str]
+
+    def of(self, t: Txn) -> tuple[dict[MessageQueue, int], dict[str, StorePrint], int | None]:
+        """(marks, prints, substitution: None for the record's own) of the store ``t``'s half
+        was recorded in."""
+        g = self.twin_gen.get(t.msg_id)
+        if g is not None:
+            return (*self.twin_gens[g], g)
+        if t.msg_id in self.twin_ids:
+            return self.merged, {}, -1
+        return self.marks, self.prints, None
+
 
 #: what a batch leaves under the directory (pruned with its record); "checked", "ending" and
 #: "lock" are what earlier versions left; "accept-lost" an operator's
@@ -189,10 +204,11 @@ class TxLog:
         in), no longer lost; ``marks`` (the twins' destination queues' max offsets now) are
         merged into the record's, the lower of two kept per queue (a queue's offsets only grow
         in one store; a lower one now means its broker lost the store the record's was taken
-        on). ``prints``, taken now, become the twins' brokers' store prints for twins
-        (``twinPrints``: the twins' halves are in the store their brokers hold now; a broker
-        without one there has none); the record's own halves keep theirs (see :meth:`store_prints`).
-        Atomic, fsynced, before any twin is ended. Returns the record's transactions."""
+        on; the scan for committed messages starts there). ``marks`` and ``prints`` (the twins'
+        brokers' store prints, taken now) are also kept as this substitution's, by which its
+        twins are told from a store lost after them; the record's own halves keep the record's
+        marks and prints (:meth:`stores`). Atomic, fsynced, before any twin is ended. Returns
+        the record's transactions."""
         obj = self._load(batch_id)
         if obj is None:
             raise FileNotFoundError(self._path(batch_id))
@@ -204,13 +220,17 @@ class TxLog:
             lost.discard(twin.msg_id)
             named[twin.msg_id] = nonce
         merged = dict(Offsets.from_json(obj["marks"])) if "marks" in obj else {}
+        if "marks" in obj and "recordMarks" not in obj:
+            obj["recordMarks"] = obj["marks"]  # the record's own, before any twin's are merged in
         for mq, off in marks.items():
             merged[mq] = min(off, merged.get(mq, off))
-        kept = {b: p for b, p in self.store_prints(batch_id).twins.items()
-                if b not in {tw.broker for tw, _ in twins.values()}}
-        kept.update(prints or {})
-        obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json(),
-                   twinPrints=_prints_json(kept))
+        gens = list(obj.get("twinGens", []))
+        gens.append({"marks": Offsets(dict(marks)).to_json(), "prints": _prints_json(prints or {})})
+        gen_of = dict(obj.get("twinGen", {}))
+        for twin, _ in twins.values():
+            gen_of[twin.msg_id] = len(gens) - 1
+        obj.update(txns=txns, lost=sorted(lost), twins=named, marks=Offsets(merged).to_json(), twinGens=gens,
+                   twinGen=gen_of)
         self._write(batch_id, obj)
         return txns
 
@@ -236,13 +256,17 @@ class TxLog:
         """The store prints recorded with the batch (see :meth:`record`), by broker; none when
         the batch is not recorded or its record has none (an earlier version's, or brokers
         whose destination queues were empty)."""
-        return self.store_prints(batch_id).record
+        return self.stores(batch_id).prints
 
-    def store_prints(self, batch_id: int) -> Prints:
-        """The batch's store prints: those of its record (:meth:`record`) and those taken when
-        twins were put in place of lost halves (:meth:`substitute`), with the twins' ids."""
+    def stores(self, batch_id: int) -> Stores:
+        """What the batch's record knows of the stores its halves are in (:class:`Stores`)."""
         obj = self._load(batch_id) or {}
-        return Prints(_prints_of(obj.get("prints")), _prints_of(obj.get("twinPrints")),
+        merged = dict(Offsets.from_json(obj["marks"])) if "marks" in obj else {}
+        own = dict(Offsets.from_json(obj["recordMarks"])) if "recordMarks" in obj else merged
+        gens = tuple((dict(Offsets.from_json(g["marks"])), _prints_of(g.get("prints")))
+                     for g in obj.get("twinGens", []))
+        return Stores(own, _prints_of(obj.get("prints")), gens,
+                      {str(m): int(g) for m, g in obj.get("twinGen", {}).items()}, merged,
                       frozenset(str(m) for m in obj.get("twins", {})))
 
     def mark_progress(self, batch_id: int, ended: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import zlib
 
 import pyarrow as pa
@@ -85,6 +86,7 @@ class FakeBroker:
         #: indices ``after`` (past k) answered as applied just before (see :meth:`end_transactions`)
         self.wiped_at: tuple[int, set[int]] | None = None
         self.eras: dict[str, int] = {}  # how many times each broker's store was lost (see store_time_in)
+        self.refill: list[str] | None = None  # what the store lost by ``wiped_at`` holds at once
         self._pulled_from = ""
 
     def lose_store(self, halves, broker: str | None = None) -> None:  # noqa: ANN001
@@ -115,6 +117,9 @@ class FakeBroker:
 
     def max_offsets(self, mqs) -> dict:  # noqa: ANN001
         return {mq: len(self.stored.get(mq, [])) for mq in mqs}
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return len(self.stored.get(mq, []))
 
     def offset_ranges(self, mqs) -> dict:  # noqa: ANN001
         return {mq: (0, len(self.stored.get(mq, []))) for mq in mqs}
@@ -153,6 +158,8 @@ class FakeBroker:
             if on_progress is not None and k:
                 on_progress(k)
             self.lose_store(txns)
+            if self.refill is not None:  # the new store already holds other messages
+                self.stored[MessageQueue(txns[0].topic, txns[0].broker, 0)] = list(self.refill)
             raise ConnectionFailedError("127.0.0.1:10911", "commit of transactions", "connection reset")
         if self.busy and commit:
             k = self.busy.pop(0)
@@ -491,6 +498,8 @@ def test_with_fail_on_data_loss_false_rows_whose_twins_were_lost_too_wait_for_th
     with pytest.raises(DataLossError, match="lost the prepared messages of 1 rows again") as err:
         writer.RocketMQStreamWriter(lenient).commit([_report(0, replay, "n2")], 9)
     assert "ID-3" in str(err.value) and "restart the query" in str(err.value)
+    # the twin found gone was not put in place of itself and sent a second END
+    assert [t for t, commit in broker.ended if commit].count(replay[3]) == 1
     log = TxLog(str(tmp_path))
     assert not log.ended(9) and log.lost(9) == {"ID-3"}
     # the next replay has a twin of ID-3 that stays: the batch ends, every row once
@@ -573,8 +582,10 @@ def test_a_replay_tells_a_new_store_grown_past_the_marks_by_its_store_print(fake
     writer.RocketMQStreamWriter(opts).commit([_report(0, _replayed(txns), "n2")], 9)
     assert not any(t in txns for t, _ in broker.ended), broker.ended
     assert broker.stored[MQ][8:] == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
-    prints = log.store_prints(9)  # the record's halves keep theirs; the twins' store's are their own
-    assert prints.record == {"broker-a": (MQ, 4, 4)} and prints.twins == {"broker-a": (MQ, 7, 10**6 + 7)}
+    stores = log.stores(9)  # the record's halves keep theirs; the twins' store's are their own
+    assert stores.prints == {"broker-a": (MQ, 4, 4)} and stores.marks == {MQ: 5}
+    assert stores.twin_gens == (({MQ: 8}, {"broker-a": (MQ, 7, 10**6 + 7)}),)
+    assert set(stores.twin_gen) == {"ID-0", "ID-1", "ID-2"}
 
 
 def test_a_print_taken_for_twins_does_not_vouch_for_older_halves_of_their_broker(fake, tmp_path) -> None:
@@ -608,6 +619,62 @@ def test_a_replay_ends_the_recorded_halves_of_a_store_that_only_grew(fake, tmp_p
     writer.RocketMQStreamWriter(opts).commit([_report(0, _replayed(txns), "n2")], 9)
     assert [t for t, commit in broker.ended if commit] == txns
     assert broker.stored[MQ][7:] == ["ID-0", "ID-1", "ID-2"] and log.ended(9)
+
+
+def test_twins_are_told_by_their_own_destinations_marks_not_by_other_topics_of_the_record(fake, tmp_path) -> None:
+    # one broker, two destination topics: T1's ENDs were applied, then the store was lost with
+    # T2's halves. The replay's twins go to T2 only: T1's queue, below the record's mark now,
+    # says nothing of the store they were recorded in (a replay used to take them for gone, and
+    # every replay after it failed with "lost again")
+    broker, opts, writer = fake
+    q1, q2 = MessageQueue("T1", "broker-a", 0), MessageQueue("T2", "broker-a", 0)
+    t1 = [Txn("broker-a", "T1", i, 100 * i, f"ID-{i}") for i in range(2)]
+    t2 = [Txn("broker-a", "T2", i + 2, 100 * (i + 2), f"ID-{i + 2}") for i in range(2)]
+    broker.stored[q1] = ["OLD-0", "OLD-1", "OLD-2"]
+    broker.stored[q2] = ["OLD-3", "OLD-4", "OLD-5"]
+    log = _recorded_on(broker, tmp_path, t1 + t2, {q1: 3, q2: 3})
+    broker.apply(t1)
+    log.mark_progress(9, 2)
+    broker.lose_store(t2)
+    log.mark_lost(9, {t.msg_id for t in t2})
+    replay = _replayed(t1 + t2)
+    writer.RocketMQStreamWriter(opts).commit([_report(0, replay, "n2")], 9)
+    assert log.ended(9) and broker.stored[q2] == ["ID-2", "ID-3"]
+
+
+def test_a_commit_stopped_by_a_lost_store_sends_no_end_into_the_new_one(fake, tmp_path) -> None:
+    # wipe-broker-now during the first commit: the connection is reset, and by the next round the
+    # broker is back with a new store that already holds more than the marks
+    broker, opts, writer = fake
+    broker.stored[MQ] = [f"OLD-{i}" for i in range(5)]
+    broker.wiped_at = (2, set())
+    broker.refill = [f"NEW-{i}" for i in range(8)]
+    with pytest.raises(DataLossError, match="for 4 of the batch's 6 rows"):
+        writer.commit_batch(opts, _txns(6), 9)
+    assert len(broker.ends) == 1, broker.ends  # the four left were not sent again, by position
+    assert TxLog(str(tmp_path)).lost(9) == {f"ID-{i}" for i in range(2, 6)}
+
+
+def test_a_store_print_past_the_queues_end_means_another_store() -> None:
+    # a new store shorter than the print's offset: nothing is read there, and that says as much
+    from rocketmq_spark.sink.transactional import _replaced_stores
+
+    broker = FakeBroker()
+    broker.stored[MQ] = ["NEW-0", "NEW-1"]
+    out = _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 4, 4)})  # type: ignore[arg-type]
+    assert "broker-a" in out and "the message at 4" in out["broker-a"]
+    assert _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 1, 1)}) == {}  # type: ignore[arg-type]
+
+
+def test_an_earlier_versions_twins_are_told_by_the_merged_marks(tmp_path) -> None:
+    log = TxLog(str(tmp_path))
+    txns = _txns(2)
+    log.record(9, txns, {MQ: 5})
+    path = tmp_path / "rocketmq-sink" / "commits" / "9.json"
+    older = {**json.loads(path.read_text()), "twins": {"ID-1": "n2"}, "marks": {"T": {"broker-a:0": 3}}}
+    path.write_text(json.dumps(older))  # a substitution as the previous version wrote it
+    stores = log.stores(9)
+    assert stores.of(txns[0]) == ({MQ: 3}, {}, None) and stores.of(txns[1]) == ({MQ: 3}, {}, -1)
 
 
 def test_a_first_commit_records_each_brokers_store_print(fake, tmp_path) -> None:
@@ -830,3 +897,35 @@ def test_a_rollback_the_broker_refuses_is_left_to_its_check_backs(fake, tmp_path
     writer.abort_batch(opts, _txns(3), 4)  # before: BrokerError, the query failed
     assert "batch 4: rolling back its transactions failed" in caplog.text
     assert "roll those half messages back when they ask about them" in caplog.text
+
+
+def test_a_store_prints_read_rides_out_a_busy_broker_and_a_refused_one_is_asked_once(caplog) -> None:
+    import rocketmq_spark.sink.transactional as transactional
+    from rocketmq_spark.errors import NoPermissionError, SystemBusyError
+
+    class Refusing(FakeBroker):
+        def __init__(self, errors: list[Exception]) -> None:
+            super().__init__()
+            self.errors, self.pulls = errors, 0
+
+        def pull(self, mq: MessageQueue, at: int, n: int) -> PullResult:
+            self.pulls += 1
+            if self.errors:
+                raise self.errors.pop(0)
+            return super().pull(mq, at, n)
+
+    busy = Refusing([SystemBusyError(2, "[TIMEOUT_CLEAN_QUEUE]broker busy", address="127.0.0.1:10911",
+                                     operation="pull")])
+    busy.stored[MQ] = ["OLD-0", "OLD-1"]
+    assert transactional.store_prints(busy, {MQ: 2}) == {"broker-a": (MQ, 1, 1)} and busy.pulls == 2
+
+    transactional._UNPRINTED.discard(("broker-a", "T"))
+    refused = Refusing([NoPermissionError(16, "no permission to pull T", address="127.0.0.1:10911", operation="pull")])
+    refused.stored[MQ] = ["OLD-0", "OLD-1"]
+    try:
+        with caplog.at_level(logging.WARNING, logger=transactional.__name__):
+            assert transactional.store_prints(refused, {MQ: 2}) == {}
+            assert transactional.store_prints(refused, {MQ: 2}) == {}  # not asked again
+        assert refused.pulls == 1 and "told by its offsets alone" in caplog.text
+    finally:
+        transactional._UNPRINTED.discard(("broker-a", "T"))
