@@ -66,6 +66,7 @@ from . import _provenance, _report
 from ._brokers import java_missing, start_broker, tests_on_path
 from ._clock_source import ClockDataSource
 from ._paced import TS_DIGITS
+from ._runs import key_value
 
 SOURCES = ("floor", "embedded", "real", "kafka")
 #: the parts of StreamingQueryProgress.durationMs reported (median over non-empty micro-batches)
@@ -648,13 +649,6 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def _key_value(text: str) -> tuple[str, str]:
-    key, eq, value = text.partition("=")
-    if not eq or not key.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: KEY=VALUE, a reader option and its value")
-    return key.strip(), value
-
-
 def _sources(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in SOURCES]
@@ -678,7 +672,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queues", type=int, default=4,
                    help="queues / partitions per topic (default 4: a RocketMQ topic as the brokers create one)")
     p.add_argument("--body-size", type=int, default=100, help="bytes per message (default 100)")
-    p.add_argument("--reader-option", type=_key_value, action="append", metavar="KEY=VALUE",
+    p.add_argument("--reader-option", type=key_value, action="append", metavar="KEY=VALUE",
                    help="an option for our reader (repeatable), e.g. minMessagesPerPartition=0 to compare")
     p.add_argument("--trigger-rate", type=float, default=None,
                    help="the rate of the triggerExecution ratio, run too when not among --rates (default 500)")

@@ -97,7 +97,7 @@ from . import _plot, _provenance, _report
 from ._brokers import BrokerHandle, chosen_launcher, java_missing, start_broker, tests_on_path
 from ._cpu import TreeMeter, broker_process
 from ._profiling import py_spy, py_spy_record, summarize_collapsed
-from ._runs import check, median_of
+from ._runs import check, key_value, median_of
 from ._synthetic import SyntheticDataSource, body_of
 
 QUEUES = 8
@@ -1414,7 +1414,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="instead of the figures: py-spy the reads (rocketmq 100 B and 4 KiB, synthetic) and both "
                         "writes (writes results/spark_io-profile.txt and the raw samples as "
                         "results/spark_io-profile-*.collapsed.gz); --messages sets the size")
-    p.add_argument("--real-broker-config", action="append", metavar="KEY=VALUE",
+    p.add_argument("--real-broker-config", type=key_value, action="append", metavar="KEY=VALUE",
                    help="a broker.conf key for the peers' Apache RocketMQ (repeatable; default: Apache's defaults "
                         "but what the harness sets), e.g. maxTransferCountOnMessageInMemory=1024")
     p.add_argument("--java-eos", choices=("auto", "on", "off"), default="auto",
@@ -1446,18 +1446,6 @@ def _real_eos_skipped(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _key_values(items: list[str] | None) -> dict[str, str]:
-    """``KEY=VALUE`` arguments as a dict; SystemExit naming one without ``=``."""
-    out: dict[str, str] = {}
-    for item in items or ():
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise SystemExit(f"--real-broker-config {item!r} is not KEY=VALUE (a broker.conf key, e.g. "
-                             "maxTransferCountOnMessageInMemory=1024)")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     if args.messages:
@@ -1483,7 +1471,7 @@ def run(args: argparse.Namespace) -> int:
         load_start = os.getloadavg()
         with TreeMeter() as total:
             res = run_suite(sizes, workdir, launcher=args.launcher, repeat=args.repeat, peers=peers,
-                            real_eos=real_eos, sections=sections, real_config=_key_values(args.real_broker_config))
+                            real_eos=real_eos, sections=sections, real_config=dict(args.real_broker_config or ()))
         mi = _provenance.machine_info()
         mi["loadavg_at_start"] = [round(x, 2) for x in load_start]
         mi["own_tree_cpu_s"] = round(total.cpu_s, 1)
