@@ -314,15 +314,17 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
 
 
 def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]],
-                     prints: Mapping[str, StorePrint] | None = None) -> dict[str, str]:
+                     prints: Mapping[str, StorePrint] | None = None,
+                     now: Mapping[MessageQueue, int] | None = None) -> dict[str, str]:
     """The brokers among ``pairs`` that lost the store the marks were taken on, each with what
     says so: a destination queue whose max offset is now below its mark (a queue's offsets
     only grow in one store), or at or below the offset of the broker's store print
     (``prints``), or whose message there was stored at another time (a new store grown past
     the marks). An END sent there by position could end another half message that now sits
-    where the recorded one was."""
+    where the recorded one was. ``now``: the queues' max offsets, when the caller read them."""
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
-    now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
+    if now is None:
+        now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     out: dict[str, str] = {}
     for mq in queues:
         if mq in now and now[mq] < marks[mq] and mq.broker not in out:
@@ -330,7 +332,8 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
     for broker, (mq, off, at) in sorted((prints or {}).items()):
         if broker in out or (broker, mq.topic) not in pairs:
             continue
-        top = riding_out(functools.partial(client.max_offset, mq), "reading the destination's offsets")
+        top = now[mq] if mq in now else riding_out(functools.partial(client.max_offset, mq),
+                                                   "reading the destination's offsets")
         if top <= off:
             out[broker] = f"{mq} holds up to offset {top}, not the message at {off} its store print names"
             continue
@@ -376,7 +379,7 @@ def commit_once(client: BrokerClient, opts: WriterOptions, record: list[Txn], do
             # a fault may have been the broker losing its store: the next round's ENDs would
             # go by position into the new one
             pending = _off_replaced_stores(client, record, pending, pairs, ending, what,
-                                           stores or Stores(dict(marks), {}, (), {}, dict(marks), frozenset()))
+                                           stores or Stores.by_marks(marks))
         if not pending:
             break
         if fault is not None:
@@ -469,13 +472,17 @@ def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[
     and prints of the store it was recorded in (``stores``: the record's own halves by the
     record's, a twin by its substitution's)."""
     kinds: dict[int | None, tuple[dict[MessageQueue, int], dict[str, StorePrint]]] = {}
+    gen_of: dict[int, int | None] = {}
     for i in pending:
-        marks, prints, gen = stores.of(record[i])
-        kinds.setdefault(gen, (marks, prints))
-    replaced = {gen: _replaced_stores(client, marks, pairs, prints) for gen, (marks, prints) in kinds.items()}
-    stale = [i for i in pending if record[i].broker in replaced[stores.of(record[i])[2]]]
+        marks, prints, gen_of[i] = stores.of(record[i])
+        kinds.setdefault(gen_of[i], (marks, prints))
+    # every generation's queues read at once (their marks differ, their offsets now do not)
+    queues = sorted({mq for marks, _ in kinds.values() for mq in marks if (mq.broker, mq.topic) in pairs})
+    now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
+    replaced = {gen: _replaced_stores(client, marks, pairs, prints, now) for gen, (marks, prints) in kinds.items()}
+    stale = [i for i in pending if record[i].broker in replaced[gen_of[i]]]
     if stale:
-        why = sorted({replaced[stores.of(record[i])[2]][record[i].broker] for i in stale})
+        why = sorted({replaced[gen_of[i]][record[i].broker] for i in stale})
         log.warning("%s: %d of its transactions are on brokers whose store changed since they were recorded "
                     "(%s): not ended there (an END by position could end another half)",
                     what, len(stale), "; ".join(why))

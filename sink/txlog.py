@@ -90,6 +90,11 @@ class Stores(NamedTuple):
     merged: dict[MessageQueue, int]
     twin_ids: frozenset[str]
 
+    @classmethod
+    def by_marks(cls, marks: Mapping[MessageQueue, int]) -> Stores:
+        """What marks alone tell (a batch write's commit, which keeps no record)."""
+        return cls(dict(marks), {}, (), {}, dict(marks), frozenset())
+
     def of(self, t: Txn) -> tuple[dict[MessageQueue, int], dict[str, StorePrint], int | None]:
         """(marks, prints, substitution: None for the record's own) of the store ``t``'s half
         was recorded in."""
