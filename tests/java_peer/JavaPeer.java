@@ -476,6 +476,13 @@ public final class JavaPeer {
             case "last" -> ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET;
             default -> throw new IllegalArgumentException("from must be first|last, not " + from);
         });
+        if (args.containsKey("heartbeatMs")) {
+            // The heartbeat that carries a rebalance's new subscription version is dropped
+            // when the client's periodic heartbeat holds the heartbeat lock (both fire about a
+            // second after start); a real broker then answers every pull SUBSCRIPTION_NOT_LATEST
+            // until the next periodic heartbeat, 30 s later by default.
+            consumer.setHeartbeatBrokerInterval((int) num(args, "heartbeatMs", 30_000));
+        }
         consumer.subscribe(topic, str(args, "subExpression", "*"));
         Map<String, Boolean> seen = new ConcurrentHashMap<>();
         CountDownLatch enough = new CountDownLatch(1);

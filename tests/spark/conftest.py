@@ -33,9 +33,11 @@ def installed_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def peer() -> Callable[..., list[dict[str, Any]]]:
+def peer(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[dict[str, Any]]]:
     """Runs one JavaPeer command (one JVM, the Apache RocketMQ Java client) and returns its
-    output lines; the peer is built once (tests/java_peer.py)."""
+    output lines; the peer is built once (tests/java_peer.py). Each run's user.home (the
+    client's logs) is kept under pytest's temporary directory, so a failed exchange can be
+    read afterwards."""
     import java_peer
     from brokers import skip_or_fail
     from real_rocketmq import cache_root, java_available, provision
@@ -47,6 +49,7 @@ def peer() -> Callable[..., list[dict[str, Any]]]:
     classes = java_peer.build(lib, cache_root())
 
     def run(command: str, args: dict[str, Any], timeout: float = 90) -> list[dict[str, Any]]:
-        return java_peer.run(lib, classes, command, args, timeout=timeout)
+        home = tmp_path_factory.mktemp(f"java-peer-{command}")
+        return java_peer.run(lib, classes, command, args, timeout=timeout, home=home)
 
     return run

@@ -7,7 +7,6 @@ command is one JVM, so every test starts exactly one."""
 from __future__ import annotations
 
 import base64
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -104,7 +103,7 @@ def test_java_producer_messages_read_by_spark_with_every_field(spark, broker, cl
     assert rec.sys_flag & SysFlag.COMPRESSED and len(rec.body) < len(BIG_BINARY)
 
 
-def test_spark_writer_rows_consumed_by_java_push_consumer(spark, broker, client, peer, monkeypatch) -> None:
+def test_spark_writer_rows_consumed_by_java_push_consumer(spark, broker, client, peer) -> None:
     topic = broker.create_topic(_name(broker, "SPARK_TO_JAVA_PUSH"), queues=2)
     rows = [(f"w{i}", f"tag{i % 3}", [f"key{i}", "shared"], {"idx": str(i), "name": "wörter"}) for i in range(12)]
     rows.append((BIG_TEXT, "big", ["big"], {"size": str(len(BIG_TEXT))}))
@@ -115,15 +114,15 @@ def test_spark_writer_rows_consumed_by_java_push_consumer(spark, broker, client,
     big = ours[BIG_TEXT]
     assert _stored(client, topic, big.broker, big.queueId, big.queueOffset).sys_flag & SysFlag.COMPRESSED
 
-    # The push consumer's first pulls race its own heartbeat: when the heartbeat that carries the
-    # new subscription version loses the client's heartbeat lock, a real broker answers every pull
-    # SUBSCRIPTION_NOT_LATEST (25) until the next rebalance round resends it, 20 s later by
-    # default; rounds every second keep this test short (the embedded broker does not compare
-    # subscription versions).
-    opts = os.environ.get("JAVA_TOOL_OPTIONS", "")
-    monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"{opts} -Drocketmq.client.rebalance.waitInterval=1000".strip())
+    # The push consumer's first pulls race its own heartbeat: the heartbeat that carries the
+    # rebalance's new subscription version is dropped when the periodic one holds the client's
+    # heartbeat lock (MQClientInstance.sendHeartbeatToAllBrokerWithLockV2 only tries the lock),
+    # and a real broker then answers every pull SUBSCRIPTION_NOT_LATEST (25) until the next
+    # periodic heartbeat, 30 s later by default (later rebalance rounds change nothing, so they
+    # send none). A heartbeat every second bounds that wait; the embedded broker does not compare
+    # subscription versions.
     lines = peer("consume", {"namesrv": broker.namesrv_addr, "topic": topic, "group": _name(broker, "jpeer_push"),
-                             "count": len(rows), "timeoutMs": 30_000, "from": "first"})
+                             "count": len(rows), "timeoutMs": 30_000, "from": "first", "heartbeatMs": 1000})
     assert lines[-1] == {"done": True, "received": len(rows)}, lines[-1]
     got: dict[str, dict[str, Any]] = {}
     for m in lines[:-1]:
