@@ -102,6 +102,25 @@ def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
             '",' + ",".join(f'"{k}":"{plain[k]}"' for k in "jkmn"))
 
 
+def _pull_template(ext: dict[str, str]) -> tuple[str, str] | None:
+    """A pull's header fields as the JSON header writes them, but for the offset: what goes
+    before and after it; None when a field needs escaping. (Encoding a pull's header field by
+    field cost more than a tenth of a read task's time, a pull per 32 messages.)"""
+    plain = {k: plain_json(v) for k, v in ext.items() if k != "queueOffset"}
+    if any(v is None for v in plain.values()):
+        return None
+    keys = list(ext)
+    at = keys.index("queueOffset")
+    return (",".join(f'"{k}":"{plain[k]}"' for k in keys[:at]) + ',"queueOffset":"',
+            '",' + ",".join(f'"{k}":"{plain[k]}"' for k in keys[at + 1:]))
+
+
+#: a pull's header fields (the offset left to fill) and their JSON template
+#: (:func:`_pull_template`), by consumer group, queue, messages asked, subscription, long-polling
+#: time and expression type
+_PULLS: dict[tuple[str, MessageQueue, int, str, int, str], tuple[dict[str, str], tuple[str, str] | None]] = {}
+
+
 #: a single send's header fields (born time and properties left to fill) and their JSON
 #: template (:func:`_send_template`), by producer group, queue, sysFlag and message flag
 _SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, str, str] | None]] = {}
@@ -743,21 +762,33 @@ class RemotingClient(RemotingAdmin):
         """The PULL_MESSAGE request :meth:`pull_async` sends (no offset committed with it;
         ``suspend_ms`` > 0: the broker may hold it that long for new messages); ``subscription``
         is a tag expression, or with ``expression_type`` SQL92 a property filter."""
-        sys_flag = 0x4 | (0x2 if suspend_ms > 0 else 0)
-        return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
-            "consumerGroup": group or "rocketmq-spark",
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "queueOffset": str(offset),
-            "maxMsgNums": str(max_nums),
-            "sysFlag": str(sys_flag),
-            "commitOffset": "0",
-            "suspendTimeoutMillis": str(suspend_ms),
-            "subscription": subscription,
-            "subVersion": "0",
-            "expressionType": expression_type,
-            "bname": mq.broker,
-        })
+        key = (group, mq, max_nums, subscription, suspend_ms, expression_type)
+        cached = _PULLS.get(key)
+        if cached is None:
+            sys_flag = 0x4 | (0x2 if suspend_ms > 0 else 0)
+            fields = {
+                "consumerGroup": group or "rocketmq-spark",
+                "topic": mq.topic,
+                "queueId": str(mq.queue_id),
+                "queueOffset": "0",
+                "maxMsgNums": str(max_nums),
+                "sysFlag": str(sys_flag),
+                "commitOffset": "0",
+                "suspendTimeoutMillis": str(suspend_ms),
+                "subscription": subscription,
+                "subVersion": "0",
+                "expressionType": expression_type,
+                "bname": mq.broker,
+            }
+            cached = (fields, _pull_template(fields))
+            if len(_PULLS) >= 4096:
+                _PULLS.clear()
+            _PULLS[key] = cached
+        ext = cached[0].copy()  # the order stays: the offset is set in place
+        ext["queueOffset"] = at = str(offset)
+        template = cached[1]
+        return RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=ext,
+                               ext_json=None if template is None else (ext, f"{template[0]}{at}{template[1]}"))
 
     def _pull_addr(self, mq: MessageQueue) -> str:
         """Where a pull of ``mq`` goes: the member of its group the last answer suggested (the

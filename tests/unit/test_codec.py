@@ -333,6 +333,15 @@ def test_requests_with_their_fields_written_by_the_client_encode_as_the_encoder_
                                 born_ts=1700000000000),
             RemotingClient.end_transaction_request(broker, producer_group=group, commit_log_offset=123456789,
                                                    queue_offset=queue_id, msg_id=msg_id, commit=commit)]
+    # a pull's fields come from a template per queue and subscription: all but the offset
+    for at in (queue_id * 1000, 7):
+        pull = client.pull_request(mq, at, 32, group=group, subscription=props)
+        assert list(pull.ext_fields.items()) == [
+            ("consumerGroup", group or "rocketmq-spark"), ("topic", topic), ("queueId", str(queue_id)),
+            ("queueOffset", str(at)), ("maxMsgNums", "32"), ("sysFlag", "4"), ("commitOffset", "0"),
+            ("suspendTimeoutMillis", "0"), ("subscription", props), ("subVersion", "0"), ("expressionType", "TAG"),
+            ("bname", broker)]
+        reqs.append(pull)
     # a single send's fields come from a template per queue and flags: those of the header, in order
     for _ in range(2):
         again = client.send_request(mq, [BatchEntry(b"b", props)], producer_group=group, sys_flag=sys_flag,
