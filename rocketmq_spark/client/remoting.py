@@ -81,6 +81,9 @@ _READ_CODES = frozenset({RequestCode.PULL_MESSAGE, RequestCode.GET_MAX_OFFSET, R
 #: how a broker without enablePropertyFilter refuses an SQL92 pull (PullMessageProcessor's remark)
 _NO_PROPERTY_FILTER = "does not support consumer to filter message by"
 
+#: the range of a Java long, what the broker's offsets are
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
 _PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
     ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
@@ -527,7 +530,7 @@ class RemotingClient(RemotingAdmin):
                 value = int(raw)
             except ValueError:
                 value = None
-            if value is not None and -(1 << 63) <= value < (1 << 63):
+            if value is not None and _I64_MIN <= value <= _I64_MAX:
                 return value
             problem = f"has {key}={raw[:80]!r}, not a 64-bit integer"
         raise ProtocolError(f"{operation} at {self._addr_of(mq.broker)}: the broker's answer "
@@ -814,15 +817,16 @@ class RemotingClient(RemotingAdmin):
                                expression_type=expression_type) for off in offsets])
 
     def pull_result(self, mq: MessageQueue, pending: Future[RemotingCommand] | Reply) -> PullResult:
-        """Wait for a pull: the request timeout, plus the time a long-polling pull may be held."""
-        op = f"pull of {mq}"
+        """Wait for a pull: the request timeout, plus the time a long-polling pull may be held.
+        (Run once per 32 messages from a real broker: the operation's name is written only for
+        an error.)"""
         wait = self.config.request_timeout_s + getattr(pending, "hold_s", 0.0)
         addr = self._read_addr_of(mq)
         try:
             resp = pending.result(wait)
         except TimeoutError:
             self.names.note_failed(addr)
-            raise ConnectionFailedError(addr, op, f"no response within {wait:g}s") from None
+            raise ConnectionFailedError(addr, f"pull of {mq}", f"no response within {wait:g}s") from None
         except ConnectionFailedError:
             self.names.note_failed(addr)
             raise
@@ -830,22 +834,34 @@ class RemotingClient(RemotingAdmin):
         self._follow_suggestion(mq, resp)
         status = _PULL_STATUS.get(resp.code)
         master = self.names.members.get(mq.broker, {}).get(MASTER_ID) or self.names.broker_addrs.get(mq.broker)
-        if status is None and resp.code == ResponseCode.TOPIC_NOT_EXIST and addr != master:
+        if status is None:
+            raise self._pull_refused(mq, resp, addr, master)
+        ext = resp.ext_fields
+        try:
+            found = int(ext["nextBeginOffset"]), int(ext["minOffset"]), int(ext["maxOffset"])
+        except (KeyError, ValueError):
+            found = None
+        if found is None or min(found) < _I64_MIN or max(found) > _I64_MAX:
+            op = f"pull of {mq}"  # a field missing (-1) or not a 64-bit integer (ProtocolError)
+            found = (self._answer_int(mq, resp, "nextBeginOffset", op, -1),
+                     self._answer_int(mq, resp, "minOffset", op, -1), self._answer_int(mq, resp, "maxOffset", op, -1))
+        return PullResult(status, *found, resp.body, from_slave="" if addr == master else addr)
+
+    def _pull_refused(self, mq: MessageQueue, resp: RemotingCommand, addr: str, master: str | None) -> Exception:
+        """The error of a pull's answer that is not a pull status."""
+        op = f"pull of {mq}"
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST and addr != master:
             # a slave copies its master's topics once a minute: one that does not know the topic yet
             # cannot serve it now, as a broker that is down cannot (ridden out within
             # brokerDownTimeoutMs, until the master is back or the slave has the topic)
-            raise ConnectionFailedError(addr, op, f"the slave does not know topic {mq.topic!r} yet (a slave copies "
-                                        "its master's topics once a minute); waiting for it or the master")
-        if status is None and resp.code == ResponseCode.SYSTEM_ERROR and _NO_PROPERTY_FILTER in (resp.remark or ""):
-            raise BrokerError(resp.code, f"{resp.remark}: a property filter (subExpressionType=SQL92) needs a broker "
-                              "started with enablePropertyFilter=true in its broker.conf",
-                              address=addr, operation=op)
-        if status is None:  # (the consumer group is not known here: the topic is named)
-            raise self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
-        return PullResult(status, self._answer_int(mq, resp, "nextBeginOffset", op, -1),
-                          self._answer_int(mq, resp, "minOffset", op, -1),
-                          self._answer_int(mq, resp, "maxOffset", op, -1), resp.body,
-                          from_slave="" if addr == master else addr)
+            return ConnectionFailedError(addr, op, f"the slave does not know topic {mq.topic!r} yet (a slave copies "
+                                         "its master's topics once a minute); waiting for it or the master")
+        if resp.code == ResponseCode.SYSTEM_ERROR and _NO_PROPERTY_FILTER in (resp.remark or ""):
+            return BrokerError(resp.code, f"{resp.remark}: a property filter (subExpressionType=SQL92) needs a broker "
+                               "started with enablePropertyFilter=true in its broker.conf",
+                               address=addr, operation=op)
+        # (the consumer group is not known here: the topic is named)
+        return self._refused(resp, addr, op, RequestCode.PULL_MESSAGE, {"topic": mq.topic})
 
     def _follow_suggestion(self, mq: MessageQueue, resp: RemotingCommand) -> None:
         """The broker id a pull's answer suggests for the queue's next pull (suggestWhichBrokerId:

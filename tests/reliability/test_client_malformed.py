@@ -173,6 +173,14 @@ def test_bad_send_and_pull_answers(fake: FakeServer) -> None:
         _fails(lambda: c.send(_mq(), b"m"), ProtocolError, "queueOffset='x'", "send to", fake.addr)
         fake.answer = lambda req: req.response_to(ResponseCode.SUCCESS, {"nextBeginOffset": "soon"}).encode()
         _fails(lambda: c.pull(_mq(), 0, 8), ProtocolError, "nextBeginOffset='soon'", "pull of", fake.addr)
+        # every field there and a number, but one past a Java long
+        fake.answer = lambda req: req.response_to(ResponseCode.PULL_NOT_FOUND, {
+            "nextBeginOffset": "4", "minOffset": "0", "maxOffset": str(1 << 63)}).encode()
+        _fails(lambda: c.pull(_mq(), 0, 8), ProtocolError, "maxOffset=", "not a 64-bit integer", "pull of", fake.addr)
+        # a field left out reads as -1 (unknown), as before
+        fake.answer = lambda req: req.response_to(ResponseCode.PULL_NOT_FOUND, {"nextBeginOffset": "4"}).encode()
+        res = c.pull(_mq(), 0, 8)
+        assert (res.status, res.next_offset, res.min_offset, res.max_offset) == ("NO_NEW_MSG", 4, -1, -1)
     finally:
         c.close()
 
