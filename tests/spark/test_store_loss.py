@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from brokers import queued, settles_at, skip_or_fail, wait_until
@@ -35,6 +36,10 @@ from rocketmq_spark.broker import EmbeddedBroker, EmbeddedCluster
 from rocketmq_spark.client import RemotingClient
 from rocketmq_spark.codec import BatchEntry, decode_records
 from rocketmq_spark.errors import DataLossError, RocketMQSparkError
+from rocketmq_spark.model import Txn
+from rocketmq_spark.sink import TxLog, WriterOptions
+from rocketmq_spark.sink.transactional import _rows, _txns, commit_batch, destination_marks, store_prints
+from rocketmq_spark.sink.writer import write_rows
 from rocketmq_spark.source import Planner, ReaderOptions
 from rocketmq_spark.source.pull_loop import read_range
 
@@ -410,3 +415,62 @@ def test_an_exactly_once_batch_whose_destination_lost_its_halves_is_written_agai
     got = _topic_bodies(broker, dst, 80)
     assert got == rows, f"lost {rows - got}, doubled {got - rows}"  # every row exactly once
     assert (commits / "0.ended").exists() and json.loads((commits / "0.json").read_text())["lost"] == []
+
+
+def test_an_exactly_once_replay_sends_no_end_into_a_new_store_grown_past_its_marks(broker: LossyBroker,
+                                                                                  tmp_path) -> None:
+    """A batch is recorded (its marks and store print taken) and its driver dies before any END;
+    the destination broker loses its store and comes back holding as many messages as before,
+    and the next batch's tasks prepare their halves there, at the very commit-log positions of
+    the first batch's. The replay of the first batch must not end them by position: the broker's
+    checks (producer group, half-queue offset, commit-log offset) all pass for them, so it would
+    commit the second batch's rows in the first's place and the first's rows would be lost. Its
+    store print (the message just below the mark, stored at another time in the new store)
+    tells the replay that the store is another: the recorded halves count as lost, the replay's
+    own (its tasks ran again) stand in for them, and every row is stored once."""
+    kind = broker.kind.upper()
+    dst = broker.create_topic(f"EOS_PRINT_{kind}", 1)
+    ck = tmp_path / "ck"
+    opts = WriterOptions.parse({"namesrvAddr": broker.namesrv_addr, "topic": dst, "delivery": "exactly-once",
+                                "checkpointLocation": str(ck)})
+    before = 12
+    first = [f"a-{i:02d}" for i in range(20)]
+    second = [f"b-{i:02d}" for i in range(20)]  # the same sizes: the same positions
+
+    def prepared(rows: list[str], batch_id: int) -> tuple[list[Txn], Any]:
+        """One task's halves of ``rows`` (by position), and what the driver records of its rows."""
+        report = write_rows(opts, iter([pa.RecordBatch.from_pydict({"body": [r.encode() for r in rows]})]), batch_id)
+        return sorted(_txns([report]), key=lambda t: t.commit_log_offset), _rows([report])
+
+    c = RemotingClient(broker.namesrv_addr)
+    try:
+        _send(c, dst, "old", [before])
+        txns0, rows0 = prepared(first, 0)
+        marks = destination_marks(c, txns0)
+        prints = store_prints(c, marks or {})
+        assert marks and prints, f"marks {marks}, prints {prints}"
+        # what the first commit records before its first END
+        TxLog(str(ck)).record(0, txns0, marks, sums=rows0.sums, nonces=rows0.nonces, prints=prints)
+    finally:
+        c.close()
+
+    broker.lose_store({dst: [before]}, tmp_path / "scratch")  # back as full as it was ("new-0-j")
+    broker.create_topic(dst, 1)
+    assert wait_until(lambda: _routed(broker, dst, 1), 60), f"{dst} is not routed after the store was lost"
+    txns1, rows1 = prepared(second, 1)
+    at = [(t.queue_offset, t.commit_log_offset) for t in txns0]
+    assert [(t.queue_offset, t.commit_log_offset) for t in txns1] == at, \
+        "the second batch's halves are not where the first's were: the case is not made"
+
+    # the restarted driver replays the recorded batch: Spark runs its tasks again (new halves,
+    # the same message ids and rows), then commits
+    txns, rows = prepared(first, 0)
+    commit_batch(opts, txns, 0, rows)
+    new = Counter(f"new-0-{j}" for j in range(before))
+    got = _topic_bodies(broker, dst, before + 20)
+    assert got == new + Counter(first), f"after the replay: lost {new + Counter(first) - got}, " \
+                                        f"more {got - new - Counter(first)} (the second batch is not committed yet)"
+    commit_batch(opts, txns1, 1, rows1)
+    got = _topic_bodies(broker, dst, before + 40)
+    want = new + Counter(first) + Counter(second)
+    assert got == want, f"lost {want - got}, doubled {got - want}"
