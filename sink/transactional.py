@@ -218,16 +218,13 @@ def _stored_at(client: BrokerClient, mq: MessageQueue, offset: int) -> int | Non
 
 
 def _stored_at_now(client: BrokerClient, mq: MessageQueue, offset: int) -> int | None:
-    """:func:`_stored_at`; ConnectionFailedError for what :func:`riding_out` waits out, a
-    retriable error (a busy broker) included; None when the broker refuses the read or its
-    answer does not decode (warned once per broker and topic)."""
+    """:func:`_stored_at`; the errors :func:`riding_out` waits out raised; None when the broker
+    refuses the read or its answer does not decode (warned once per broker and topic)."""
     try:
         return _stored_at(client, mq, offset)
-    except ConnectionFailedError:
-        raise
     except RocketMQSparkError as exc:
-        if exc.retriable:
-            raise ConnectionFailedError(mq.broker, f"reading the message at offset {offset} of {mq}", exc) from exc
+        if isinstance(exc, ConnectionFailedError) or exc.retriable:
+            raise
         if (mq.broker, mq.topic) not in _UNPRINTED:
             _UNPRINTED.add((mq.broker, mq.topic))
             log.warning("exactly-once: the destination's message at %s offset %d cannot be read (%s): a lost "
@@ -271,15 +268,17 @@ _T = TypeVar("_T")
 
 def riding_out(fn: Callable[[], _T], what: str) -> _T:
     """``fn()``, called again while it fails for want of a broker or name server
-    (ConnectionFailedError, after the client's own retries) for up to :data:`BROKER_DOWN_S`
-    from the first failure, then its error. Only for calls that may be repeated: reads, route
-    lookups, rollbacks."""
+    (ConnectionFailedError) or on a retriable answer (a busy broker), after the client's own
+    retries, for up to :data:`BROKER_DOWN_S` from the first failure, then its error. Only for
+    calls that may be repeated: reads, route lookups, rollbacks."""
     deadline: float | None = None
     pause = 0.2
     while True:
         try:
             return fn()
-        except ConnectionFailedError as exc:
+        except RocketMQSparkError as exc:
+            if not (isinstance(exc, ConnectionFailedError) or exc.retriable):
+                raise
             now = time.monotonic()
             if deadline is None:
                 deadline = now + BROKER_DOWN_S

@@ -929,3 +929,30 @@ def test_a_store_prints_read_rides_out_a_busy_broker_and_a_refused_one_is_asked_
         assert refused.pulls == 1 and "told by its offsets alone" in caplog.text
     finally:
         transactional._UNPRINTED.discard(("broker-a", "T"))
+
+
+def test_riding_out_waits_out_a_busy_broker_and_a_lost_connection_but_not_a_refusal() -> None:
+    from rocketmq_spark.errors import NoPermissionError
+    from rocketmq_spark.sink.transactional import riding_out
+
+    faults: list[Exception] = [SystemBusyError(2, "[TIMEOUT_CLEAN_QUEUE]broker busy", address="127.0.0.1:10911",
+                                               operation="max offset"),
+                               ConnectionFailedError("127.0.0.1:10911", "max offset", "connection reset")]
+    calls = []
+
+    def read() -> int:
+        calls.append(1)
+        if faults:
+            raise faults.pop(0)
+        return 7
+
+    assert riding_out(read, "reading the destination's offsets") == 7 and len(calls) == 3
+    refusal = NoPermissionError(16, "no permission", address="127.0.0.1:10911", operation="max offset")
+
+    def refused() -> int:
+        calls.append(1)
+        raise refusal
+
+    with pytest.raises(NoPermissionError):
+        riding_out(refused, "reading the destination's offsets")
+    assert len(calls) == 4  # asked once: a refusal is not waited out
