@@ -115,10 +115,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         restarts = self.planner.take_restarts()
         starts.update(restarts)
         starts.update(self.planner.take_new_starts())  # a replay reads them from there too
-        if not starts and end == ends:  # nothing new: the offsets as they were (Spark plans no batch)
-            at = group_of(start)
-        else:
-            at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
+        if not starts and end == ends:
+            # nothing new: the offsets as they were given, so Spark plans no batch (the starts of
+            # the batch that ended there included: they were that batch's alone)
+            return start
+        at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
         return batch_end_json(end, starts, self.planner.marks_of(end), at)
 
     def reportLatestOffset(self) -> dict | None:

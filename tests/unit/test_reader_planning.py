@@ -21,7 +21,7 @@ from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.codec.record import encode_record
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.offsets import Offsets
+from rocketmq_spark.offsets import RESET_KEY, Offsets
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.source import Planner, ReaderOptions
 from rocketmq_spark.source.packing import ranges_of
@@ -1287,3 +1287,20 @@ def test_a_queue_new_to_the_query_is_replayed_from_the_start_its_batch_was_plann
     c.ranges[a1] = (5, 9)  # retention deleted two of its messages before the batch is replayed
     again = [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e1, e2))]
     assert first == again == [(a1, 3, 9)]
+
+
+def test_an_idle_trigger_after_a_batch_with_starts_plans_no_empty_batch() -> None:
+    # a batch's starts ("@reset": a reset's, a lost store's, a new queue's) belong to that batch
+    # only; an idle trigger after it must give back its offsets unchanged, or Spark plans an
+    # empty batch (and commits it) just to drop them
+    a0, a1 = Q(0), Q(1)
+    c = ResettableClient({a0: (0, 10)})
+    r = _stream(c)
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    c.ranges[a1] = (3, 9)  # a queue added while the query runs
+    e2 = r.latestOffset(e1, ReadAllAvailable())
+    assert RESET_KEY in e2
+    assert r.latestOffset(e2, ReadAllAvailable()) == e2
+    c.ranges[a1] = (3, 12)  # then new messages: a batch, without the starts of the one before
+    e3 = r.latestOffset(e2, ReadAllAvailable())
+    assert RESET_KEY not in e3 and [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e2, e3))] == [(a1, 9, 12)]
