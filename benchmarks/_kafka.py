@@ -129,7 +129,7 @@ class Kafka:
             f"num.partitions={self.partitions}", "offsets.topic.replication.factor=1",
             "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
             "group.initial.rebalance.delay.ms=0", ""]))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         cmd = self._java("256m", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props))
         fmt = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if fmt.returncode != 0:
@@ -167,3 +167,13 @@ class Kafka:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(10)
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id (a UUID, URL-safe base64) that does not start with "-": the
+    storage tool would take such an id for an option ("argument --cluster-id/-t: expected one
+    argument"), one run in 64; Kafka's own Uuid.randomUuid() draws again for the same reason."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
