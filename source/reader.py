@@ -34,6 +34,7 @@ from ..model import MessageQueue
 from ..offsets import (
     EARLIEST,
     LATEST,
+    RESET_KEY,
     Offsets,
     batch_end_json,
     group_of,
@@ -116,9 +117,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts.update(restarts)
         starts.update(self.planner.take_new_starts())  # a replay reads them from there too
         if not starts and end == ends:
-            # nothing new: the offsets as they were given, so Spark plans no batch (the starts of
-            # the batch that ended there included: they were that batch's alone)
-            return start
+            # nothing new: the offsets as they were (Spark plans no batch). The starts of the batch
+            # that ended there are that batch's alone: offsets that differ by them only are given
+            # back unchanged; a queue gone (a deleted topic) or a mark taken since still make a
+            # batch, empty, that writes them to the checkpoint
+            same = batch_end_json(end, {}, self.planner.marks_of(end), group_of(start))
+            return start if {k: v for k, v in start.items() if k != RESET_KEY} == same else same
         at = self.planner.group_at_planning(ends, end, set(restarted) | set(restarts))
         return batch_end_json(end, starts, self.planner.marks_of(end), at)
 

@@ -21,7 +21,7 @@ from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.codec.record import encode_record
 from rocketmq_spark.errors import ConnectionFailedError, DataLossError, OptionError
 from rocketmq_spark.model import MessageQueue, PullResult
-from rocketmq_spark.offsets import RESET_KEY, Offsets
+from rocketmq_spark.offsets import MARKS_KEY, RESET_KEY, Offsets
 from rocketmq_spark.sink import WriterOptions
 from rocketmq_spark.source import Planner, ReaderOptions
 from rocketmq_spark.source.packing import ranges_of
@@ -1304,3 +1304,20 @@ def test_an_idle_trigger_after_a_batch_with_starts_plans_no_empty_batch() -> Non
     c.ranges[a1] = (3, 12)  # then new messages: a batch, without the starts of the one before
     e3 = r.latestOffset(e2, ReadAllAvailable())
     assert RESET_KEY not in e3 and [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e2, e3))] == [(a1, 9, 12)]
+
+
+def test_an_idle_trigger_still_drops_a_deleted_topics_queues_and_writes_marks_taken_since() -> None:
+    a0 = Q(0)
+    c = ResettableClient({a0: (0, 10)})
+    r = _stream(c)
+    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    assert MARKS_KEY in e1
+    # offsets without marks (a checkpoint of an earlier version): an empty batch writes them, so
+    # that a store lost while the query is stopped is still told at its restart
+    bare = {k: v for k, v in e1.items() if k != MARKS_KEY}
+    assert r.latestOffset(bare, ReadAllAvailable()) == e1
+    # a topic subscribePattern matched was deleted: an empty batch drops its queue, or the topic,
+    # created again, would be read from the old offset instead of its first message
+    r.planner.reading = lambda offsets: {mq: o for mq, o in offsets.items() if mq.topic != "gone"}  # type: ignore
+    with_gone = {**e1, "gone": {"broker-a:0": 5}}
+    assert r.latestOffset(with_gone, ReadAllAvailable()) == e1
