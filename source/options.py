@@ -16,7 +16,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..client import Credentials
-from ..codec.arrow import ARROW_SCHEMA, RETRY_FIELDS
+from ..codec.schema import ARROW_SCHEMA, RETRY_FIELDS
 from ..errors import OptionError
 from ..names import retry_topic
 from ..namespaces import wrap

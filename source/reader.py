@@ -44,13 +44,12 @@ from ..offsets import (
 from .options import ReaderOptions
 from .packing import PackedRanges, pack
 from .planning import Planner, QueueOffsets
-from .pull_loop import _read_partition, read_range
 from .pushdown import Pushed, pushed_of
 from .queue_range import QueueRange
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader", "read_range"]
+__all__ = ["Planner", "QueueRange", "RocketMQBatchReader", "RocketMQStreamReader"]
 
 def _to_json(offsets: QueueOffsets) -> dict[str, dict[str, int]]:
     """Offsets as Spark keeps them in its checkpoint (the canonical form, see :mod:`..offsets`)."""
@@ -146,7 +145,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _packed(self.planner.options, self.planner.partitions(begin, dict(ends), marks_of(end)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the partition's rows (:func:`read_range`, which says what it raises)."""
+        """Executor side: the partition's rows (:func:`~.pull_loop.read_range`, which says what it
+        raises)."""
+        from .pull_loop import _read_partition  # the decoders: the executors' (the driver plans only)
+
         return _read_partition(partition)
 
     def commit(self, end: dict) -> None:
@@ -248,7 +250,9 @@ class RocketMQBatchReader(DataSourceReader):
             planner.client.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the partition's rows (:func:`read_range`)."""
+        """Executor side: the partition's rows (:func:`~.pull_loop.read_range`)."""
+        from .pull_loop import _read_partition
+
         return _read_partition(partition)
 
 

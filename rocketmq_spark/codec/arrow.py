@@ -1,5 +1,6 @@
-"""The row schema and the decoding of pulled record bytes into Arrow RecordBatches: the
-reader's kernel of the record codec (:mod:`.record` has the layout and the scalar decoder).
+"""The decoding of pulled record bytes into Arrow RecordBatches of the row schema
+(:mod:`.schema`, re-exported here): the reader's kernel of the record codec (:mod:`.record`
+has the layout and the scalar decoder).
 
 The Arrow form matches what Spark expects for the schema exactly (string, int32,
 timestamp[us, tz=UTC], list<string>, map<string,string>, all nullable). A row's
@@ -39,43 +40,13 @@ from .record import (
     fixed_fields,
     fixed_size,
 )
+from .schema import ARROW_SCHEMA, RETRY_COLUMNS, RETRY_FIELDS, RETRY_SCHEMA, RETRY_SCHEMA_DDL, SCHEMA_DDL, TIMESTAMP
 
 # decode_to_batch_reference is not public: the reference the vectorised decoder is held to
 # (tests import it from here) and its fallback
 __all__ = ["ARROW_SCHEMA", "RETRY_COLUMNS", "RETRY_FIELDS", "RETRY_SCHEMA_DDL", "SCHEMA_DDL", "columns_to_batch",
            "decode_to_batch", "no_retry_origin", "string_constant"]
 
-SCHEMA_DDL = (
-    "topic STRING, broker STRING, queueId INT, queueOffset BIGINT, messageId STRING, tag STRING, "
-    "keys ARRAY<STRING>, body BINARY, properties MAP<STRING,STRING>, bornTimestamp TIMESTAMP, "
-    "storeTimestamp TIMESTAMP, bornHost STRING, storeHost STRING"
-)
-
-#: with includeRetryTopic the rows also say where a message given back came from: retryTopic (its
-#: RETRY_TOPIC property: the topic it was first read from; null for the topics' own messages) and
-#: reconsumeTimes (how many times it was given back: 0 for the topics' own messages)
-RETRY_SCHEMA_DDL = SCHEMA_DDL + ", retryTopic STRING, reconsumeTimes INT"
-RETRY_FIELDS = (pa.field("retryTopic", pa.string()), pa.field("reconsumeTimes", pa.int32()))
-#: their names: the decoders give them when ``columns`` names them (see :func:`decode_to_batch`)
-RETRY_COLUMNS = tuple(f.name for f in RETRY_FIELDS)
-
-_TS = pa.timestamp("us", tz="UTC")
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()),
-    pa.field("broker", pa.string()),
-    pa.field("queueId", pa.int32()),
-    pa.field("queueOffset", pa.int64()),
-    pa.field("messageId", pa.string()),
-    pa.field("tag", pa.string()),
-    pa.field("keys", pa.list_(pa.field("element", pa.string()))),
-    pa.field("body", pa.binary()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("bornTimestamp", _TS),
-    pa.field("storeTimestamp", _TS),
-    pa.field("bornHost", pa.string()),
-    pa.field("storeHost", pa.string()),
-])
-_RETRY_SCHEMA = pa.schema([*ARROW_SCHEMA, *RETRY_FIELDS])
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -118,12 +89,12 @@ def decode_to_batch_reference(
     columns.insert(1, [broker] * len(columns[0]))
     types = _RETRY_TYPES if retry else _TYPES
     return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(columns, types, strict=True)],
-                                      schema=_RETRY_SCHEMA if retry else ARROW_SCHEMA)
+                                      schema=RETRY_SCHEMA if retry else ARROW_SCHEMA)
 
 
 # the column types, listed once (a schema's fields are built anew each time it is iterated)
 _TYPES = [f.type for f in ARROW_SCHEMA]
-_RETRY_TYPES = [f.type for f in _RETRY_SCHEMA]
+_RETRY_TYPES = [f.type for f in RETRY_SCHEMA]
 
 
 def _reference_columns(chunks: Iterable[bytes], end: int | None, retry: bool) -> list[list[object]]:
@@ -272,8 +243,8 @@ def columns_to_batch(cols: dict[str, list[object]], broker: str, end: int | None
             pa.array(cols["keys"], _KEYS_TYPE),
             pa.array(cols["body"], pa.binary()),
             pa.array(cols["properties"], _PROPS_TYPE),
-            pc.multiply(pa.array(cols["bornTimestamp"], ms), 1000).cast(_TS),
-            pc.multiply(pa.array(cols["storeTimestamp"], ms), 1000).cast(_TS),
+            pc.multiply(pa.array(cols["bornTimestamp"], ms), 1000).cast(TIMESTAMP),
+            pc.multiply(pa.array(cols["storeTimestamp"], ms), 1000).cast(TIMESTAMP),
             pa.array(cols["bornHost"], pa.string()),
             pa.array(cols["storeHost"], pa.string()),
         ],
@@ -529,7 +500,7 @@ def _decode_mixed(parts: list[bytes], broker: str, end: int | None, bad: np.ndar
     not (every column of :data:`ARROW_SCHEMA`, and with ``retry`` :data:`RETRY_FIELDS` too)."""
     bounds = np.cumsum([len(c) for c in parts])
     bad_chunks = set(np.searchsorted(bounds, bad, side="right").tolist())
-    columns = _RETRY_SCHEMA.names if retry else None
+    columns = RETRY_SCHEMA.names if retry else None
     batches: list[pa.RecordBatch] = []
     run: list[bytes] = []
     for i, c in enumerate(parts):
@@ -785,8 +756,8 @@ def _batch_of(src: pa.Array, take: pa.Array | None, heads: np.ndarray, qoff: np.
         "keys": lambda: keys,
         "body": lambda: body,
         "properties": lambda: user,
-        "bornTimestamp": lambda: pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[0])]),
-        "storeTimestamp": lambda: pa.Array.from_buffers(_TS, k, [None, pa.py_buffer(ts[1])]),
+        "bornTimestamp": lambda: pa.Array.from_buffers(TIMESTAMP, k, [None, pa.py_buffer(ts[0])]),
+        "storeTimestamp": lambda: pa.Array.from_buffers(TIMESTAMP, k, [None, pa.py_buffer(ts[1])]),
         "bornHost": lambda: _host_column(h["born"]),
         "storeHost": lambda: _host_column(h["store"]),
         "retryTopic": lambda: retry_topic,
@@ -862,7 +833,7 @@ _ALL_COLUMNS = frozenset(ARROW_SCHEMA.names)
 @functools.lru_cache(maxsize=64)
 def _schema_of(columns: tuple[str, ...]) -> pa.Schema:
     """The schema of a projection of ARROW_SCHEMA and RETRY_FIELDS."""
-    return pa.schema([_RETRY_SCHEMA.field(c) for c in columns])
+    return pa.schema([RETRY_SCHEMA.field(c) for c in columns])
 
 
 def _terminate(data: np.ndarray, offsets: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

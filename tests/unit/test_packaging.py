@@ -63,6 +63,17 @@ def test_the_data_source_modules_do_not_import_pandas() -> None:
     assert "rocketmq_spark.sink.encode" in loaded and "pandas" not in loaded
 
 
+def test_planning_a_read_loads_no_decoder() -> None:
+    # the driver's planning processes (one per query, started anew) load the data source and its
+    # readers but not the decoders and pyarrow.compute (~0.05 s of each process's start); the
+    # executors load them with read_range
+    loaded = _modules_after("import rocketmq_spark.datasource\nfrom rocketmq_spark.source import SCHEMA_DDL")
+    assert "rocketmq_spark.source.reader" in loaded
+    assert not loaded & {"pyarrow.compute", "rocketmq_spark.codec.arrow", "rocketmq_spark.source.pull_loop"}
+    loaded = _modules_after("from rocketmq_spark.source import read_range")
+    assert {"rocketmq_spark.source.pull_loop", "rocketmq_spark.codec.arrow"} <= loaded
+
+
 def test_top_level_layout_is_the_agreed_one() -> None:
     required = {"setup.cfg", "pyproject.toml", "rocketmq_spark", "source", "sink", "checkpoints", "tests",
                 "benchmarks", "README.md", ".ci"}
