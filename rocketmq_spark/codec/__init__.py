@@ -7,7 +7,8 @@ the vectorised modules, :mod:`.arrow` and :mod:`.batch_kernels`).
     properties.py     ``key\\x01value\\x02`` properties, system keys, tags and their hash
     batch.py          batch send bodies (BatchEntry, EncodedBatch)
     batch_kernels.py  the broker's vectorised batch path: batch entries -> stored records
-    arrow.py          the reader's vectorised decode: records -> Arrow columns (the row schema)
+    schema.py         the reader's row schema (Spark DDL and Arrow)
+    arrow.py          the reader's vectorised decode: records -> Arrow columns of that schema
     tags.py           the tag filter: subscriptions, the broker's by hash, the reader's by string
 """
 
