@@ -1274,15 +1274,21 @@ def test_ending_offsets_by_timestamp_of_a_batch_read() -> None:
     assert _ends_at_times(c, {Q(0): 6}, {Q(0): 10}, times) == {Q(0): 6}  # type: ignore[arg-type]
 
 
-def test_a_queue_new_to_the_query_is_replayed_from_the_start_its_batch_was_planned_with() -> None:
-    # a replay asking the new queue's min offset anew (retention, a lost store) would move its
-    # range, and with it the partitions and row numbers an exactly-once writer's ids are made of
+def _a_queue_added() -> tuple[Any, ResettableClient, MessageQueue, dict, dict]:
+    """A stream that read queue 0 to 10 (offsets ``e1``), then planned queue 1, added while it
+    runs with messages [3, 9), in batch ``e2``: (reader, client, queue 1, e1, e2)."""
     a0, a1 = Q(0), Q(1)
     c = ResettableClient({a0: (0, 10)})
     r = _stream(c)
     e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    c.ranges[a1] = (3, 9)  # a queue added while the query runs
-    e2 = r.latestOffset(e1, ReadAllAvailable())
+    c.ranges[a1] = (3, 9)
+    return r, c, a1, e1, r.latestOffset(e1, ReadAllAvailable())
+
+
+def test_a_queue_new_to_the_query_is_replayed_from_the_start_its_batch_was_planned_with() -> None:
+    # a replay asking the new queue's min offset anew (retention, a lost store) would move its
+    # range, and with it the partitions and row numbers an exactly-once writer's ids are made of
+    r, c, a1, e1, e2 = _a_queue_added()
     first = [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e1, e2))]
     c.ranges[a1] = (5, 9)  # retention deleted two of its messages before the batch is replayed
     again = [(x.mq, x.start, x.end) for x in ranges_of(r.partitions(e1, e2))]
@@ -1293,12 +1299,7 @@ def test_an_idle_trigger_after_a_batch_with_starts_plans_no_empty_batch() -> Non
     # a batch's starts ("@reset": a reset's, a lost store's, a new queue's) belong to that batch
     # only; an idle trigger after it must give back its offsets unchanged, or Spark plans an
     # empty batch (and commits it) just to drop them
-    a0, a1 = Q(0), Q(1)
-    c = ResettableClient({a0: (0, 10)})
-    r = _stream(c)
-    e1 = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    c.ranges[a1] = (3, 9)  # a queue added while the query runs
-    e2 = r.latestOffset(e1, ReadAllAvailable())
+    r, c, a1, _, e2 = _a_queue_added()
     assert RESET_KEY in e2
     assert r.latestOffset(e2, ReadAllAvailable()) == e2
     c.ranges[a1] = (3, 12)  # then new messages: a batch, without the starts of the one before
