@@ -21,7 +21,6 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from ..client import BrokerClient
 from ..errors import (
-    ConnectionFailedError,
     DataLossError,
     NoPermissionError,
     OptionError,
@@ -223,7 +222,7 @@ def _stored_at_now(client: BrokerClient, mq: MessageQueue, offset: int) -> int |
     try:
         return _stored_at(client, mq, offset)
     except RocketMQSparkError as exc:
-        if isinstance(exc, ConnectionFailedError) or exc.retriable:
+        if exc.retriable:  # (a lost connection is)
             raise
         if (mq.broker, mq.topic) not in _UNPRINTED:
             _UNPRINTED.add((mq.broker, mq.topic))
@@ -277,7 +276,7 @@ def riding_out(fn: Callable[[], _T], what: str) -> _T:
         try:
             return fn()
         except RocketMQSparkError as exc:
-            if not (isinstance(exc, ConnectionFailedError) or exc.retriable):
+            if not exc.retriable:  # a lost connection is (ConnectionFailedError), and a busy broker
                 raise
             now = time.monotonic()
             if deadline is None:
