@@ -312,26 +312,23 @@ def _end_recorded(client: BrokerClient, opts: WriterOptions, txlog: TxLog, batch
 
 
 def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pairs: set[tuple[str, str]],
-                     prints: Mapping[str, StorePrint] | None = None,
-                     now: Mapping[MessageQueue, int] | None = None) -> dict[str, str]:
+                     prints: Mapping[str, StorePrint], now: Mapping[MessageQueue, int]) -> dict[str, str]:
     """The brokers among ``pairs`` that lost the store the marks were taken on, each with what
     says so: a destination queue whose max offset is now below its mark (a queue's offsets
     only grow in one store), or at or below the offset of the broker's store print
     (``prints``), or whose message there was stored at another time (a new store grown past
     the marks). An END sent there by position could end another half message that now sits
-    where the recorded one was. ``now``: the queues' max offsets, when the caller read them."""
+    where the recorded one was. ``now``: the max offsets of the queues of ``marks`` and
+    ``prints`` (:func:`_off_replaced_stores` reads them once for every generation)."""
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
-    if now is None:
-        now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     out: dict[str, str] = {}
     for mq in queues:
         if mq in now and now[mq] < marks[mq] and mq.broker not in out:
             out[mq.broker] = f"{mq} holds up to offset {now[mq]}, below its mark {marks[mq]}"
-    for broker, (mq, off, at) in sorted((prints or {}).items()):
+    for broker, (mq, off, at) in sorted(prints.items()):
         if broker in out or (broker, mq.topic) not in pairs:
             continue
-        top = now[mq] if mq in now else riding_out(functools.partial(client.max_offset, mq),
-                                                   "reading the destination's offsets")
+        top = now[mq]
         if top <= off:
             out[broker] = f"{mq} holds up to offset {top}, not the message at {off} its store print names"
             continue
@@ -475,7 +472,8 @@ def _off_replaced_stores(client: BrokerClient, record: list[Txn], pending: list[
         marks, prints, gen_of[i] = stores.of(record[i])
         kinds.setdefault(gen_of[i], (marks, prints))
     # every generation's queues read at once (their marks differ, their offsets now do not)
-    queues = sorted({mq for marks, _ in kinds.values() for mq in marks if (mq.broker, mq.topic) in pairs})
+    queues = sorted({mq for marks, prints in kinds.values() for mq in [*marks, *(p[0] for p in prints.values())]
+                     if (mq.broker, mq.topic) in pairs})
     now = riding_out(lambda: client.max_offsets(queues), "reading the destination's offsets") if queues else {}
     replaced = {gen: _replaced_stores(client, marks, pairs, prints, now) for gen, (marks, prints) in kinds.items()}
     stale = [i for i in pending if record[i].broker in replaced[gen_of[i]]]

@@ -661,9 +661,10 @@ def test_a_store_print_past_the_queues_end_means_another_store() -> None:
 
     broker = FakeBroker()
     broker.stored[MQ] = ["NEW-0", "NEW-1"]
-    out = _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 4, 4)})  # type: ignore[arg-type]
+    now = broker.max_offsets([MQ])  # what the caller reads, once for every generation
+    out = _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 4, 4)}, now)  # type: ignore[arg-type]
     assert "broker-a" in out and "the message at 4" in out["broker-a"]
-    assert _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 1, 1)}) == {}  # type: ignore[arg-type]
+    assert _replaced_stores(broker, {MQ: 2}, {("broker-a", "T")}, {"broker-a": (MQ, 1, 1)}, now) == {}  # type: ignore
 
 
 def test_an_earlier_versions_twins_are_told_by_the_merged_marks(tmp_path) -> None:
