@@ -92,41 +92,42 @@ _PULL_STATUS: dict[int, str] = {
 }
 
 
-def _send_template(ext: dict[str, str]) -> tuple[str, str, str] | None:
-    """A single send's header fields (in :meth:`RemotingClient.send_request`'s order) as the JSON
-    header writes them, but for the born time (``g``) and properties (``i``): what goes before,
-    between and after those two; None when a field needs escaping or the order is another.
-    (A batch send's header comes once per batch: the encoder writes it.)"""
-    plain = {k: plain_json(v) for k, v in ext.items() if k not in ("g", "i")}
-    if any(v is None for v in plain.values()) or list(ext) != list("abcdefghijkmn"):
-        return None
-    return (",".join(f'"{k}":"{plain[k]}"' for k in "abcdef") + ',"g":"',
-            f'","h":"{plain["h"]}","i":"',
-            '",' + ",".join(f'"{k}":"{plain[k]}"' for k in "jkmn"))
-
-
-def _pull_template(ext: dict[str, str]) -> tuple[str, str] | None:
-    """A pull's header fields as the JSON header writes them, but for the offset: what goes
-    before and after it; None when a field needs escaping. (Encoding a pull's header field by
-    field cost more than a tenth of a read task's time, a pull per 32 messages.)"""
-    plain = {k: plain_json(v) for k, v in ext.items() if k != "queueOffset"}
+def _header_template(ext: dict[str, str], holes: Sequence[str]) -> tuple[str, ...] | None:
+    """Header fields ``ext`` as the JSON header writes them (in their order), but for the values
+    of ``holes`` (keys of ``ext``): the text before, between and after those values; None when a
+    field needs escaping. A request sent per message or per pull fills in only the holes:
+    encoding its header field by field was over a tenth of a read task's or a send's time."""
+    plain = {k: plain_json(v) for k, v in ext.items() if k not in holes}
     if any(v is None for v in plain.values()):
         return None
-    keys = list(ext)
-    at = keys.index("queueOffset")
-    return (",".join(f'"{k}":"{plain[k]}"' for k in keys[:at]) + ',"queueOffset":"',
-            '",' + ",".join(f'"{k}":"{plain[k]}"' for k in keys[at + 1:]))
+    pieces: list[str] = []
+    text = ""
+    for n, k in enumerate(ext):
+        sep = "," if n else ""
+        if k in holes:
+            pieces.append(f'{text}{sep}"{k}":"')
+            text = '"'
+        else:
+            text += f'{sep}"{k}":"{plain[k]}"'
+    return (*pieces, text)
+
+
+def _send_template(ext: dict[str, str]) -> tuple[str, ...] | None:
+    """:func:`_header_template` of a single send's fields (in :meth:`RemotingClient.send_request`'s
+    order), the born time (``g``) and properties (``i``) left to fill; None when the order is
+    another. (A batch send's header comes once per batch: the encoder writes it.)"""
+    return _header_template(ext, ("g", "i")) if list(ext) == list("abcdefghijkmn") else None
 
 
 #: a pull's header fields (the offset left to fill) and their JSON template
-#: (:func:`_pull_template`), by consumer group, queue, messages asked, subscription, long-polling
+#: (:func:`_header_template`), by consumer group, queue, messages asked, subscription, long-polling
 #: time and expression type
-_PULLS: dict[tuple[str, MessageQueue, int, str, int, str], tuple[dict[str, str], tuple[str, str] | None]] = {}
+_PULLS: dict[tuple[str, MessageQueue, int, str, int, str], tuple[dict[str, str], tuple[str, ...] | None]] = {}
 
 
 #: a single send's header fields (born time and properties left to fill) and their JSON
 #: template (:func:`_send_template`), by producer group, queue, sysFlag and message flag
-_SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, str, str] | None]] = {}
+_SINGLE_SENDS: dict[tuple[str, str, int, str, int, int], tuple[dict[str, str], tuple[str, ...] | None]] = {}
 
 
 #: what a broker's END_TRANSACTION answer (SYSTEM_ERROR) says when the commit-log position it was
@@ -783,7 +784,7 @@ class RemotingClient(RemotingAdmin):
                 "expressionType": expression_type,
                 "bname": mq.broker,
             }
-            cached = (fields, _pull_template(fields))
+            cached = (fields, _header_template(fields, ("queueOffset",)))
             if len(_PULLS) >= 4096:
                 _PULLS.clear()
             _PULLS[key] = cached
