@@ -49,11 +49,13 @@ __all__ = ["Copy", "OutputReport", "check_output", "committed_parquet_files", "r
 @dataclass(frozen=True)
 class Copy:
     """One message found in an output: its id (None: a body with no id), the queue it was found
-    in (``broker:queueId``; for Parquet, the source queue the row names) and its offset there."""
+    in (``broker:queueId``; for Parquet, the source queue the row names), its offset there, and
+    for a topic the time its broker stored it (epoch ms; None for Parquet rows)."""
 
     queue: str
     offset: int
     id: int | None
+    stored_ms: int | None = None
 
 
 @dataclass
@@ -74,7 +76,8 @@ class OutputReport:
     #: ids a store wiped at once (``wipe-broker-now``) held, written once more after it: an END
     #: applied as the clients were cut off, its answer lost with the connection, and then its
     #: message lost with the store; the writer cannot tell it from one never applied, so its
-    #: replay writes the row again (the store the copy was in is gone): reported, allowed
+    #: replay writes the row again (the store the copy was in is gone): reported, allowed. Only
+    #: when the copy read now was stored after the wipe: one stored before it is a duplicate
     rewritten: list[int] = field(default_factory=list)
     reordered: list[int] | None = None
     unexpected: list[int] = field(default_factory=list)
@@ -119,7 +122,7 @@ def reordered(seq: Iterable[int]) -> list[int]:
 def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequence[Copy] = (),
                  source: dict[int, tuple[str, tuple[int, int]]] | None = None, broker_lost: set[int] | None = None,
                  excused: set[int] | None = None, order: str | None = None,
-                 rewrite_excused: set[int] | None = None) -> OutputReport:
+                 rewrite_excused: dict[int, int] | None = None) -> OutputReport:
     """Counts for one output. ``copies``: what it holds now; ``wiped``: what it held on a
     broker whose store was then wiped on purpose. ``source``: for ``order="group"``, id -> its
     queue in topic A (its message group) and its place there: (how many times that broker's
@@ -127,8 +130,10 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     a wipe; not the id, as sends whose answer timed out may be stored after later ones.
     ``broker_lost``: ids the brokers lost (acked, absent from topic A); ``excused``: ids a
     wipe took before every query had read them (counted in ``lost_with_store``, not ``lost``);
-    ``rewrite_excused``: ids the store of such a wipe held in this output (one copy more of one,
-    the copy now read once, is counted in ``rewritten``, not ``duplicated``). ``order``: None,
+    ``rewrite_excused``: ids the store of such a wipe held in this output -> when it was wiped
+    (epoch ms): one copy more of one, the copy now read once and stored after that time, is
+    counted in ``rewritten``, not ``duplicated`` (the replay wrote it again once the store was
+    gone; a copy stored before the wipe was written twice while both were there). ``order``: None,
     ``"queue"`` (acked ids grow with offsets in each queue: the source topic, written by one
     producer thread per queue that waits for each answer) or ``"group"`` (per destination queue
     and source queue, first copies come in the source's order)."""
@@ -144,8 +149,17 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     r.lost_by_broker = sorted(set(r.lost) & (broker_lost or set()))
     r.duplicated = {i: n - 1 for i, n in counts.items() if i is not None and n > 1}
     if rewrite_excused:
-        now: Counter[int | None] = Counter(c.id for c in copies)
-        r.rewritten = sorted(i for i, n in r.duplicated.items() if n == 1 and i in rewrite_excused and now[i] == 1)
+        now: dict[int, list[Copy]] = defaultdict(list)
+        for c in copies:
+            if c.id in rewrite_excused:
+                now[c.id].append(c)
+
+        def after_the_wipe(i: int) -> bool:
+            (copy,) = now[i]
+            return copy.stored_ms is not None and copy.stored_ms >= rewrite_excused[i]
+
+        r.rewritten = sorted(i for i, n in r.duplicated.items()
+                             if n == 1 and i in rewrite_excused and len(now[i]) == 1 and after_the_wipe(i))
         for i in r.rewritten:
             del r.duplicated[i]
     r.unknown_found = len(ids & log.unknown)
@@ -243,7 +257,8 @@ def read_topic(namesrv: str, topic: str, *, brokers: Sequence[str] | None = None
         if direct:
             _pin(c, direct)
         wanted = [mq for mq in mqs if brokers is None or mq.broker in brokers]
-        out = [Copy(queue_key(mq), rec.queue_offset, id_of(rec.payload())) for mq, rec in stored_records(c, wanted)]
+        out = [Copy(queue_key(mq), rec.queue_offset, id_of(rec.payload()), rec.store_timestamp)
+               for mq, rec in stored_records(c, wanted)]
     finally:
         c.close()
     return out

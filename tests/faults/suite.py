@@ -166,7 +166,7 @@ class Run:
                              "duration_s": round(time.time() - start, 2), **detail})
 
     def record_wipe(self, broker: str, caught_up: bool, snapshot: dict[str, list[Copy]]) -> None:
-        wipe = Wipe(broker, caught_up, snapshot)
+        wipe = Wipe(broker, caught_up, snapshot, int(time.time() * 1000))
         wipe.save(self.workdir / f"wiped-{len(self.wipes)}-{broker}.json")
         self.wipes.append(wipe)
 
@@ -294,26 +294,33 @@ def run_suite(cfg: SuiteConfig) -> SuiteResult:
     return SuiteResult(doc, outputs, table, failures, skipped)
 
 
+def _row(c: Copy) -> list[Any]:
+    """A copy as kept in a run's files (``Copy(*row)`` reads it back)."""
+    return [c.queue, c.offset, c.id, c.stored_ms]
+
+
 @dataclass
 class Wipe:
-    """A broker's store wiped on purpose: what it held just before (topic -> copies), and
-    whether every query had read all of topic A there (if not, the unread part is counted as
-    lost by the broker)."""
+    """A broker's store wiped on purpose: what it held just before (topic -> copies), whether
+    every query had read all of topic A there (if not, the unread part is counted as lost by the
+    broker), and when (epoch ms, after that read and before the broker was killed)."""
 
     broker: str
     caught_up: bool
     copies: dict[str, list[Copy]]
+    at_ms: int
 
     def save(self, path: Path) -> None:
         with open(path, "w") as f:
-            json.dump({"broker": self.broker, "caught_up": self.caught_up,
-                       "copies": {t: [[c.queue, c.offset, c.id] for c in cs] for t, cs in self.copies.items()}}, f)
+            json.dump({"broker": self.broker, "caught_up": self.caught_up, "at_ms": self.at_ms,
+                       "copies": {t: [_row(c) for c in cs] for t, cs in self.copies.items()}}, f)
 
     @classmethod
     def load(cls, path: Path) -> Wipe:
         with open(path) as f:
             d = json.load(f)
-        return cls(d["broker"], d["caught_up"], {t: [Copy(*c) for c in cs] for t, cs in d["copies"].items()})
+        return cls(d["broker"], d["caught_up"], {t: [Copy(*c) for c in cs] for t, cs in d["copies"].items()},
+                   d["at_ms"])
 
 
 def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
@@ -323,7 +330,7 @@ def _check(run: Run, workdir: Path) -> dict[str, OutputReport]:
     copies = {"A": read_topic(ns, TOPIC_A), "B": read_topic(ns, TOPIC_B), "C": read_topic(ns, TOPIC_C),
               "parquet": read_parquet(str(workdir / "parquet"))}
     with gzip.open(workdir / "readback.json.gz", "wt") as f:  # every copy read, for a post-mortem
-        json.dump({name: [[x.queue, x.offset, x.id] for x in cs] for name, cs in copies.items()}, f)
+        json.dump({name: [_row(x) for x in cs] for name, cs in copies.items()}, f)
     return judge(SendLog.load(workdir / "sends.jsonl"), copies, run.wipes)
 
 
@@ -344,8 +351,15 @@ def judge(sends: SendLog, copies: dict[str, list[Copy]], wipes: list[Wipe]) -> d
     broker_lost = set(src.lost)
     # a wipe before the queries had read everything took what they had not read with it
     excused = {c.id for w in wipes if not w.caught_up for c in w.copies[TOPIC_A] if c.id is not None}
-    # ... and left the ENDs a commit had in flight unknown: written again once, they are rewrites
-    rewrites = {c.id for w in wipes if not w.caught_up for c in w.copies.get(TOPIC_B, []) if c.id is not None}
+    # ... and left the ENDs a commit had in flight unknown: written again once after it, they are
+    # rewrites (id -> the latest such wipe that held it)
+    rewrites: dict[int, int] = {}
+    for w in wipes:
+        if w.caught_up:
+            continue
+        for c in w.copies.get(TOPIC_B, []):
+            if c.id is not None:
+                rewrites[c.id] = max(rewrites.get(c.id, 0), w.at_ms)
     # each id's place in topic A: (wipes of its broker before it was stored, offset)
     source: dict[int, tuple[str, tuple[int, int]]] = {}
     epoch: Counter[str] = Counter()

@@ -20,8 +20,8 @@ def _log(acked: dict[int, str], unknown: set[int] = frozenset(), failed: set[int
     return SendLog(acked=dict(acked), unknown=set(unknown), failed=set(failed))
 
 
-def _copies(queue: str, ids: list[int | None]) -> list[Copy]:
-    return [Copy(queue, off, i) for off, i in enumerate(ids)]
+def _copies(queue: str, ids: list[int | None], stored_ms: int | None = None) -> list[Copy]:
+    return [Copy(queue, off, i, stored_ms) for off, i in enumerate(ids)]
 
 
 def test_bodies_carry_their_id() -> None:
@@ -67,16 +67,19 @@ def test_wiped_copies_are_not_lost_but_count_for_duplicates() -> None:
 
 def test_a_row_written_again_after_a_store_wiped_at_once_took_it_is_a_rewrite_not_a_duplicate() -> None:
     # wipe-broker-now cuts the clients off as a commit has ENDs in flight: one applied whose answer
-    # was lost, then lost with the store, is written again by the replay; once more is allowed,
-    # twice more (or twice now) is not
-    log = _log({i: "broker-a:0" for i in range(6)})
-    wiped = _copies("broker-a:0", [0, 1, 2, 3])
-    now = _copies("broker-b:0", [0, 1, 1, 2, 4, 5]) + _copies("broker-b:1", [5])
-    r = check_output("out", log, now, wiped=wiped + _copies("broker-a:1", [2]), rewrite_excused={0, 1, 2, 3})
-    assert r.rewritten == [0] and r.duplicated == {1: 2, 2: 2, 5: 1}
+    # was lost, then lost with the store, is written again by the replay; once more after the
+    # wipe is allowed, twice more (or twice now), or a copy stored before the wipe, is not
+    log = _log({i: "broker-a:0" for i in range(8)})
+    wiped = _copies("broker-a:0", [0, 1, 2, 3, 6, 7], stored_ms=900)
+    # the wipe at 1,000 ms; 6 and 7 were written twice before it, one copy on each broker
+    now = (_copies("broker-b:0", [0, 1, 1, 2, 4, 5], stored_ms=1500) + _copies("broker-b:1", [5], stored_ms=1500)
+           + _copies("broker-b:2", [6], stored_ms=950) + _copies("broker-b:3", [7]))
+    excused = dict.fromkeys([0, 1, 2, 3, 6, 7], 1000)
+    r = check_output("out", log, now, wiped=wiped + _copies("broker-a:1", [2]), rewrite_excused=excused)
+    assert r.rewritten == [0] and r.duplicated == {1: 2, 2: 2, 5: 1, 6: 1, 7: 1}
     assert r.summary()["rewritten"] == 1 and r.summary()["rewritten_ids"] == [0]
     # without the excuse (the wipe waited for the queries), every second copy is a duplicate
-    assert check_output("out", log, now, wiped=wiped).duplicated == {0: 1, 1: 2, 2: 1, 5: 1}
+    assert check_output("out", log, now, wiped=wiped).duplicated == {0: 1, 1: 2, 2: 1, 5: 1, 6: 1, 7: 1}
 
 
 def test_losses_the_brokers_caused_are_told_apart() -> None:
