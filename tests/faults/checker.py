@@ -138,8 +138,8 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     producer thread per queue that waits for each answer) or ``"group"`` (per destination queue
     and source queue, first copies come in the source's order)."""
     r = OutputReport(name, read=len(copies), wiped=len(wiped))
-    counts: Counter[int | None] = Counter(c.id for c in copies)
-    counts.update(c.id for c in wiped)
+    now: Counter[int | None] = Counter(c.id for c in copies)
+    counts = now + Counter(c.id for c in wiped)
     r.garbled = counts.pop(None, 0)
     ids: set[int] = {i for i in counts if i is not None}
     r.distinct = len(ids)
@@ -149,17 +149,9 @@ def check_output(name: str, log: SendLog, copies: Sequence[Copy], *, wiped: Sequ
     r.lost_by_broker = sorted(set(r.lost) & (broker_lost or set()))
     r.duplicated = {i: n - 1 for i, n in counts.items() if i is not None and n > 1}
     if rewrite_excused:
-        now: dict[int, list[Copy]] = defaultdict(list)
-        for c in copies:
-            if c.id in rewrite_excused:
-                now[c.id].append(c)
-
-        def after_the_wipe(i: int) -> bool:
-            (copy,) = now[i]
-            return copy.stored_ms is not None and copy.stored_ms >= rewrite_excused[i]
-
-        r.rewritten = sorted(i for i, n in r.duplicated.items()
-                             if n == 1 and i in rewrite_excused and len(now[i]) == 1 and after_the_wipe(i))
+        stored = {c.id: c.stored_ms for c in copies if c.id in rewrite_excused}  # read where an id has one copy
+        r.rewritten = sorted(i for i, n in r.duplicated.items() if n == 1 and i in rewrite_excused and now[i] == 1
+                             and (stored[i] or 0) >= rewrite_excused[i])
         for i in r.rewritten:
             del r.duplicated[i]
     r.unknown_found = len(ids & log.unknown)

@@ -352,14 +352,8 @@ def judge(sends: SendLog, copies: dict[str, list[Copy]], wipes: list[Wipe]) -> d
     # a wipe before the queries had read everything took what they had not read with it
     excused = {c.id for w in wipes if not w.caught_up for c in w.copies[TOPIC_A] if c.id is not None}
     # ... and left the ENDs a commit had in flight unknown: written again once after it, they are
-    # rewrites (id -> the latest such wipe that held it)
-    rewrites: dict[int, int] = {}
-    for w in wipes:
-        if w.caught_up:
-            continue
-        for c in w.copies.get(TOPIC_B, []):
-            if c.id is not None:
-                rewrites[c.id] = max(rewrites.get(c.id, 0), w.at_ms)
+    # rewrites (id -> when it was wiped; wipes come in time order, an id in two of them is doubled)
+    rewrites = {c.id: w.at_ms for w in wipes if not w.caught_up for c in w.copies.get(TOPIC_B, []) if c.id is not None}
     # each id's place in topic A: (wipes of its broker before it was stored, offset)
     source: dict[int, tuple[str, tuple[int, int]]] = {}
     epoch: Counter[str] = Counter()
