@@ -323,7 +323,7 @@ def _replaced_stores(client: BrokerClient, marks: Mapping[MessageQueue, int], pa
     queues = sorted(mq for mq in marks if (mq.broker, mq.topic) in pairs)
     out: dict[str, str] = {}
     for mq in queues:
-        if mq in now and now[mq] < marks[mq] and mq.broker not in out:
+        if now[mq] < marks[mq] and mq.broker not in out:
             out[mq.broker] = f"{mq} holds up to offset {now[mq]}, below its mark {marks[mq]}"
     for broker, (mq, off, at) in sorted(prints.items()):
         if broker in out or (broker, mq.topic) not in pairs:
