@@ -73,11 +73,12 @@ class OutputReport:
     lost_with_store: list[int] = field(default_factory=list)
     #: id -> copies beyond the first
     duplicated: dict[int, int] = field(default_factory=dict)
-    #: ids a store wiped at once (``wipe-broker-now``) held, written once more after it: an END
-    #: applied as the clients were cut off, its answer lost with the connection, and then its
-    #: message lost with the store; the writer cannot tell it from one never applied, so its
-    #: replay writes the row again (the store the copy was in is gone): reported, allowed. Only
-    #: when the copy read now was stored after the wipe: one stored before it is a duplicate
+    #: ids a store wiped at once (``wipe-broker-now``) held, written once more after it: the
+    #: replay of a batch whose commit the wipe cut short finds neither the row's half nor its
+    #: message (an END applied as the clients were cut off, its answer lost with the connection;
+    #: or a commit that failed on the store loss, replayed by the restarted driver), so it writes
+    #: the row again (the store the copy was in is gone): reported, allowed. Only when the copy
+    #: read now was stored after the wipe: one stored before it is a duplicate
     rewritten: list[int] = field(default_factory=list)
     reordered: list[int] | None = None
     unexpected: list[int] = field(default_factory=list)

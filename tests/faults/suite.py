@@ -351,8 +351,9 @@ def judge(sends: SendLog, copies: dict[str, list[Copy]], wipes: list[Wipe]) -> d
     broker_lost = set(src.lost)
     # a wipe before the queries had read everything took what they had not read with it
     excused = {c.id for w in wipes if not w.caught_up for c in w.copies[TOPIC_A] if c.id is not None}
-    # ... and left the ENDs a commit had in flight unknown: written again once after it, they are
-    # rewrites (id -> when it was wiped; wipes come in time order, an id in two of them is doubled)
+    # ... and cut short the commit under way: what it had stored there, written again once after
+    # the wipe by its replay, is rewritten (id -> when it was wiped; wipes come in time order, an
+    # id in two of them is doubled)
     rewrites = {c.id: w.at_ms for w in wipes if not w.caught_up for c in w.copies.get(TOPIC_B, []) if c.id is not None}
     # each id's place in topic A: (wipes of its broker before it was stored, offset)
     source: dict[int, tuple[str, tuple[int, int]]] = {}
@@ -440,7 +441,7 @@ def output_lines(outputs: dict[str, dict[str, Any]]) -> list[str]:
     for name, o in outputs.items():
         if o.get("rewritten"):
             lines.append(f"{name}: {o['rewritten']} rows a store wiped at once held, written again after it "
-                         f"(their ENDs' answers lost with the cut; allowed), e.g. ids {o['rewritten_ids'][:5]}")
+                         f"(by the replay of a commit the wipe cut short; allowed), e.g. ids {o['rewritten_ids'][:5]}")
     return lines
 
 
